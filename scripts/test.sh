@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The test command: setup, warnings-as-errors release build, all ctest suites, an ASan+UBSan build of the unit
+# tests, and 60 s of libFuzzer on each file-format parser. What CI runs (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+
+bash scripts/setup.sh
+export SERVETUNE_REQUIRE_MODELS=1
+export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+
+step() { echo; echo "=== $* ($(date +%T))"; }
+
+step "release build (warnings are errors)"
+cmake --preset ci >/dev/null
+cmake --build build/ci -j "$JOBS"
+step "tests"
+ctest --test-dir build/ci --output-on-failure -j "$JOBS" --timeout 900
+
+step "ASan + UBSan build of the unit tests"
+cmake --preset asan >/dev/null
+cmake --build build/asan -j "$JOBS"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build/asan --output-on-failure -j "$JOBS" -L unit --timeout 900
+
+step "fuzzing the file-format parsers (${FUZZ_SECONDS}s each)"
+bash scripts/fuzz.sh "$FUZZ_SECONDS"
+
+step "all tests passed"
