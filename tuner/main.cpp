@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("servetune ") + SERVETUNE_VERSION);
   app.require_subcommand(1);
   app.fallthrough(false);
+  servetune::cli::add_all_commands(app);
 
   try {
     app.parse(argc, argv);

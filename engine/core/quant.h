@@ -1,0 +1,98 @@
+// GGML block-quantization layouts (bit-compatible with ggml-common.h) and reference (de)quantization of rows.
+// The reference routines are plain C++ and serve as the oracle for every SIMD/GPU kernel.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace servetune {
+
+constexpr int kQK4_0 = 32;
+constexpr int kQK4_1 = 32;
+constexpr int kQK5_0 = 32;
+constexpr int kQK5_1 = 32;
+constexpr int kQK8_0 = 32;
+constexpr int kQK_K = 256;
+constexpr int kKScaleSize = 12;
+
+#pragma pack(push, 1)
+struct BlockQ4_0 {
+  uint16_t d;             // fp16 scale
+  uint8_t qs[kQK4_0 / 2];  // nibbles: element j in low nibble of qs[j], element j+16 in the high nibble
+};
+struct BlockQ4_1 {
+  uint16_t d;  // fp16 scale
+  uint16_t m;  // fp16 minimum
+  uint8_t qs[kQK4_1 / 2];
+};
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];  // fifth bits
+  uint8_t qs[kQK5_0 / 2];
+};
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK5_1 / 2];
+};
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kQK8_0];
+};
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];  // scales and mins, 4 bits each
+  uint8_t qs[kQK_K / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleSize];
+  uint8_t qs[kQK_K / 2];
+};
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleSize];
+  uint8_t qh[kQK_K / 8];
+  uint8_t qs[kQK_K / 2];
+};
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  uint16_t d;
+};
+struct BlockQ8_K {
+  float d;
+  int8_t qs[kQK_K];
+  int16_t bsums[kQK_K / 16];
+};
+#pragma pack(pop)
+
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
+
+// True when dequantize_row supports `t`.
+bool can_dequantize(DType t);
+
+// Converts `n` elements of type `t` at `src` to float. `n` must be a multiple of the type's block size.
+// Throws Error(kUnsupported) for types without a dequantizer.
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+
+// Reference quantizers (round-to-nearest, as ggml's *_ref functions) for the types activations and
+// test weights use. Throws Error(kUnsupported) for other types.
+bool can_quantize(DType t);
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+
+}  // namespace servetune
