@@ -18,7 +18,7 @@ constexpr int kKScaleSize = 12;
 
 #pragma pack(push, 1)
 struct BlockQ4_0 {
-  uint16_t d;             // fp16 scale
+  uint16_t d;              // fp16 scale
   uint8_t qs[kQK4_0 / 2];  // nibbles: element j in low nibble of qs[j], element j+16 in the high nibble
 };
 struct BlockQ4_1 {
@@ -81,17 +81,21 @@ struct BlockQ8_K {
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110);
-static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 &&
+              sizeof(BlockQ8_K) == 292);
 
-// True when dequantize_row supports `t`.
+// True when dequantize_row supports `t`: F32, F16, BF16, FP8_E4M3, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, Q8_K.
 bool can_dequantize(DType t);
 
-// Converts `n` elements of type `t` at `src` to float. `n` must be a multiple of the type's block size.
-// Throws Error(kUnsupported) for types without a dequantizer.
+// Converts `n` elements of type `t` at `src` to float, bit for bit as gguf.quants.dequantize (gguf 0.19.0;
+// NaN payloads included). Q8_K and FP8_E4M3 (OCP "fn": bias 7, no inf, 0x7F/0xFF NaN) have no gguf reference.
+// Throws Error(kUnsupported) for types without a dequantizer and Error(kInternal) when `n` is not a multiple
+// of the type's block size.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
-// Reference quantizers (round-to-nearest, as ggml's *_ref functions) for the types activations and
-// test weights use. Throws Error(kUnsupported) for other types.
+// Reference quantizers (round-to-nearest, as ggml's *_ref functions and gguf.quants.quantize) for F32, F16,
+// BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0. Throws Error(kUnsupported) for other types, Error(kInternal) for a
+// partial block. Non-finite inputs give defined but unspecified codes.
 bool can_quantize(DType t);
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 

@@ -1,0 +1,102 @@
+// The op interface the model runs on: every backend (cpu, cuda, hip) implements these ops over buffers it owns.
+// Activations are f32 row-major [n_tokens, width]; weights are MatrixViews in any supported dtype.
+// The model calls only this interface, so the same layer code runs on every device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace servetune {
+
+class ThreadPool;
+
+// A weight matrix with `rows` output features and `cols` input features; rows are contiguous in GGML block layout
+// (row_bytes = dtype_row_bytes(type, cols)). Non-owning; lives in backend memory.
+struct WeightMatrix {
+  const void* data = nullptr;
+  DType type = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_bytes = 0;
+};
+
+// Rotary embedding of the first `rope_dim` dims of each head. Normal (GGUF llama) rotates pairs (2i, 2i+1);
+// NeoX (HF llama, qwen2) rotates (i, i + rope_dim/2). freq_factors (rope_dim/2 values, llama3 scaling) may be null.
+struct RopeParams {
+  int64_t head_dim = 0;
+  int64_t rope_dim = 0;
+  float theta = 10000.0f;
+  float freq_scale = 1.0f;  // 1 / linear scaling factor
+  bool neox = false;
+  const float* freq_factors = nullptr;
+};
+
+// Paged KV cache geometry of one layer: K and V are [num_blocks, page_size, n_kv_heads, head_dim] in `dtype`.
+struct KvLayerView {
+  void* k = nullptr;
+  void* v = nullptr;
+  DType dtype = DType::kF32;
+  int64_t num_blocks = 0;
+  int64_t page_size = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// Which cached positions each token of a flattened batch attends to: token t belongs to sequence seq_of_token[t]
+// and sees that sequence's positions [0, positions[t]] through its block table (causal).
+struct AttentionBatch {
+  int64_t n_tokens = 0;
+  const int32_t* positions = nullptr;     // [n_tokens]
+  const int32_t* seq_of_token = nullptr;  // [n_tokens]
+  const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq]
+  int64_t max_blocks_per_seq = 0;
+};
+
+// Memory owned by a backend (host memory on CPU, device memory on GPUs).
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() = 0;
+  virtual size_t size() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // True when buffers are ordinary host memory, so weights can be used in place from a memory map.
+  virtual bool host_memory() const { return false; }
+
+  virtual std::unique_ptr<Buffer> allocate(size_t bytes) = 0;
+  // Copies host bytes into backend memory (a plain copy on CPU).
+  virtual void upload(Buffer& dst, size_t offset, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const Buffer& src, size_t offset, size_t bytes) = 0;
+
+  // out[t, :] = table row ids[t] (dequantized to f32).
+  virtual void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) = 0;
+  // y = x / rms(x) * w per row of width `dim`.
+  virtual void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) = 0;
+  // y[t, r] = x[t, :] . W[r, :] (+ bias[r] when bias is not null).
+  virtual void matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) = 0;
+  // In place on x [n, n_heads * head_dim] with per-token positions.
+  virtual void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) = 0;
+  // Writes k, v [n, n_kv_heads * head_dim] into the cache slots `slots[t]` (block * page_size + offset).
+  virtual void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) = 0;
+  // out [n, n_heads * head_dim] = softmax(q k^T * scale) v over each token's visible cached positions (GQA).
+  virtual void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
+                         float scale, float* out) = 0;
+  // out[t, i] = silu(gate[t, i]) * up[t, i] for i < ffn; gate and up rows are `in_stride` apart, out rows `ffn`.
+  virtual void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) = 0;
+  // x += y elementwise over n values.
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  // Blocks until queued work is done (no-op on CPU).
+  virtual void synchronize() {}
+};
+
+// Creates the backend for `device` ("cpu"); `threads` sizes the CPU thread pool (0 = all cores).
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
+
+}  // namespace servetune

@@ -1,0 +1,125 @@
+// CPU backend: parallel loops over the reference ops, SIMD matmul, host buffers aligned for AVX-512.
+#include "backend/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops_reference.h"
+#include "core/error.h"
+
+namespace servetune {
+namespace cpu {
+namespace {
+
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(size_t bytes) : size_(bytes) {
+    data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    if (data_ == nullptr) throw std::bad_alloc();
+  }
+  ~HostBuffer() override { std::free(data_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* data() override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* data_;
+  size_t size_;
+};
+
+// Rows per task so each task has a few thousand values of work.
+int64_t grain_for(int64_t width) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(width, 1)); }
+
+}  // namespace
+
+CpuBackend::CpuBackend(int threads) : pool_(threads), scratch_(static_cast<size_t>(threads)) {}
+
+std::unique_ptr<Buffer> CpuBackend::allocate(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
+
+void CpuBackend::upload(Buffer& dst, size_t offset, const void* src, size_t bytes) {
+  std::memcpy(static_cast<uint8_t*>(dst.data()) + offset, src, bytes);
+}
+
+void CpuBackend::download(void* dst, const Buffer& src, size_t offset, size_t bytes) {
+  std::memcpy(dst, static_cast<const uint8_t*>(const_cast<Buffer&>(src).data()) + offset, bytes);
+}
+
+void CpuBackend::embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) {
+  ref::embed(table, ids, n, out);
+}
+
+void CpuBackend::rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) {
+  pool_.parallel_for(n, grain_for(dim), [&](int64_t begin, int64_t end) {
+    ref::rms_norm(x + begin * dim, w, y + begin * dim, end - begin, dim, eps);
+  });
+}
+
+void CpuBackend::matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) {
+  MatrixView view{w.data, w.type, w.rows, w.cols, w.row_bytes};
+  cpu::matmul(view, x, n, w.cols, y, w.rows, pool_);
+  if (bias != nullptr) {
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t r = 0; r < w.rows; ++r) y[t * w.rows + r] += bias[r];
+    }
+  }
+}
+
+void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) {
+  pool_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+    ref::rope(x + begin * n_heads * p.head_dim, positions + begin, end - begin, n_heads, p);
+  });
+}
+
+void CpuBackend::store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) {
+  const int64_t width = kv.n_kv_heads * kv.head_dim;
+  const int64_t capacity = kv.num_blocks * kv.page_size;
+  for (int64_t t = 0; t < n; ++t) {
+    if (slots[t] < 0 || slots[t] >= capacity) throw Error(ErrorKind::kInternal, "KV slot out of range");
+    ref::store_kv_row(kv, kv.k, k + t * width, slots[t]);
+    ref::store_kv_row(kv, kv.v, v + t * width, slots[t]);
+  }
+}
+
+void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
+                           float scale, float* out) {
+  int64_t max_ctx = 0;
+  for (int64_t t = 0; t < batch.n_tokens; ++t) max_ctx = std::max<int64_t>(max_ctx, batch.positions[t] + 1);
+  for (auto& s : scratch_) {
+    if (static_cast<int64_t>(s.size()) < max_ctx) s.resize(static_cast<size_t>(max_ctx));
+  }
+  const int64_t hd = kv.head_dim;
+  pool_.run([&](int thread, int n_threads) {
+    float* scratch = scratch_[static_cast<size_t>(thread)].data();
+    const int64_t total = batch.n_tokens * n_heads;
+    for (int64_t i = thread; i < total; i += n_threads) {
+      const int64_t t = i / n_heads, h = i % n_heads;
+      ref::attention_head(kv, batch, q, n_heads, scale, t, h, scratch, out + (t * n_heads + h) * hd);
+    }
+  });
+}
+
+void CpuBackend::silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) {
+  pool_.parallel_for(n, grain_for(ffn), [&](int64_t begin, int64_t end) {
+    ref::silu_mul(gate + begin * in_stride, up + begin * in_stride, in_stride, end - begin, ffn, out + begin * ffn);
+  });
+}
+
+void CpuBackend::add(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace cpu
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
+  if (device == "cpu") {
+    if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return std::make_unique<cpu::CpuBackend>(threads);
+  }
+  throw_unsupported("device '" + device + "' is not available in this build (available: cpu)");
+}
+
+}  // namespace servetune

@@ -1,0 +1,38 @@
+// The CPU backend: reference ops parallelised over one thread pool, plus the SIMD matmul kernels.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+
+namespace servetune::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads);
+  std::string name() const override { return "cpu"; }
+  bool host_memory() const override { return true; }
+  ThreadPool& pool() { return pool_; }
+
+  std::unique_ptr<Buffer> allocate(size_t bytes) override;
+  void upload(Buffer& dst, size_t offset, const void* src, size_t bytes) override;
+  void download(void* dst, const Buffer& src, size_t offset, size_t bytes) override;
+
+  void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) override;
+  void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) override;
+  void matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) override;
+  void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) override;
+  void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) override;
+  void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
+                 float* out) override;
+  void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) override;
+  void add(float* x, const float* y, int64_t n) override;
+
+ private:
+  ThreadPool pool_;
+  std::vector<std::vector<float>> scratch_;  // per-thread attention scores
+};
+
+}  // namespace servetune::cpu

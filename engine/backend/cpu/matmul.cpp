@@ -1,0 +1,368 @@
+// matmul driver: validates shapes, prepares activations (quantize / round) once per call, then hands chunks of
+// (rows × tokens) to the selected ISA's range kernel across the thread pool, balancing chunks dynamically.
+#include "backend/cpu/matmul.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <string>
+
+#include "backend/cpu/matmul_internal.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "core/quant.h"
+
+namespace servetune::cpu {
+namespace detail {
+
+ActKind act_kind(DType weight_type) {
+  switch (weight_type) {
+    case DType::kF32:
+      return ActKind::kF32;
+    case DType::kF16:
+      return ActKind::kF16Rounded;
+    case DType::kBF16:
+      return ActKind::kBF16Rounded;
+    case DType::kQ4_0:
+    case DType::kQ8_0:
+      return ActKind::kQ8_0;
+    case DType::kQ4_1:
+      return ActKind::kQ8_1;
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return ActKind::kQ8_K;
+    default:
+      return ActKind::kDequantF32;
+  }
+}
+
+namespace {
+
+struct ScratchBuffers {
+  static constexpr int kSlots = 3;
+  void* ptr[kSlots] = {};
+  size_t cap[kSlots] = {};
+  ScratchBuffers() = default;
+  ScratchBuffers(const ScratchBuffers&) = delete;
+  ScratchBuffers& operator=(const ScratchBuffers&) = delete;
+  ~ScratchBuffers() {
+    for (void* p : ptr) ::operator delete(p, std::align_val_t(64));
+  }
+};
+
+thread_local ScratchBuffers t_scratch;
+
+}  // namespace
+
+void* thread_scratch(ScratchSlot slot, size_t bytes) {
+  const int i = static_cast<int>(slot);
+  if (t_scratch.cap[i] < bytes) {
+    ::operator delete(t_scratch.ptr[i], std::align_val_t(64));
+    t_scratch.ptr[i] = nullptr;
+    t_scratch.cap[i] = 0;
+    const size_t cap = std::max(bytes + bytes / 4, size_t{4096});
+    t_scratch.ptr[i] = ::operator new(cap, std::align_val_t(64));
+    t_scratch.cap[i] = cap;
+  }
+  return t_scratch.ptr[i];
+}
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+const IsaKernels& kernels_for(CpuIsa isa) {
+  if (!cpu_supports(isa)) {
+    throw_usage("CPU ISA level " + std::string(cpu_isa_name(isa)) + " is not supported by this CPU (best: " +
+                std::string(cpu_isa_name(cpu_best_isa())) + ")");
+  }
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return avx512_kernels();
+    case CpuIsa::kAvx2:
+      return avx2_kernels();
+    case CpuIsa::kReference:
+      break;
+  }
+  return reference_kernels();
+}
+
+void validate(const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_stride, const float* y,
+              int64_t y_stride) {
+  if (!matmul_supports(w.type)) {
+    throw_unsupported("matmul: weight type " + std::string(dtype_name(w.type)) + " is not supported on CPU");
+  }
+  const std::optional<int64_t> bytes = dtype_row_bytes(w.type, w.cols);
+  const std::string shape = std::to_string(w.rows) + "x" + std::to_string(w.cols) + " " + std::string(dtype_name(w.type));
+  if (w.rows < 0 || w.cols <= 0 || !bytes) {
+    throw_usage("matmul: bad weight shape " + shape + " (cols must be a positive multiple of the block size)");
+  }
+  if (w.row_bytes < *bytes) throw_usage("matmul: row_bytes " + std::to_string(w.row_bytes) + " too small for " + shape);
+  if (n_tokens < 0) throw_usage("matmul: negative n_tokens");
+  if (n_tokens > 0 && w.rows > 0) {
+    if (w.data == nullptr || x == nullptr || y == nullptr) throw_usage("matmul: null data pointer");
+    if (x_stride < w.cols) throw_usage("matmul: x_stride smaller than cols for " + shape);
+    if (n_tokens > 1 && y_stride < w.rows) throw_usage("matmul: y_stride smaller than rows for " + shape);
+  }
+}
+
+// Scratch layout for prepared activations; q/d/s for quantized kinds, f for rounded float kinds.
+struct ActStorage {
+  int8_t* q = nullptr;
+  float* d = nullptr;
+  float* s = nullptr;
+  float* f = nullptr;
+  int16_t* bsums = nullptr;
+};
+
+ActStorage allocate_activations(ActKind kind, int64_t n_tokens, int64_t cols, Activations& a) {
+  ActStorage st;
+  if (kind == ActKind::kQ8_0 || kind == ActKind::kQ8_1) {
+    a.nb = cols / kQBlock;
+    a.d_stride = round_up(a.nb, 16);
+    a.q_stride = round_up(cols, kActAlign);
+    const int64_t q_bytes = a.q_stride * n_tokens;
+    const int64_t scale_bytes = a.d_stride * n_tokens * static_cast<int64_t>(sizeof(float));
+    auto* base = static_cast<uint8_t*>(
+        thread_scratch(ScratchSlot::kActivations, static_cast<size_t>(q_bytes + 2 * scale_bytes)));
+    st.q = reinterpret_cast<int8_t*>(base);
+    st.d = reinterpret_cast<float*>(base + q_bytes);
+    if (kind == ActKind::kQ8_1) st.s = reinterpret_cast<float*>(base + q_bytes + scale_bytes);
+    a.q = st.q;
+    a.d = st.d;
+    a.s = st.s;
+  } else if (kind == ActKind::kQ8_K) {
+    a.nb = cols / kQK_K;
+    a.d_stride = round_up(a.nb, 16);
+    a.q_stride = round_up(cols, kActAlign);
+    a.bsum_stride = round_up(cols / 16, 32);
+    const int64_t q_bytes = a.q_stride * n_tokens;
+    const int64_t d_bytes = a.d_stride * n_tokens * static_cast<int64_t>(sizeof(float));
+    const int64_t bsum_bytes = a.bsum_stride * n_tokens * static_cast<int64_t>(sizeof(int16_t));
+    auto* base = static_cast<uint8_t*>(
+        thread_scratch(ScratchSlot::kActivations, static_cast<size_t>(q_bytes + d_bytes + bsum_bytes)));
+    st.q = reinterpret_cast<int8_t*>(base);
+    st.d = reinterpret_cast<float*>(base + q_bytes);
+    st.bsums = reinterpret_cast<int16_t*>(base + q_bytes + d_bytes);
+    a.q = st.q;
+    a.d = st.d;
+    a.bsums = st.bsums;
+  } else {
+    a.f_stride = round_up(cols, kActAlign / static_cast<int64_t>(sizeof(float)));
+    st.f = static_cast<float*>(thread_scratch(ScratchSlot::kActivations,
+                                              static_cast<size_t>(a.f_stride * n_tokens) * sizeof(float)));
+    a.f = st.f;
+  }
+  return st;
+}
+
+void prepare_activations(const IsaKernels& k, ActKind kind, const float* x, int64_t x_stride, int64_t t0,
+                         int64_t t1, int64_t cols, const ActStorage& st, const Activations& a) {
+  switch (kind) {
+    case ActKind::kQ8_0:
+    case ActKind::kQ8_1:
+      k.quantize_q8(x, x_stride, t0, t1, cols, st.q, a.q_stride, st.d, st.s, a.d_stride);
+      return;
+    case ActKind::kQ8_K:
+      k.quantize_q8k(x, x_stride, t0, t1, cols, st.q, a.q_stride, st.d, a.d_stride, st.bsums, a.bsum_stride);
+      return;
+    case ActKind::kF16Rounded:
+      k.round_f16(x, x_stride, t0, t1, cols, st.f, a.f_stride);
+      return;
+    case ActKind::kBF16Rounded:
+      k.round_bf16(x, x_stride, t0, t1, cols, st.f, a.f_stride);
+      return;
+    case ActKind::kF32:
+    case ActKind::kDequantF32:
+      return;
+  }
+}
+
+// Work split: a grid of row chunks (multiples of kRowTile) × token chunks (multiples of kTokenTile), about four
+// chunks per thread so a thread slowed by a noisy neighbour does not hold the others up.
+struct Plan {
+  int64_t row_chunk = 0;
+  int64_t token_chunk = 0;
+  int64_t row_chunks = 1;
+  int64_t token_chunks = 1;
+};
+
+Plan make_plan(int64_t rows, int64_t n_tokens, int64_t row_bytes, int threads) {
+  Plan p;
+  p.row_chunk = round_up(std::max<int64_t>(rows, 1), kRowTile);
+  p.token_chunk = n_tokens;
+  // Below ~16 KB of weights × tokens a second thread costs more than it saves.
+  if (threads <= 1 || rows * row_bytes * std::min<int64_t>(n_tokens, 16) < 16 * 1024) return p;
+  const int64_t row_tiles = (rows + kRowTile - 1) / kRowTile;
+  const int64_t token_tiles = (n_tokens + kTokenTile - 1) / kTokenTile;
+  // Small matrices: one chunk per thread (no scheduling traffic); larger ones: four, handed out dynamically.
+  const int64_t target = (rows * row_bytes < 256 * 1024 ? 1 : 4) * static_cast<int64_t>(threads);
+  const int64_t row_chunks = std::min(row_tiles, target);
+  int64_t token_chunks = 1;
+  if (row_chunks < 2 * threads && token_tiles > 1) {
+    token_chunks = std::min(token_tiles, (target + row_chunks - 1) / row_chunks);
+  }
+  p.row_chunk = (row_tiles + row_chunks - 1) / row_chunks * kRowTile;
+  p.row_chunks = (rows + p.row_chunk - 1) / p.row_chunk;
+  p.token_chunk = (token_tiles + token_chunks - 1) / token_chunks * kTokenTile;
+  p.token_chunks = (n_tokens + p.token_chunk - 1) / p.token_chunk;
+  return p;
+}
+
+// One weight matrix of a (possibly multi-matrix) matmul call, with its kernel, output and work split.
+struct Job {
+  Weights w;
+  RangeKernel kernel;
+  float* y;
+  int64_t y_stride;
+  Plan plan;
+  int64_t first_chunk;
+};
+
+constexpr int kMaxJobs = 16;
+
+// Runs targets that share cols, activation scheme and activations x in one parallel region.
+void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, const float* x, int64_t n_tokens,
+              int64_t x_stride, ThreadPool* pool) {
+  const int threads = pool != nullptr ? pool->size() : 1;
+  const int64_t cols = targets[0].w.cols;
+  const ActKind kind = act_kind(targets[0].w.type);
+  Job jobs[kMaxJobs];
+  int n_jobs = 0;
+  int64_t chunks = 0;
+  for (int i = 0; i < n_targets; ++i) {
+    const MatrixView& mv = targets[i].w;
+    validate(mv, x, n_tokens, x_stride, targets[i].y, targets[i].y_stride);
+    if (mv.cols != cols || act_kind(mv.type) != kind) {
+      throw_usage("matmul_multi: all matrices must have the same cols and activation scheme");
+    }
+    if (n_tokens == 0 || mv.rows == 0) continue;
+    Job& j = jobs[n_jobs++];
+    j.w = {static_cast<const uint8_t*>(mv.data), mv.type, mv.rows, mv.cols, mv.row_bytes};
+    j.kernel = kind == ActKind::kDequantF32 ? dequant_kernel : k.kernel_for(mv.type);
+    if (j.kernel == nullptr) j.kernel = reference_kernels().kernel_for(mv.type);
+    j.y = targets[i].y;
+    j.y_stride = targets[i].y_stride;
+    j.plan = make_plan(mv.rows, n_tokens, mv.row_bytes, threads);
+    j.first_chunk = chunks;
+    chunks += j.plan.row_chunks * j.plan.token_chunks;
+  }
+  if (n_jobs == 0) return;
+
+  const bool needs_prep = kind != ActKind::kF32 && kind != ActKind::kDequantF32;
+  // Few activations (decode): every thread prepares its own copy inside the parallel region, which overlaps that
+  // work with the wake-up and needs no barrier. Preparation is deterministic, so all copies are identical.
+  const bool private_prep = needs_prep && chunks > 1 && n_tokens * cols <= 16 * 1024;
+  Activations shared;
+  if (!needs_prep) {
+    shared.f = x;
+    shared.f_stride = x_stride;
+  } else if (!private_prep) {
+    const ActStorage st = allocate_activations(kind, n_tokens, cols, shared);
+    if (threads > 1 && n_tokens * cols >= 32 * 1024) {
+      pool->parallel_for(n_tokens, std::max<int64_t>(1, 8192 / cols), [&](int64_t t0, int64_t t1) {
+        prepare_activations(k, kind, x, x_stride, t0, t1, cols, st, shared);
+      });
+    } else {
+      prepare_activations(k, kind, x, x_stride, 0, n_tokens, cols, st, shared);
+    }
+  }
+
+  auto run_chunk = [&](const Activations& a, int64_t i) {
+    int j = 0;
+    while (j + 1 < n_jobs && jobs[j + 1].first_chunk <= i) ++j;
+    const Job& job = jobs[j];
+    const Plan& plan = job.plan;
+    const int64_t c = i - job.first_chunk;
+    const int64_t r0 = (c % plan.row_chunks) * plan.row_chunk;
+    const int64_t t0 = (c / plan.row_chunks) * plan.token_chunk;
+    job.kernel(job.w, a, r0, std::min(job.w.rows, r0 + plan.row_chunk), t0, std::min(n_tokens, t0 + plan.token_chunk),
+               job.y, job.y_stride);
+  };
+  if (chunks == 1) {
+    run_chunk(shared, 0);
+    return;
+  }
+  std::atomic<int64_t> next{threads};
+  pool->run([&](int index, int) {
+    if (index >= chunks) return;
+    Activations local = shared;
+    if (private_prep) {
+      const ActStorage st = allocate_activations(kind, n_tokens, cols, local);
+      prepare_activations(k, kind, x, x_stride, 0, n_tokens, cols, st, local);
+    }
+    for (int64_t i = index; i < chunks; i = next.fetch_add(1, std::memory_order_relaxed)) {
+      run_chunk(local, i);
+      if (chunks <= threads) break;
+    }
+  });
+}
+
+void run_matmul(const IsaKernels& k, const MatrixView& mv, const float* x, int64_t n_tokens, int64_t x_stride,
+                float* y, int64_t y_stride, ThreadPool* pool) {
+  const MatmulTarget target{mv, y, y_stride};
+  run_jobs(k, &target, 1, x, n_tokens, x_stride, pool);
+}
+
+}  // namespace
+
+bool matmul_supports(DType weight_type) {
+  return act_kind(weight_type) != ActKind::kDequantF32 || can_dequantize(weight_type);
+}
+
+void matmul(const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y, int64_t y_stride,
+            ThreadPool& pool) {
+  run_matmul(kernels_for(cpu_selected_isa()), w, x, n_tokens, x_stride, y, y_stride, &pool);
+}
+
+void matmul_with_isa(CpuIsa isa, const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
+                     int64_t y_stride, ThreadPool& pool) {
+  run_matmul(kernels_for(isa), w, x, n_tokens, x_stride, y, y_stride, &pool);
+}
+
+void matmul_multi(const MatmulTarget* targets, int n_targets, const float* x, int64_t n_tokens, int64_t x_stride,
+                  ThreadPool& pool) {
+  const IsaKernels& k = kernels_for(cpu_selected_isa());
+  for (int i = 0; i < n_targets; i += kMaxJobs) {
+    run_jobs(k, targets + i, std::min(kMaxJobs, n_targets - i), x, n_tokens, x_stride, &pool);
+  }
+}
+
+void matmul_reference(const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
+                      int64_t y_stride) {
+  run_matmul(reference_kernels(), w, x, n_tokens, x_stride, y, y_stride, nullptr);
+}
+
+void quantize_activations(CpuIsa isa, const float* x, int64_t n, int8_t* q, float* d, float* s) {
+  if (n % kQBlock != 0) throw_usage("quantize_activations: n must be a multiple of 32");
+  // The quantizers write zero padding, so go through padded scratch and copy out.
+  const int64_t nb = n / kQBlock;
+  const int64_t q_stride = round_up(n, kActAlign);
+  const int64_t d_stride = round_up(nb, 16);
+  auto* base = static_cast<uint8_t*>(thread_scratch(ScratchSlot::kActivations,
+                                                    static_cast<size_t>(q_stride + 2 * d_stride * 4)));
+  auto* qp = reinterpret_cast<int8_t*>(base);
+  auto* dp = reinterpret_cast<float*>(base + q_stride);
+  float* sp = s != nullptr ? dp + d_stride : nullptr;
+  kernels_for(isa).quantize_q8(x, n, 0, 1, n, qp, q_stride, dp, sp, d_stride);
+  std::copy(qp, qp + n, q);
+  std::copy(dp, dp + nb, d);
+  if (s != nullptr) std::copy(sp, sp + nb, s);
+}
+
+void quantize_activations_q8k(CpuIsa isa, const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums) {
+  if (n % kQK_K != 0) throw_usage("quantize_activations_q8k: n must be a multiple of 256");
+  Activations a;
+  const ActStorage st = allocate_activations(ActKind::kQ8_K, 1, n, a);
+  kernels_for(isa).quantize_q8k(x, n, 0, 1, n, st.q, a.q_stride, st.d, a.d_stride, st.bsums, a.bsum_stride);
+  std::copy(st.q, st.q + n, q);
+  std::copy(st.d, st.d + n / kQK_K, d);
+  std::copy(st.bsums, st.bsums + n / 16, bsums);
+}
+
+}  // namespace servetune::cpu

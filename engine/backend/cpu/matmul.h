@@ -1,0 +1,70 @@
+// CPU matrix multiplication y = x · Wᵀ for f32 activations and F32/F16/BF16/GGML-quantized weights, following
+// ggml-cpu's numerics (activations quantized to Q8_0/Q8_1 per 32-block for quantized weights) so greedy output
+// matches llama.cpp. Runtime-dispatched to AVX-512 VNNI / AVX2 / plain C++ kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace servetune::cpu {
+
+// A weight matrix W with `rows` output features and `cols` input features; rows are contiguous, `row_bytes` apart,
+// in GGML block layout for quantized types (row_bytes >= dtype_row_bytes(type, cols)).
+struct MatrixView {
+  const void* data;
+  DType type;
+  int64_t rows;
+  int64_t cols;
+  int64_t row_bytes;
+};
+
+// Numerics per weight type (what ggml-cpu on x86 does):
+//   F32         f32 dot.
+//   F16, BF16   activations rounded to f16 / bf16 (round-to-nearest-even), then exact products summed in f32.
+//   Q4_0, Q8_0  activations quantized per 32-block to Q8_0 as ggml's x86 quantize_row_q8_0 (d = amax/127 stored as
+//               f16, q = round-half-even(x * 127/amax)); y = Σ_blocks d_w·d_x·Σ q_w·q_x (Q4_0: q_w = nibble − 8).
+//   Q4_1        activations quantized to Q8_1 (as Q8_0 plus s = f16(d·Σq)); y = Σ_blocks d_w·d_x·Σ q_w·q_x + m_w·s_x.
+//   Q4_K, Q6_K  activations quantized per 256-block to Q8_K as ggml's quantize_row_q8_K_ref (f32 d = max/−127,
+//               q = round-half-even(x·−127/max)); per super-block integer sums with the 6-bit / 8-bit sub-block
+//               scales, y = Σ d_w·d_x·isum (− dmin_w·d_x·Σ min·bsum for Q4_K).
+//   other types that core/quant.h can dequantize: weights dequantized to f32, then f32 dot (slow fallback).
+// Kernels differ from matmul_reference only in float summation order.
+bool matmul_supports(DType weight_type);
+
+// y[t*y_stride + r] = Σ_c x[t*x_stride + c] * W[r, c]   for t < n_tokens, r < rows.
+// Throws Error(kUnsupported) for weight types matmul_supports rejects, Error(kUsage) for inconsistent shapes.
+void matmul(const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y, int64_t y_stride,
+            ThreadPool& pool);
+
+// Several matrices applied to the same activations (Q/K/V, gate/up) in one parallel region with one activation
+// preparation: saves a pool wake-up and a quantization per extra matrix. All must have the same cols and activation
+// scheme (act_kind: e.g. all Q4_1, or Q4_0 mixed with Q8_0). Results equal separate matmul calls bit for bit.
+struct MatmulTarget {
+  MatrixView w;
+  float* y;
+  int64_t y_stride;
+};
+void matmul_multi(const MatmulTarget* targets, int n_targets, const float* x, int64_t n_tokens, int64_t x_stride,
+                  ThreadPool& pool);
+
+// Plain C++ oracle with the same numerics contract, single-threaded.
+void matmul_reference(const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
+                      int64_t y_stride);
+
+// matmul with the kernels of one ISA level (for tests and benchmarks); Error(kUsage) when the CPU lacks it.
+// matmul() uses cpu_selected_isa(), which honours SERVETUNE_CPU_ISA.
+void matmul_with_isa(CpuIsa isa, const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
+                     int64_t y_stride, ThreadPool& pool);
+
+// The per-32-block activation quantization of the quantized kernels, for tests: quantizes one row of n activations
+// (n a multiple of 32) with the given ISA's quantizer into q (n int8), d (n/32 block scales, f16 values widened to
+// f32) and, when s is not null, s (n/32 Q8_1 sums f16(d·Σq), widened). All ISAs must agree bit for bit.
+void quantize_activations(CpuIsa isa, const float* x, int64_t n, int8_t* q, float* d, float* s);
+// The same for the Q8_K scheme of the k-quant kernels (n a multiple of 256): q (n int8), d (n/256 f32 scales),
+// bsums (n/16 sums of 16 quants).
+void quantize_activations_q8k(CpuIsa isa, const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums);
+
+}  // namespace servetune::cpu

@@ -1,0 +1,269 @@
+// AVX2 kernels for Q4_0 / Q4_1 / Q8_0 weights × Q8 activations, plus the activation quantizer (ggml's x86 scheme).
+// Same weights-stationary panel as the AVX-512 path, one 32-byte block per step, vpmaddubsw + vpmaddwd dots
+// (signed weights use the |w|, sign(x, w) trick so the 16-bit pair sums cannot saturate).
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "backend/cpu/matmul_internal.h"
+#include "core/quant.h"
+
+namespace servetune::cpu::detail {
+namespace {
+
+constexpr int64_t kChunkBlocks = 128;
+constexpr int64_t kGroupRows = 16;
+constexpr int kRows = 2;    // register tile: 2 rows × 4 tokens (16 ymm registers)
+constexpr int kTokens = 4;
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+inline float f16_round_trip(float v) { return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT)); }
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline int hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+void quantize_q8(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, int8_t* q, int64_t q_stride,
+                 float* d, float* s, int64_t d_stride) {
+  const int64_t nb = cols / kQBlock;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* xt = x + t * x_stride;
+    int8_t* qt = q + t * q_stride;
+    float* dt = d + t * d_stride;
+    float* st = s != nullptr ? s + t * d_stride : nullptr;
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256 v[4];
+      __m256 amax = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(xt + b * kQBlock + 8 * i);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+      }
+      __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      const float max_abs = _mm_cvtss_f32(m4);
+      const float dd = max_abs / 127.0f;
+      const __m256 id = _mm256_set1_ps(max_abs != 0.0f ? 127.0f / max_abs : 0.0f);
+      __m256i iv[4];
+      for (int i = 0; i < 4; ++i) {
+        iv[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      }
+      const __m256i p01 = _mm256_packs_epi32(iv[0], iv[1]);
+      const __m256i p23 = _mm256_packs_epi32(iv[2], iv[3]);
+      const __m256i packed = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
+                                                         _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qt + b * kQBlock), packed);
+      dt[b] = f16_round_trip(dd);
+      if (st != nullptr) {
+        const int sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3])));
+        st[b] = f16_round_trip(dd * static_cast<float>(sum));
+      }
+    }
+    std::memset(qt + cols, 0, static_cast<size_t>(q_stride - cols));
+    for (int64_t b = nb; b < d_stride; ++b) {
+      dt[b] = 0.0f;
+      if (st != nullptr) st[b] = 0.0f;
+    }
+  }
+}
+
+// Decoded rows: per row and block 32 bytes of quants (Q4_1: u8 nibbles; Q4_0, Q8_0: signed values) followed, for
+// signed types, by 32 bytes of their absolute values; f32 scales d and (Q4_1) mins m per block.
+struct Panel {
+  uint8_t* q;
+  float* d;
+  float* m;
+  int64_t q_stride;
+  int64_t d_stride;
+};
+
+template <DType kType>
+constexpr int64_t panel_block_bytes() {
+  return kType == DType::kQ4_1 ? 32 : 64;
+}
+
+template <DType kType>
+void decode_row(const uint8_t* row, int64_t b0, int64_t nbc, const Panel& p, int64_t r) {
+  uint8_t* out = p.q + r * p.q_stride;
+  float* dout = p.d + r * p.d_stride;
+  float* mout = p.m + r * p.d_stride;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nbc; ++b) {
+    __m256i qv;
+    uint16_t dh = 0, mh = 0;
+    if constexpr (kType == DType::kQ8_0) {
+      const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b0 + b;
+      qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+      std::memcpy(&dh, &blk->d, 2);
+    } else {
+      using Block = std::conditional_t<kType == DType::kQ4_0, BlockQ4_0, BlockQ4_1>;
+      const auto* blk = reinterpret_cast<const Block*>(row) + b0 + b;
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
+      qv = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(a), _mm_srli_epi16(a, 4), 1), low4);
+      std::memcpy(&dh, &blk->d, 2);
+      if constexpr (kType == DType::kQ4_1) std::memcpy(&mh, &blk->m, 2);
+      if constexpr (kType == DType::kQ4_0) qv = _mm256_sub_epi8(qv, _mm256_set1_epi8(8));
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out + b * panel_block_bytes<kType>()), qv);
+    if constexpr (kType != DType::kQ4_1) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out + b * 64 + 32), _mm256_sign_epi8(qv, qv));
+    }
+    dout[b] = _cvtsh_ss(dh);
+    if constexpr (kType == DType::kQ4_1) mout[b] = _cvtsh_ss(mh);
+  }
+  for (int64_t b = nbc; b < (nbc + 7) / 8 * 8; ++b) {
+    dout[b] = 0.0f;
+    mout[b] = 0.0f;
+  }
+}
+
+struct TileArgs {
+  const uint8_t* pq;
+  const float* pd;
+  const float* pm;
+  int64_t pq_stride, pd_stride;
+  const int8_t* xq;
+  const float* xd;
+  const float* xs;
+  int64_t xq_stride, xd_stride;
+  int64_t blocks;
+  int64_t min8;
+  float* y;
+  int64_t y_stride;
+  bool accumulate;
+};
+
+template <DType kType, int R, int T>
+void compute_tile(const TileArgs& g) {
+  constexpr bool kSigned = kType != DType::kQ4_1;
+  constexpr int64_t kStep = panel_block_bytes<kType>();
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < g.blocks; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(g.xq + t * g.xq_stride + b * 32));
+      const __m256 dx = _mm256_broadcast_ss(g.xd + t * g.xd_stride + b);
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* wp = g.pq + r * g.pq_stride + b * kStep;
+        const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp));
+        __m256i pairs;
+        if constexpr (kSigned) {
+          const __m256i aw = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 32));
+          pairs = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv));
+        } else {
+          pairs = _mm256_maddubs_epi16(wv, xv);
+        }
+        const __m256 scale = _mm256_mul_ps(_mm256_broadcast_ss(g.pd + r * g.pd_stride + b), dx);
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), scale, acc[r][t]);
+      }
+    }
+  }
+  if constexpr (kType == DType::kQ4_1) {
+    for (int64_t k = 0; k < g.min8; ++k) {
+      for (int r = 0; r < R; ++r) {
+        const __m256 m = _mm256_load_ps(g.pm + r * g.pd_stride + 8 * k);
+        for (int t = 0; t < T; ++t) {
+          acc[r][t] = _mm256_fmadd_ps(m, _mm256_loadu_ps(g.xs + t * g.xd_stride + 8 * k), acc[r][t]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int r = 0; r < R; ++r) {
+      const float v = hsum(acc[r][t]);
+      float* out = g.y + t * g.y_stride + r;
+      *out = g.accumulate ? *out + v : v;
+    }
+  }
+}
+
+using TileFn = void (*)(const TileArgs&);
+
+template <DType kType, int R>
+TileFn tile_for_tokens(int T) {
+  return T == 1 ? compute_tile<kType, R, 1>
+                : T == 2 ? compute_tile<kType, R, 2> : T == 3 ? compute_tile<kType, R, 3> : compute_tile<kType, R, 4>;
+}
+
+template <DType kType>
+void quant_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, float* y,
+                 int64_t y_stride) {
+  const int64_t nb = a.nb;
+  const int64_t chunk = imin(kChunkBlocks, nb);
+  Panel panel;
+  panel.q_stride = chunk * panel_block_bytes<kType>();
+  panel.d_stride = (chunk + 15) / 16 * 16;
+  const size_t panel_bytes = static_cast<size_t>(kGroupRows * (panel.q_stride + 2 * panel.d_stride * 4));
+  auto* base = static_cast<uint8_t*>(thread_scratch(ScratchSlot::kPanel, panel_bytes));
+  panel.q = base;
+  panel.d = reinterpret_cast<float*>(base + kGroupRows * panel.q_stride);
+  panel.m = panel.d + kGroupRows * panel.d_stride;
+  for (int64_t g0 = r0; g0 < r1; g0 += kGroupRows) {
+    const int64_t rows = imin(kGroupRows, r1 - g0);
+    for (int64_t b0 = 0; b0 < nb; b0 += kChunkBlocks) {
+      const int64_t nbc = imin(kChunkBlocks, nb - b0);
+      for (int64_t r = 0; r < rows; ++r) decode_row<kType>(w.data + (g0 + r) * w.row_bytes, b0, nbc, panel, r);
+      TileArgs args;
+      args.pq_stride = panel.q_stride;
+      args.pd_stride = panel.d_stride;
+      args.xq_stride = a.q_stride;
+      args.xd_stride = a.d_stride;
+      args.blocks = nbc;
+      args.min8 = (nbc + 7) / 8;
+      args.y_stride = y_stride;
+      args.accumulate = b0 > 0;
+      for (int64_t t = t0; t < t1; t += kTokens) {
+        const int nt = static_cast<int>(imin(kTokens, t1 - t));
+        args.xq = a.q + t * a.q_stride + b0 * kQBlock;
+        args.xd = a.d + t * a.d_stride + b0;
+        args.xs = a.s != nullptr ? a.s + t * a.d_stride + b0 : nullptr;
+        for (int64_t r = 0; r < rows; r += kRows) {
+          const int nr = static_cast<int>(imin(kRows, rows - r));
+          args.pq = panel.q + r * panel.q_stride;
+          args.pd = panel.d + r * panel.d_stride;
+          args.pm = panel.m + r * panel.d_stride;
+          args.y = y + t * y_stride + g0 + r;
+          (nr == 1 ? tile_for_tokens<kType, 1>(nt) : tile_for_tokens<kType, 2>(nt))(args);
+        }
+      }
+    }
+  }
+}
+
+RangeKernel kernel_for(DType type) {
+  switch (type) {
+    case DType::kQ4_0:
+      return quant_range<DType::kQ4_0>;
+    case DType::kQ4_1:
+      return quant_range<DType::kQ4_1>;
+    case DType::kQ8_0:
+      return quant_range<DType::kQ8_0>;
+    default:
+      return avx2_float_kernel_for(type);
+  }
+}
+
+}  // namespace
+
+const IsaKernels& avx2_kernels() {
+  static const IsaKernels kernels{quantize_q8, quantize_q8k_reference, avx2_round_f16, avx2_round_bf16, kernel_for};
+  return kernels;
+}
+
+}  // namespace servetune::cpu::detail

@@ -1,0 +1,131 @@
+// Plain C++ reference kernels (see ops_reference.h).
+#include "backend/cpu/ops_reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "core/quant.h"
+
+namespace servetune::cpu::ref {
+namespace {
+
+// Reads element `i` of a cache row stored as f32 or f16.
+inline float load(const void* base, DType t, int64_t i) {
+  if (t == DType::kF16) return fp16_to_f32(static_cast<const uint16_t*>(base)[i]);
+  return static_cast<const float*>(base)[i];
+}
+
+}  // namespace
+
+void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    if (ids[t] < 0 || ids[t] >= table.rows) {
+      throw Error(ErrorKind::kInvalidRequest, "token id " + std::to_string(ids[t]) + " is outside the vocabulary (0.." +
+                                                  std::to_string(table.rows - 1) + ")");
+    }
+    const auto* row = static_cast<const uint8_t*>(table.data) + ids[t] * table.row_bytes;
+    dequantize_row(table.type, row, out + t * table.cols, table.cols);
+  }
+}
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xr = x + t * dim;
+    float* yr = y + t * dim;
+    double sum = 0.0;
+    for (int64_t i = 0; i < dim; ++i) sum += static_cast<double>(xr[i] * xr[i]);
+    const float mean = static_cast<float>(sum / static_cast<double>(dim));
+    const float scale = 1.0f / std::sqrt(mean + eps);
+    for (int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] * scale) * w[i];
+  }
+}
+
+void rope_cache(float position, const RopeParams& p, float* cos_sin) {
+  const float theta_scale = std::pow(p.theta, -2.0f / static_cast<float>(p.rope_dim));
+  float theta = position;
+  for (int64_t i = 0; i < p.rope_dim; i += 2) {
+    const float ff = p.freq_factors ? p.freq_factors[i / 2] : 1.0f;
+    const float angle = p.freq_scale * (theta / ff);
+    cos_sin[i] = std::cos(angle);
+    cos_sin[i + 1] = std::sin(angle);
+    theta *= theta_scale;
+  }
+}
+
+void rope_head(float* x, const float* cos_sin, const RopeParams& p) {
+  const int64_t half = p.rope_dim / 2;
+  for (int64_t i = 0; i < p.rope_dim; i += 2) {
+    const float c = cos_sin[i], s = cos_sin[i + 1];
+    const int64_t a = p.neox ? i / 2 : i;
+    const int64_t b = p.neox ? i / 2 + half : i + 1;
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+  }
+}
+
+void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) {
+  std::vector<float> cache(static_cast<size_t>(p.rope_dim));
+  for (int64_t t = 0; t < n; ++t) {
+    rope_cache(static_cast<float>(positions[t]), p, cache.data());
+    for (int64_t h = 0; h < n_heads; ++h) rope_head(x + (t * n_heads + h) * p.head_dim, cache.data(), p);
+  }
+}
+
+void store_kv_row(const KvLayerView& kv, void* cache, const float* row, int64_t slot) {
+  const int64_t width = kv.n_kv_heads * kv.head_dim;
+  if (kv.dtype == DType::kF16) {
+    auto* dst = static_cast<uint16_t*>(cache) + slot * width;
+    for (int64_t i = 0; i < width; ++i) dst[i] = f32_to_fp16(row[i]);
+  } else {
+    std::copy(row, row + width, static_cast<float*>(cache) + slot * width);
+  }
+}
+
+void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
+                    int64_t t, int64_t h, float* scratch, float* out) {
+  const int64_t hd = kv.head_dim;
+  const int64_t kv_head = h / (n_heads / kv.n_kv_heads);
+  const int64_t width = kv.n_kv_heads * hd;
+  const int64_t n_ctx = batch.positions[t] + 1;
+  const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
+  const float* qh = q + (t * n_heads + h) * hd;
+  const size_t elem = kv.dtype == DType::kF16 ? 2 : 4;
+
+  float max_score = -INFINITY;
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    const int64_t slot = static_cast<int64_t>(table[j / kv.page_size]) * kv.page_size + j % kv.page_size;
+    const void* krow = static_cast<const uint8_t*>(kv.k) + (slot * width + kv_head * hd) * static_cast<int64_t>(elem);
+    float dot = 0.0f;
+    for (int64_t d = 0; d < hd; ++d) dot += qh[d] * load(krow, kv.dtype, d);
+    scratch[j] = dot * scale;
+    max_score = std::max(max_score, scratch[j]);
+  }
+  double sum = 0.0;
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    scratch[j] = std::exp(scratch[j] - max_score);
+    sum += scratch[j];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  std::fill(out, out + hd, 0.0f);
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    const int64_t slot = static_cast<int64_t>(table[j / kv.page_size]) * kv.page_size + j % kv.page_size;
+    const void* vrow = static_cast<const uint8_t*>(kv.v) + (slot * width + kv_head * hd) * static_cast<int64_t>(elem);
+    const float wj = scratch[j] * inv;
+    for (int64_t d = 0; d < hd; ++d) out[d] += wj * load(vrow, kv.dtype, d);
+  }
+}
+
+void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < ffn; ++i) {
+      const float g = gate[t * in_stride + i];
+      out[t * ffn + i] = (g / (1.0f + std::exp(-g))) * up[t * in_stride + i];
+    }
+  }
+}
+
+}  // namespace servetune::cpu::ref

@@ -1,0 +1,26 @@
+// Plain C++ reference kernels for every backend op except matmul (which lives in matmul.h): the oracle that
+// SIMD and GPU kernels are tested against. Numerics follow ggml's CPU ops (double-accumulated RMS norm,
+// float rotary angles by repeated multiplication) so greedy outputs match llama.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace servetune::cpu::ref {
+
+void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out);
+void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps);
+// Fills cos_sin [rope_dim] (interleaved cos, sin per pair) for one position.
+void rope_cache(float position, const RopeParams& p, float* cos_sin);
+// Rotates one head vector in place with a precomputed cache.
+void rope_head(float* x, const float* cos_sin, const RopeParams& p);
+void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p);
+// Stores one token's k or v row ([n_kv_heads * head_dim] floats) into cache slot `slot`.
+void store_kv_row(const KvLayerView& kv, void* cache, const float* row, int64_t slot);
+// Attention of token t, head h (writes head_dim floats to out). `scratch` holds positions[t] + 1 floats.
+void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
+                    int64_t t, int64_t h, float* scratch, float* out);
+void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out);
+
+}  // namespace servetune::cpu::ref

@@ -1,0 +1,330 @@
+// config.json parsing and writing for the llama family. Defaults are transformers' (5.x, which also reads the
+// 4.x keys rope_theta / rope_scaling / torch_dtype); the shape keys have no default here: a config without
+// them is rejected rather than silently becoming a 7B model.
+#include "formats/hf_config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace servetune {
+namespace {
+
+using nlohmann::json;
+
+struct ArchDefaults {
+  std::string_view architecture, model_type;
+  int64_t max_position_embeddings;
+  std::optional<int64_t> bos, eos;
+  std::optional<int64_t> sliding_window;  // default when the key is absent
+};
+
+constexpr ArchDefaults kArchs[] = {
+    {"LlamaForCausalLM", "llama", 2048, 1, 2, std::nullopt},
+    {"MistralForCausalLM", "mistral", 131072, 1, 2, 4096},
+    {"Qwen2ForCausalLM", "qwen2", 32768, std::nullopt, std::nullopt, std::nullopt},
+};
+
+std::string describe(const json& v) {
+  std::string text = v.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return std::string(v.type_name()) + " " + text;
+}
+
+// Typed access to one JSON object with errors naming the file and key.
+class Reader {
+ public:
+  Reader(const json& obj, const std::string& file, std::string prefix = "")
+      : obj_(obj), file_(file), prefix_(std::move(prefix)) {}
+
+  [[noreturn]] void fail(std::string_view key, const std::string& what) const {
+    throw_format(file_, "key '" + prefix_ + std::string(key) + "' " + what);
+  }
+  // Present and not null.
+  const json* find(std::string_view key) const {
+    auto it = obj_.find(key);
+    return it == obj_.end() || it->is_null() ? nullptr : &*it;
+  }
+  std::optional<int64_t> opt_int(std::string_view key, int64_t lo, int64_t hi) const {
+    const json* v = find(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number_integer()) fail(key, "must be an integer, got " + describe(*v));
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi)) fail(key, out_of_range(*v, lo, hi));
+    const int64_t x = v->get<int64_t>();
+    if (x < lo || x > hi) fail(key, out_of_range(*v, lo, hi));
+    return x;
+  }
+  int64_t req_int(std::string_view key, int64_t lo, int64_t hi) const {
+    if (find(key) == nullptr) fail(key, "is missing (required)");
+    return *opt_int(key, lo, hi);
+  }
+  std::optional<double> opt_float(std::string_view key) const {
+    const json* v = find(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number()) fail(key, "must be a number, got " + describe(*v));
+    return v->get<double>();
+  }
+  // A positive finite number (and below `hi`).
+  double positive(std::string_view key, double fallback, double hi = std::numeric_limits<double>::max()) const {
+    const double x = opt_float(key).value_or(fallback);
+    if (!(x > 0.0) || !(x < hi)) {
+      std::ostringstream what;
+      what << "must be positive" << (hi < std::numeric_limits<double>::max() ? " and below " : "");
+      if (hi < std::numeric_limits<double>::max()) what << hi;
+      what << ", got " << x;
+      fail(key, what.str());
+    }
+    return x;
+  }
+  bool opt_bool(std::string_view key, bool fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) fail(key, "must be true or false, got " + describe(*v));
+    return v->get<bool>();
+  }
+  std::optional<std::string> opt_string(std::string_view key) const {
+    const json* v = find(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) fail(key, "must be a string, got " + describe(*v));
+    return v->get<std::string>();
+  }
+  // An int, a list of ints, or null/absent (-> fallback).
+  std::vector<int64_t> token_ids(std::string_view key, std::optional<int64_t> fallback) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end()) return fallback ? std::vector<int64_t>{*fallback} : std::vector<int64_t>{};
+    if (it->is_null()) return {};
+    const json items = it->is_array() ? *it : json::array({*it});
+    std::vector<int64_t> ids;
+    for (const json& id : items) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          (id.is_number_unsigned() &&
+           id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+        fail(key, "must be a non-negative token id or a list of them, got " + describe(*it));
+      }
+      ids.push_back(id.get<int64_t>());
+    }
+    return ids;
+  }
+
+ private:
+  static std::string out_of_range(const json& v, int64_t lo, int64_t hi) {
+    return "is " + v.dump() + ", outside the sensible range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  }
+  const json& obj_;
+  const std::string& file_;
+  std::string prefix_;
+};
+
+const ArchDefaults& find_arch(const json& config, const std::string& file) {
+  std::string supported;
+  for (const ArchDefaults& a : kArchs) supported += (supported.empty() ? "" : ", ") + std::string(a.architecture);
+  auto archs = config.find("architectures");
+  if (archs != config.end() && !archs->is_null()) {
+    if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string()) {
+      throw_format(file, "key 'architectures' must be a non-empty list of strings, got " + describe(*archs));
+    }
+    const std::string name = (*archs)[0].get<std::string>();
+    for (const ArchDefaults& a : kArchs) {
+      if (a.architecture == name) return a;
+    }
+    throw_unsupported(file + ": architecture " + name + " is not supported (supported: " + supported + ")");
+  }
+  auto type = config.find("model_type");
+  if (type == config.end() || !type->is_string()) {
+    throw_format(file, "neither 'architectures' nor 'model_type' says which model this is");
+  }
+  for (const ArchDefaults& a : kArchs) {
+    if (a.model_type == type->get<std::string>()) return a;
+  }
+  throw_unsupported(file + ": model_type " + type->get<std::string>() + " is not supported (supported: " + supported +
+                    ")");
+}
+
+// rope_parameters (transformers 5) or rope_theta + rope_scaling (4.x). Sets theta and scaling.
+void parse_rope(const Reader& top, const std::string& file, HfModelConfig& c) {
+  const json* params = top.find("rope_parameters");
+  const json* scaling = params != nullptr ? params : top.find("rope_scaling");
+  c.rope_theta = top.positive("rope_theta", 10000.0);
+  if (scaling == nullptr) return;
+  const std::string key = params != nullptr ? "rope_parameters" : "rope_scaling";
+  if (!scaling->is_object())
+    throw_format(file, "key '" + key + "' must be an object or null, got " + describe(*scaling));
+  const Reader r(*scaling, file, key + ".");
+  if (params != nullptr) c.rope_theta = r.positive("rope_theta", c.rope_theta);
+  std::optional<std::string> type = r.opt_string("rope_type");
+  if (!type) type = r.opt_string("type");
+  if (!type || *type == "default") return;
+  if (*type == "linear") {
+    c.rope_scaling.type = RopeScalingType::kLinear;
+    if (r.find("factor") == nullptr) r.fail("factor", "is missing (required for linear rope scaling)");
+    c.rope_scaling.factor = r.positive("factor", 1.0);
+  } else if (*type == "llama3") {
+    c.rope_scaling.type = RopeScalingType::kLlama3;
+    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+      if (r.find(k) == nullptr) r.fail(k, "is missing (required for llama3 rope scaling)");
+    }
+    c.rope_scaling.factor = r.positive("factor", 1.0);
+    c.rope_scaling.low_freq_factor = r.positive("low_freq_factor", 1.0);
+    c.rope_scaling.high_freq_factor = r.positive("high_freq_factor", 4.0);
+    c.rope_scaling.original_max_position_embeddings =
+        r.req_int("original_max_position_embeddings", 1, int64_t{1} << 34);
+    if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor) {
+      r.fail("high_freq_factor", "must be greater than low_freq_factor");
+    }
+  } else {
+    throw_unsupported(file + ": rope scaling type '" + *type +
+                      "' is not supported (supported: default, linear, llama3)");
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& supported_hf_architectures() {
+  static const std::vector<std::string> kNames = [] {
+    std::vector<std::string> v;
+    for (const ArchDefaults& a : kArchs) v.emplace_back(a.architecture);
+    return v;
+  }();
+  return kNames;
+}
+
+HfModelConfig parse_hf_config(std::string_view json_text, const std::string& name) {
+  json config;
+  try {
+    config = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::exception& e) {
+    std::string what = e.what();  // drop nlohmann's "[json.exception.parse_error.101] " prefix
+    if (const size_t close = what.find("] "); what.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
+      what = what.substr(close + 2);
+    }
+    throw_format(name, "not valid JSON: " + what);
+  }
+  if (!config.is_object()) throw_format(name, "config is not a JSON object");
+  const ArchDefaults& arch = find_arch(config, name);
+  const Reader r(config, name);
+  HfModelConfig c;
+  c.architecture = arch.architecture;
+  c.model_type = arch.model_type;
+
+  c.hidden_size = r.req_int("hidden_size", 1, int64_t{1} << 20);
+  c.intermediate_size = r.req_int("intermediate_size", 1, int64_t{1} << 24);
+  c.num_hidden_layers = r.req_int("num_hidden_layers", 1, 100000);
+  c.num_attention_heads = r.req_int("num_attention_heads", 1, int64_t{1} << 14);
+  c.num_key_value_heads = r.opt_int("num_key_value_heads", 1, c.num_attention_heads).value_or(c.num_attention_heads);
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    r.fail("num_key_value_heads", "(" + std::to_string(c.num_key_value_heads) + ") must divide num_attention_heads (" +
+                                      std::to_string(c.num_attention_heads) + ")");
+  }
+  if (auto hd = r.opt_int("head_dim", 1, int64_t{1} << 14)) {
+    c.head_dim = *hd;
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0) {
+      r.fail("num_attention_heads", "(" + std::to_string(c.num_attention_heads) + ") must divide hidden_size (" +
+                                        std::to_string(c.hidden_size) + ") when head_dim is absent");
+    }
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (c.head_dim % 2 != 0)
+    r.fail("head_dim", "(" + std::to_string(c.head_dim) + ") must be even for rotary embeddings");
+  c.vocab_size = r.req_int("vocab_size", 1, int64_t{1} << 28);
+  c.max_position_embeddings =
+      r.opt_int("max_position_embeddings", 1, int64_t{1} << 34).value_or(arch.max_position_embeddings);
+  c.rms_norm_eps = r.positive("rms_norm_eps", 1e-6, 1.0);
+  parse_rope(r, name, c);
+
+  const std::string act = r.opt_string("hidden_act").value_or("silu");
+  if (act != "silu")
+    throw_unsupported(name + ": hidden_act '" + act + "' is not supported (the llama family uses silu)");
+  c.tie_word_embeddings = r.opt_bool("tie_word_embeddings", false);
+  if (c.model_type == "qwen2") {
+    c.attention_bias = true;  // Qwen2 always has q/k/v biases (and none on o_proj)
+    if (r.opt_bool("use_sliding_window", false)) {
+      throw_unsupported(name + ": Qwen2 sliding-window attention (use_sliding_window: true) is not supported");
+    }
+  } else {
+    c.attention_bias = r.opt_bool("attention_bias", false);
+    if (c.model_type == "mistral") {
+      c.sliding_window =
+          config.contains("sliding_window") ? r.opt_int("sliding_window", 1, int64_t{1} << 34) : arch.sliding_window;
+    }
+  }
+  if (c.model_type == "llama") c.mlp_bias = r.opt_bool("mlp_bias", false);
+  c.torch_dtype = r.opt_string("torch_dtype").value_or(r.opt_string("dtype").value_or(""));
+  c.bos_token_id = r.token_ids("bos_token_id", arch.bos);
+  c.eos_token_id = r.token_ids("eos_token_id", arch.eos);
+  return c;
+}
+
+HfModelConfig read_hf_config(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string file = fs::is_directory(path, ec) ? (fs::path(path) / "config.json").string() : path;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw_io(file, "cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw_io(file, "cannot read");
+  return parse_hf_config(text.str(), file);
+}
+
+std::string hf_config_json(const HfModelConfig& c) {
+  json j;  // std::map keys: sorted, as transformers writes them
+  j["architectures"] = {c.architecture};
+  j["model_type"] = c.model_type;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  switch (c.rope_scaling.type) {
+    case RopeScalingType::kNone:
+      j["rope_scaling"] = nullptr;
+      break;
+    case RopeScalingType::kLinear:
+      j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_scaling.factor}};
+      break;
+    case RopeScalingType::kLlama3:
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", c.rope_scaling.factor},
+                           {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                           {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                           {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+      break;
+  }
+  j["hidden_act"] = "silu";
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  if (c.model_type == "qwen2") {
+    j["use_sliding_window"] = false;
+  } else {
+    j["attention_bias"] = c.attention_bias;
+  }
+  if (c.model_type == "llama") j["mlp_bias"] = c.mlp_bias;
+  if (c.model_type == "mistral") j["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
+  if (!c.torch_dtype.empty()) j["torch_dtype"] = c.torch_dtype;
+  auto ids = [](const std::vector<int64_t>& v) {
+    return v.empty() ? json(nullptr) : v.size() == 1 ? json(v[0]) : json(v);
+  };
+  j["bos_token_id"] = ids(c.bos_token_id);
+  j["eos_token_id"] = ids(c.eos_token_id);
+  return j.dump(2) + "\n";
+}
+
+void write_hf_config(const std::string& path, const HfModelConfig& config) {
+  const std::string text = hf_config_json(config);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw_io(path, "cannot write");
+}
+
+}  // namespace servetune

@@ -1,0 +1,100 @@
+// The built-in engine's public in-process API: submit requests, read their token streams, abort, read stats.
+// Thread-safe; the engine loop runs on its own thread. The load generator, server and tuner use only this API.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "servetune/engine_config.h"
+#include "servetune/request.h"
+
+namespace servetune {
+
+class Tokenizer;
+struct ModelConfig;
+
+// The events of one request, in order; the last one has finish != kNone. One consumer.
+class RequestStream {
+ public:
+  explicit RequestStream(uint64_t id) : id_(id) {}
+  uint64_t id() const { return id_; }
+
+  // Waits for the next event; nullopt after `timeout`, or when the stream has ended and is drained.
+  std::optional<TokenEvent> next(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // Takes every event available now without waiting.
+  std::deque<TokenEvent> drain();
+  bool finished() const;  // the final event has been produced (it may still be queued)
+  // Called on the engine thread after events are pushed (e.g. to wake an event loop); set before events flow.
+  void set_notifier(std::function<void()> notify);
+
+  // Engine side.
+  void push(TokenEvent event);
+
+ private:
+  uint64_t id_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<TokenEvent> events_;
+  bool finished_ = false;
+  std::function<void()> notify_;
+};
+
+struct EngineStats {
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_free = 0;
+  int64_t page_size = 0;
+  double kv_usage = 0.0;               // used / total
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  double prefix_cache_hit_rate = 0.0;  // hit / query tokens
+  int64_t steps = 0;
+  int64_t batched_tokens = 0;          // over all steps
+  int64_t max_batch_tokens = 0;
+  double mean_batch_tokens = 0.0;
+  double mean_running = 0.0;           // sequences per step
+  int64_t prompt_tokens = 0;           // prompt tokens computed (excluding prefix-cache hits)
+  int64_t generation_tokens = 0;
+  int64_t requests_finished = 0;
+  int64_t requests_aborted = 0;
+  int64_t preemptions = 0;
+};
+
+class Engine {
+ public:
+  // Loads the model and starts the engine thread. Throws Error on a bad config or model.
+  explicit Engine(const EngineConfig& config);
+  ~Engine();  // shutdown()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and queues a request. Throws Error(kInvalidRequest) for a bad request (empty prompt, max_tokens <= 0,
+  // prompt + max_tokens beyond the context or the KV capacity) and Error(kUsage) after shutdown.
+  std::shared_ptr<RequestStream> submit(Request request);
+  // Aborts a request; its stream ends with FinishReason::kAbort and its KV blocks are freed within one step.
+  // False when the id is unknown or the request already finished.
+  bool abort(uint64_t id);
+  EngineStats stats() const;
+
+  const EngineConfig& config() const;
+  const ModelConfig& model_config() const;
+  const Tokenizer& tokenizer() const;
+  int64_t kv_capacity_tokens() const;
+
+  // Stops accepting requests, aborts the ones in flight, joins the engine thread. Idempotent.
+  void shutdown();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace servetune

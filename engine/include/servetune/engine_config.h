@@ -1,0 +1,60 @@
+// Every setting of the built-in engine, named as SGLang names them, serialisable to and from JSON so the tuner can
+// enumerate it and results can record it. Settings that are not implemented yet are rejected by validate(),
+// never silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace servetune {
+
+struct EngineConfig {
+  // Model
+  std::string model;                   // .gguf file or safetensors directory
+  std::string load_format = "auto";    // auto | gguf | safetensors | dummy
+  std::optional<int64_t> context_length;  // override of the model's context length (only smaller)
+  // Device and parallelism
+  std::string device = "cpu";
+  int threads = 0;                     // CPU threads (0: all cores)
+  int tp_size = 1;
+  int dp_size = 1;
+  int ep_size = 1;
+  bool enable_dp_attention = false;
+  std::string compile = "eager";       // eager | fused | graphs
+  int cuda_graph_max_bs = 0;
+  // Memory
+  std::optional<int64_t> max_total_tokens;  // KV capacity in tokens; overrides mem_fraction_static
+  double mem_fraction_static = 0.0;    // 0: device default (CPU 0.1 of RAM; GPU 0.88)
+  int page_size = 16;
+  std::string kv_cache_dtype = "auto"; // auto (f32 on CPU) | f32 | f16 | fp8_e4m3
+  // Scheduling
+  int max_running_requests = 256;
+  int chunked_prefill_size = 2048;     // -1 disables chunking
+  int max_prefill_tokens = 8192;       // token budget of one step
+  std::string schedule_policy = "fcfs";  // fcfs | lpm
+  bool disable_radix_cache = false;    // prefix caching off
+  // Speculative decoding
+  std::string speculative_algorithm;   // "" | ngram | draft | eagle | mtp
+  int speculative_num_steps = 0;
+  int speculative_eagle_topk = 0;
+  int speculative_num_draft_tokens = 0;
+  std::string speculative_draft_model;
+  // Misc
+  uint64_t seed = 0;                   // default per-request seed base
+
+  // Throws Error(kUsage) for a bad value and Error(kUnsupported) for a setting this build cannot honour yet.
+  void validate() const;
+};
+
+void to_json(nlohmann::json& j, const EngineConfig& c);
+// Unknown keys and wrong types are errors (Error(kUsage) naming the key).
+void from_json(const nlohmann::json& j, EngineConfig& c);
+
+// All setting names, for the tuner's sweep-file validation.
+const std::vector<std::string>& engine_config_keys();
+
+}  // namespace servetune

@@ -1,0 +1,49 @@
+// What a caller submits to the engine and what comes back: a Request, and a stream of TokenEvents with
+// monotonic engine-side timestamps.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/sampling_params.h"
+#include "runtime/sampler.h"
+
+namespace servetune {
+
+struct Request {
+  // Exactly one of prompt (text, tokenized with BOS as the model wants) or prompt_ids.
+  std::string prompt;
+  std::vector<int32_t> prompt_ids;
+  bool add_special_tokens = true;  // BOS for text prompts
+  bool parse_special = true;       // text like "<|im_start|>" becomes the special token (chat templates rely on it)
+  SamplingParams sampling;
+  bool detokenize = true;          // produce text deltas
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error", or "" for kNone
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+};
+
+using EngineClock = std::chrono::steady_clock;
+
+struct TokenEvent {
+  uint64_t request_id = 0;
+  std::vector<int32_t> token_ids;           // new tokens (several when speculation accepts a burst)
+  std::string text;                         // new text (never a partial UTF-8 sequence)
+  std::vector<SampleResult> logprobs;       // per new token, when requested
+  EngineClock::time_point time;             // when the engine produced the event
+  FinishReason finish = FinishReason::kNone;  // set on the last event
+  std::string error;                        // with kError
+  Usage usage;                              // running totals
+  bool first_token = false;                 // this event carries the request's first output token
+};
+
+}  // namespace servetune

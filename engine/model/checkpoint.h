@@ -1,0 +1,51 @@
+// Opens a model checkpoint — a .gguf file, a directory (or config.json) with safetensors, or random weights of a
+// config.json's shape (`dummy`) — and builds the model, its config and its tokenizer from it. The Checkpoint owns
+// the memory maps and generated tensors the weights are used from, so it must outlive the model.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "model/model.h"
+#include "model/model_config.h"
+#include "model/parallel.h"
+
+namespace servetune {
+
+class GgufFile;
+class SafetensorsSet;
+class Tokenizer;
+class WeightSource;
+
+enum class LoadFormat { kAuto, kGguf, kSafetensors, kDummy };
+// "auto" | "gguf" | "safetensors" | "dummy"; throws Error(kUsage) listing the choices.
+LoadFormat parse_load_format(const std::string& name);
+
+class Checkpoint {
+ public:
+  // `seed` seeds dummy weights.
+  Checkpoint(const std::string& path, LoadFormat format, uint64_t seed = 0);
+  ~Checkpoint();
+
+  const std::string& path() const { return path_; }
+  LoadFormat format() const { return format_; }
+  const ModelConfig& config() const { return config_; }
+
+  std::unique_ptr<Model> load(Backend& backend, ParallelContext parallel) const;
+  std::unique_ptr<Tokenizer> load_tokenizer() const;
+
+ private:
+  std::string path_;
+  std::string dir_;  // directory holding config.json / tokenizer.json (HF and dummy)
+  LoadFormat format_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<SafetensorsSet> safetensors_;
+  std::unique_ptr<WeightSource> source_;
+  ModelConfig config_;
+};
+
+// Reads llama-family hyperparameters from GGUF metadata; Error(kUnsupported) lists the supported architectures.
+ModelConfig read_gguf_config(const GgufFile& file);
+
+}  // namespace servetune

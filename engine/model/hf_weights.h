@@ -1,0 +1,33 @@
+// HuggingFace checkpoints for the llama family: config.json -> ModelConfig, and safetensors tensors exposed
+// under the GGUF names the layers ask for (model.layers.N.self_attn.q_proj.weight -> blk.N.attn_q.weight, ...).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "formats/hf_config.h"
+#include "formats/safetensors.h"
+#include "model/model_config.h"
+#include "model/weight_source.h"
+
+namespace servetune {
+
+ModelConfig model_config_from_hf(const HfModelConfig& hf, const std::string& source);
+
+// The HF tensor name for a GGUF-style name, or "" when there is none.
+std::string hf_tensor_name(const std::string& gguf_name);
+
+class SafetensorsWeightSource final : public WeightSource {
+ public:
+  SafetensorsWeightSource(const SafetensorsSet& set, std::string path, bool tied_embeddings)
+      : set_(set), path_(std::move(path)), tied_(tied_embeddings) {}
+  const std::string& path() const override { return path_; }
+  std::optional<TensorRef> find(const std::string& name) const override;
+
+ private:
+  const SafetensorsSet& set_;
+  std::string path_;
+  bool tied_;
+};
+
+}  // namespace servetune

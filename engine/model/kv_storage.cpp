@@ -1,0 +1,30 @@
+// Paged KV cache memory allocation.
+#include "model/kv_storage.h"
+
+#include "core/error.h"
+
+namespace servetune {
+
+int64_t KvStorage::block_bytes(const ModelConfig& config, int64_t local_kv_heads, int64_t page_size, DType dtype) {
+  const int64_t elem = dtype_info(dtype).type_size;
+  return 2 * config.n_layers * page_size * local_kv_heads * config.head_dim * elem;
+}
+
+KvStorage::KvStorage(Backend& backend, const ModelConfig& config, int64_t local_kv_heads, int64_t num_blocks,
+                     int64_t page_size, DType dtype)
+    : num_blocks_(num_blocks), page_size_(page_size), dtype_(dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kF16) {
+    throw_unsupported("kv_cache_dtype " + std::string(dtype_name(dtype)) + " is not supported on this backend (supported: f32, f16)");
+  }
+  const size_t layer_bytes = static_cast<size_t>(num_blocks * page_size * local_kv_heads * config.head_dim * dtype_info(dtype).type_size);
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    auto k = backend.allocate(layer_bytes);
+    auto v = backend.allocate(layer_bytes);
+    KvLayerView view{k->data(), v->data(), dtype, num_blocks, page_size, local_kv_heads, config.head_dim};
+    layers_.push_back(view);
+    buffers_.push_back(std::move(k));
+    buffers_.push_back(std::move(v));
+  }
+}
+
+}  // namespace servetune

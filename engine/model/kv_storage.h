@@ -1,0 +1,34 @@
+// Physical paged KV cache memory of one model shard: per layer, K and V of [num_blocks, page_size, kv_heads, head_dim]
+// in backend memory. Which blocks belong to whom is the runtime's business (runtime/block_manager.h).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model_config.h"
+
+namespace servetune {
+
+class KvStorage {
+ public:
+  KvStorage(Backend& backend, const ModelConfig& config, int64_t local_kv_heads, int64_t num_blocks, int64_t page_size,
+            DType dtype);
+
+  // Bytes one block takes across all layers (K and V) for this shard.
+  static int64_t block_bytes(const ModelConfig& config, int64_t local_kv_heads, int64_t page_size, DType dtype);
+
+  const KvLayerView& layer(int64_t i) const { return layers_[static_cast<size_t>(i)]; }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t page_size() const { return page_size_; }
+  DType dtype() const { return dtype_; }
+
+ private:
+  int64_t num_blocks_;
+  int64_t page_size_;
+  DType dtype_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+  std::vector<KvLayerView> layers_;
+};
+
+}  // namespace servetune

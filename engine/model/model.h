@@ -1,0 +1,27 @@
+// The model interface the runtime drives: a forward pass over a Batch writing into a KvStorage, returning logits.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/batch.h"
+#include "model/kv_storage.h"
+#include "model/model_config.h"
+#include "model/parallel.h"
+
+namespace servetune {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual const ParallelContext& parallel() const = 0;
+  // KV heads this shard stores (n_kv_heads / tp, or 1 replicated head when there are fewer KV heads than ranks).
+  virtual int64_t local_kv_heads() const = 0;
+  // Runs `batch`, storing its K/V in `kv`, and writes logits [batch.logits_indices.size(), vocab] to `logits`.
+  virtual void forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) = 0;
+};
+
+}  // namespace servetune

@@ -1,0 +1,149 @@
+// EngineConfig validation and JSON (de)serialisation with strict key checking.
+#include "servetune/engine_config.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace servetune {
+namespace {
+
+template <typename T>
+void read(const nlohmann::json& j, const char* key, T& field) {
+  auto it = j.find(key);
+  if (it == j.end()) return;
+  try {
+    field = it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw_usage(std::string("engine setting '") + key + "' has the wrong type (" + it->type_name() + ")");
+  }
+}
+
+template <typename T>
+void read(const nlohmann::json& j, const char* key, std::optional<T>& field) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  T value{};
+  read(j, key, value);
+  field = value;
+}
+
+}  // namespace
+
+const std::vector<std::string>& engine_config_keys() {
+  static const std::vector<std::string> keys = {
+      "model", "load_format", "context_length", "device", "threads", "tp_size", "dp_size", "ep_size",
+      "enable_dp_attention", "compile", "cuda_graph_max_bs", "max_total_tokens", "mem_fraction_static", "page_size",
+      "kv_cache_dtype", "max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy",
+      "disable_radix_cache", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+      "speculative_num_draft_tokens", "speculative_draft_model", "seed"};
+  return keys;
+}
+
+void to_json(nlohmann::json& j, const EngineConfig& c) {
+  j = nlohmann::json{{"model", c.model},
+                     {"load_format", c.load_format},
+                     {"context_length", c.context_length ? nlohmann::json(*c.context_length) : nlohmann::json(nullptr)},
+                     {"device", c.device},
+                     {"threads", c.threads},
+                     {"tp_size", c.tp_size},
+                     {"dp_size", c.dp_size},
+                     {"ep_size", c.ep_size},
+                     {"enable_dp_attention", c.enable_dp_attention},
+                     {"compile", c.compile},
+                     {"cuda_graph_max_bs", c.cuda_graph_max_bs},
+                     {"max_total_tokens", c.max_total_tokens ? nlohmann::json(*c.max_total_tokens) : nlohmann::json(nullptr)},
+                     {"mem_fraction_static", c.mem_fraction_static},
+                     {"page_size", c.page_size},
+                     {"kv_cache_dtype", c.kv_cache_dtype},
+                     {"max_running_requests", c.max_running_requests},
+                     {"chunked_prefill_size", c.chunked_prefill_size},
+                     {"max_prefill_tokens", c.max_prefill_tokens},
+                     {"schedule_policy", c.schedule_policy},
+                     {"disable_radix_cache", c.disable_radix_cache},
+                     {"speculative_algorithm", c.speculative_algorithm},
+                     {"speculative_num_steps", c.speculative_num_steps},
+                     {"speculative_eagle_topk", c.speculative_eagle_topk},
+                     {"speculative_num_draft_tokens", c.speculative_num_draft_tokens},
+                     {"speculative_draft_model", c.speculative_draft_model},
+                     {"seed", c.seed}};
+}
+
+void from_json(const nlohmann::json& j, EngineConfig& c) {
+  if (!j.is_object()) throw_usage("engine config must be a JSON object");
+  const auto& keys = engine_config_keys();
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) throw_usage("unknown engine setting '" + key + "'");
+  }
+  read(j, "model", c.model);
+  read(j, "load_format", c.load_format);
+  read(j, "context_length", c.context_length);
+  read(j, "device", c.device);
+  read(j, "threads", c.threads);
+  read(j, "tp_size", c.tp_size);
+  read(j, "dp_size", c.dp_size);
+  read(j, "ep_size", c.ep_size);
+  read(j, "enable_dp_attention", c.enable_dp_attention);
+  read(j, "compile", c.compile);
+  read(j, "cuda_graph_max_bs", c.cuda_graph_max_bs);
+  read(j, "max_total_tokens", c.max_total_tokens);
+  read(j, "mem_fraction_static", c.mem_fraction_static);
+  read(j, "page_size", c.page_size);
+  read(j, "kv_cache_dtype", c.kv_cache_dtype);
+  read(j, "max_running_requests", c.max_running_requests);
+  read(j, "chunked_prefill_size", c.chunked_prefill_size);
+  read(j, "max_prefill_tokens", c.max_prefill_tokens);
+  read(j, "schedule_policy", c.schedule_policy);
+  read(j, "disable_radix_cache", c.disable_radix_cache);
+  read(j, "speculative_algorithm", c.speculative_algorithm);
+  read(j, "speculative_num_steps", c.speculative_num_steps);
+  read(j, "speculative_eagle_topk", c.speculative_eagle_topk);
+  read(j, "speculative_num_draft_tokens", c.speculative_num_draft_tokens);
+  read(j, "speculative_draft_model", c.speculative_draft_model);
+  read(j, "seed", c.seed);
+}
+
+void EngineConfig::validate() const {
+  auto usage = [](bool ok, const std::string& what) {
+    if (!ok) throw_usage(what);
+  };
+  auto unsupported = [](bool ok, const std::string& what) {
+    if (!ok) throw_unsupported(what);
+  };
+  usage(!model.empty(), "no model given (--model PATH)");
+  usage(load_format == "auto" || load_format == "gguf" || load_format == "safetensors" || load_format == "dummy",
+        "load_format must be auto, gguf, safetensors or dummy");
+  usage(!context_length || *context_length > 0, "context_length must be positive");
+  usage(threads >= 0 && threads <= 1024, "threads must be in [0, 1024]");
+  usage(tp_size >= 1 && dp_size >= 1 && ep_size >= 1, "tp_size, dp_size and ep_size must be at least 1");
+  usage(compile == "eager" || compile == "fused" || compile == "graphs", "compile must be eager, fused or graphs");
+  usage(cuda_graph_max_bs >= 0, "cuda_graph_max_bs must be non-negative");
+  usage(!max_total_tokens || *max_total_tokens > 0, "max_total_tokens must be positive");
+  usage(mem_fraction_static >= 0.0 && mem_fraction_static < 1.0, "mem_fraction_static must be in [0, 1)");
+  usage(page_size >= 1 && page_size <= 1024, "page_size must be in [1, 1024]");
+  usage(kv_cache_dtype == "auto" || kv_cache_dtype == "f32" || kv_cache_dtype == "f16" || kv_cache_dtype == "fp8_e4m3",
+        "kv_cache_dtype must be auto, f32, f16 or fp8_e4m3");
+  usage(max_running_requests >= 1, "max_running_requests must be at least 1");
+  usage(chunked_prefill_size == -1 || chunked_prefill_size >= 1, "chunked_prefill_size must be positive, or -1 to disable chunking");
+  usage(max_prefill_tokens >= 1, "max_prefill_tokens must be at least 1");
+  usage(schedule_policy == "fcfs" || schedule_policy == "lpm", "schedule_policy must be fcfs or lpm");
+  usage(speculative_algorithm.empty() || speculative_algorithm == "ngram" || speculative_algorithm == "draft" ||
+            speculative_algorithm == "eagle" || speculative_algorithm == "mtp",
+        "speculative_algorithm must be one of ngram, draft, eagle, mtp (or empty)");
+
+  unsupported(device == "cpu", "device '" + device + "' is not implemented yet (available: cpu)");
+  unsupported(tp_size == 1, "tp_size > 1 (tensor parallelism) is not implemented yet");
+  unsupported(dp_size == 1, "dp_size > 1 (data parallelism) is not implemented yet");
+  unsupported(ep_size == 1, "ep_size > 1 (expert parallelism) needs a mixture-of-experts model, which is not implemented yet");
+  unsupported(!enable_dp_attention, "enable_dp_attention is not implemented yet");
+  unsupported(compile == "eager", "compile = " + compile + " is not implemented yet (available: eager)");
+  unsupported(cuda_graph_max_bs == 0, "cuda_graph_max_bs needs the CUDA backend, which is not implemented yet");
+  unsupported(kv_cache_dtype != "fp8_e4m3", "kv_cache_dtype fp8_e4m3 is not implemented yet (available: auto, f32, f16)");
+  unsupported(speculative_algorithm.empty(), "speculative decoding ('" + speculative_algorithm + "') is not implemented yet");
+  unsupported(speculative_num_steps == 0 && speculative_eagle_topk == 0 && speculative_num_draft_tokens == 0 &&
+                  speculative_draft_model.empty(),
+              "speculative_* settings need speculative decoding, which is not implemented yet");
+}
+
+}  // namespace servetune

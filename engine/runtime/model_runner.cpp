@@ -1,0 +1,43 @@
+// Batch building and the forward call (see model_runner.h).
+#include "runtime/model_runner.h"
+
+#include <algorithm>
+
+namespace servetune {
+
+void ModelRunner::build_batch(const SchedulerOutput& step, int64_t page_size, Batch& batch) {
+  batch.tokens.clear();
+  batch.positions.clear();
+  batch.seq_of_token.clear();
+  batch.slot_mapping.clear();
+  batch.logits_indices.clear();
+  int64_t max_blocks = 1;
+  for (const auto& s : step.seqs) max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(s.seq->block_table.size()));
+  batch.max_blocks_per_seq = max_blocks;
+  batch.block_tables.assign(step.seqs.size() * static_cast<size_t>(max_blocks), -1);
+
+  for (size_t i = 0; i < step.seqs.size(); ++i) {
+    const Sequence& seq = *step.seqs[i].seq;
+    std::copy(seq.block_table.begin(), seq.block_table.end(), batch.block_tables.begin() + static_cast<long>(i) * max_blocks);
+    for (int64_t p = seq.num_computed; p < seq.num_computed + step.seqs[i].num_tokens; ++p) {
+      batch.tokens.push_back(seq.tokens[static_cast<size_t>(p)]);
+      batch.positions.push_back(static_cast<int32_t>(p));
+      batch.seq_of_token.push_back(static_cast<int32_t>(i));
+      const int32_t block = seq.block_table[static_cast<size_t>(p / page_size)];
+      batch.slot_mapping.push_back(static_cast<int32_t>(block * page_size + p % page_size));
+    }
+    if (step.seqs[i].samples) batch.logits_indices.push_back(static_cast<int32_t>(batch.tokens.size() - 1));
+  }
+}
+
+void ModelRunner::run(const SchedulerOutput& step) {
+  build_batch(step, kv_.page_size(), batch_);
+  model_.forward(batch_, kv_, logits_);
+}
+
+std::span<float> ModelRunner::logits(size_t i) {
+  const size_t vocab = static_cast<size_t>(model_.config().vocab);
+  return std::span<float>(logits_).subspan(i * vocab, vocab);
+}
+
+}  // namespace servetune

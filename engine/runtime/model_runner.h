@@ -1,0 +1,34 @@
+// Turns a scheduler step into the model's Batch (flattened tokens, positions, slots, block tables), runs the
+// forward pass, and returns one logits row per sequence that samples this step.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "model/batch.h"
+#include "model/kv_storage.h"
+#include "model/model.h"
+#include "runtime/scheduler.h"
+
+namespace servetune {
+
+class ModelRunner {
+ public:
+  ModelRunner(Model& model, KvStorage& kv) : model_(model), kv_(kv) {}
+
+  // Runs `step`; afterwards logits(i) is the row of the i-th sampling sequence in step order.
+  void run(const SchedulerOutput& step);
+  std::span<float> logits(size_t i);
+  const Batch& last_batch() const { return batch_; }
+
+  // Builds the batch without running it (for tests).
+  static void build_batch(const SchedulerOutput& step, int64_t page_size, Batch& batch);
+
+ private:
+  Model& model_;
+  KvStorage& kv_;
+  Batch batch_;
+  std::vector<float> logits_;
+};
+
+}  // namespace servetune

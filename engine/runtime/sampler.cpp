@@ -1,0 +1,156 @@
+// Sampling (see sampler.h). Filters follow vLLM's order: penalties, temperature, top-k, top-p, min-p.
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace servetune {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Log-softmax normaliser of the raw logits.
+float log_sum_exp(std::span<const float> logits) {
+  float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l - max));
+  return max + static_cast<float>(std::log(sum));
+}
+
+}  // namespace
+
+void validate_sampling_params(const SamplingParams& p) {
+  auto bad = [](const std::string& what) { throw Error(ErrorKind::kInvalidRequest, what); };
+  if (!(p.temperature >= 0.0f) || p.temperature > 100.0f) bad("temperature must be in [0, 100]");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("top_p must be in (0, 1]");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("min_p must be in [0, 1]");
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) bad("presence_penalty must be in [-2, 2]");
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) bad("frequency_penalty must be in [-2, 2]");
+  if (!(p.repetition_penalty > 0.0f && p.repetition_penalty <= 10.0f)) bad("repetition_penalty must be in (0, 10]");
+  if (p.max_tokens <= 0) bad("max_tokens must be at least 1, got " + std::to_string(p.max_tokens));
+  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens) bad("min_tokens must be in [0, max_tokens]");
+  if (p.logprobs > 20) bad("logprobs must be at most 20");
+  for (const auto& s : p.stop) {
+    if (s.empty()) bad("stop strings must not be empty");
+  }
+}
+
+Sampler::Sampler(const SamplingParams& params, uint64_t default_seed, std::span<const int32_t> prompt)
+    : params_(params), rng_(params.seed.value_or(default_seed)) {
+  if (params_.repetition_penalty != 1.0f) seen_.insert(prompt.begin(), prompt.end());
+}
+
+void Sampler::accept(int32_t token) {
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) ++output_counts_[token];
+  if (params_.repetition_penalty != 1.0f) seen_.insert(token);
+}
+
+void Sampler::apply_penalties(std::span<float> logits) const {
+  const auto vocab = static_cast<int32_t>(logits.size());
+  for (const auto& [token, count] : output_counts_) {
+    if (token < 0 || token >= vocab) continue;
+    logits[static_cast<size_t>(token)] -= params_.frequency_penalty * static_cast<float>(count) + params_.presence_penalty;
+  }
+  const float rep = params_.repetition_penalty;
+  for (int32_t token : seen_) {
+    if (token < 0 || token >= vocab) continue;
+    float& l = logits[static_cast<size_t>(token)];
+    l = l > 0.0f ? l / rep : l * rep;
+  }
+}
+
+SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> banned) {
+  SampleResult result;
+  const auto vocab = static_cast<int32_t>(logits.size());
+  float lse = 0.0f;
+  if (params_.logprobs >= 0) {
+    lse = log_sum_exp(logits);
+    raw_.assign(logits.begin(), logits.end());
+    result.top = top_logprobs(logits, params_.logprobs, lse);
+  }
+
+  apply_penalties(logits);
+  for (int32_t b : banned) {
+    if (b >= 0 && b < vocab) logits[static_cast<size_t>(b)] = kNegInf;
+  }
+  result.token = params_.greedy() ? static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())
+                                  : draw(logits);
+  if (params_.logprobs >= 0) result.logprob = raw_[static_cast<size_t>(result.token)] - lse;
+  return result;
+}
+
+std::vector<TokenLogprob> Sampler::top_logprobs(std::span<const float> logits, int32_t n, float lse) {
+  const auto vocab = static_cast<int32_t>(logits.size());
+  const auto count = static_cast<size_t>(std::min(n, vocab));
+  candidates_.resize(static_cast<size_t>(vocab));
+  std::iota(candidates_.begin(), candidates_.end(), 0);
+  auto better = [&](int32_t a, int32_t b) {
+    const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+    return la > lb || (la == lb && a < b);
+  };
+  std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(count), candidates_.end(), better);
+  std::vector<TokenLogprob> top;
+  for (size_t i = 0; i < count; ++i) top.push_back({candidates_[i], logits[static_cast<size_t>(candidates_[i])] - lse});
+  return top;
+}
+
+int32_t Sampler::draw(std::span<const float> logits) {
+  // Candidates sorted by logit and cut by top-k; then top-p and min-p on the tempered distribution.
+  const auto vocab = static_cast<int32_t>(logits.size());
+  candidates_.resize(static_cast<size_t>(vocab));
+  std::iota(candidates_.begin(), candidates_.end(), 0);
+  const float inv_t = 1.0f / params_.temperature;
+  // Tokens whose tempered probability is below e^-40 of the best one carry < 1e-12 of the mass in any
+  // vocabulary size used in practice; dropping them before sorting keeps full-vocabulary sampling cheap.
+  const float best = *std::max_element(logits.begin(), logits.end());
+  const float floor = best - 40.0f * params_.temperature;
+  auto last = std::partition(candidates_.begin(), candidates_.end(),
+                             [&](int32_t t) { return logits[static_cast<size_t>(t)] >= floor; });
+  candidates_.erase(last, candidates_.end());
+  size_t keep = candidates_.size();
+  if (params_.top_k > 0) keep = std::min(keep, static_cast<size_t>(params_.top_k));
+  auto by_logit = [&](int32_t a, int32_t b) {
+    const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+    return la > lb || (la == lb && a < b);
+  };
+  std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep), candidates_.end(), by_logit);
+  const float max_logit = logits[static_cast<size_t>(candidates_[0])];
+  probs_.resize(keep);
+  double total = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    probs_[i] = std::exp(static_cast<double>((logits[static_cast<size_t>(candidates_[i])] - max_logit) * inv_t));
+    total += probs_[i];
+  }
+  size_t cut = keep;
+  if (params_.top_p < 1.0f) {
+    double cum = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+      cum += probs_[i] / total;
+      if (cum >= params_.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+  }
+  if (params_.min_p > 0.0f) {
+    const double threshold = params_.min_p * probs_[0];
+    size_t i = 1;
+    while (i < cut && probs_[i] >= threshold) ++i;
+    cut = i;
+  }
+  double kept = 0.0;
+  for (size_t i = 0; i < cut; ++i) kept += probs_[i];
+  std::uniform_real_distribution<double> uniform(0.0, kept);
+  double r = uniform(rng_);
+  for (size_t i = 0; i < cut; ++i) {
+    r -= probs_[i];
+    if (r < 0.0) return candidates_[i];
+  }
+  return candidates_[cut - 1];
+}
+
+}  // namespace servetune

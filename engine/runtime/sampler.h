@@ -1,0 +1,52 @@
+// Turns one request's logits into its next token: penalties, temperature, top-k, top-p, min-p, then greedy or a
+// seeded draw; optionally the log-probabilities of the raw distribution (as vLLM reports them).
+// Holds the per-request state (RNG, output token counts), so a request's samples depend only on its own seed.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/sampling_params.h"
+
+namespace servetune {
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  float logprob = 0.0f;             // of the sampled token under the raw distribution (when logprobs >= 0)
+  std::vector<TokenLogprob> top;    // top-n of the raw distribution, best first
+};
+
+class Sampler {
+ public:
+  // `default_seed` is used when params.seed is unset; `prompt` feeds the repetition penalty.
+  Sampler(const SamplingParams& params, uint64_t default_seed, std::span<const int32_t> prompt);
+
+  // Samples from `logits` (modified in place). Tokens in `banned` are never chosen (EOS before min_tokens).
+  SampleResult sample(std::span<float> logits, std::span<const int32_t> banned = {});
+  // Records a token as generated (for penalties). sample() does not call it: speculative paths may reject tokens.
+  void accept(int32_t token);
+
+ private:
+  void apply_penalties(std::span<float> logits) const;
+  std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n, float lse);
+  int32_t draw(std::span<const float> logits);
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::unordered_map<int32_t, int32_t> output_counts_;
+  std::unordered_set<int32_t> seen_;  // prompt + output, only for the repetition penalty
+  std::vector<int32_t> candidates_;   // scratch
+  std::vector<double> probs_;         // scratch
+  std::vector<float> raw_;            // raw logits, kept only when logprobs are requested
+};
+
+}  // namespace servetune

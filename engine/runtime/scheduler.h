@@ -1,0 +1,66 @@
+// Continuous-batching scheduler: each step spends a token budget on running sequences first (decode tokens and
+// the next chunk of unfinished prefills), then admits waiting sequences by policy (fcfs, or lpm: longest cached
+// prefix first), chunking long prompts. When KV blocks run out it preempts the newest running sequence by
+// recompute. Depends only on Sequence and BlockManager, so it is tested without a model.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "runtime/block_manager.h"
+#include "runtime/sequence.h"
+
+namespace servetune {
+
+enum class SchedulePolicy { kFcfs, kLpm };
+SchedulePolicy parse_schedule_policy(const std::string& name);  // "fcfs" | "lpm"; Error(kUsage) otherwise
+
+struct SchedulerConfig {
+  int64_t max_running_requests = 256;
+  int64_t max_batched_tokens = 8192;  // token budget of one step
+  int64_t chunked_prefill_size = 2048;  // most prefill tokens of one sequence per step; <= 0: no chunking
+  SchedulePolicy policy = SchedulePolicy::kFcfs;
+};
+
+struct ScheduledSeq {
+  Sequence* seq = nullptr;
+  int64_t num_tokens = 0;  // tokens [seq->num_computed, seq->num_computed + num_tokens) run this step
+  bool samples = false;    // the step reaches the sequence's last token, so it yields a new one
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledSeq> seqs;
+  std::vector<Sequence*> preempted;  // moved back to waiting this step (their KV was released)
+  int64_t num_tokens = 0;
+  bool empty() const { return seqs.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, BlockManager& blocks);
+
+  void add(Sequence* seq);     // joins the waiting queue
+  void remove(Sequence* seq);  // leaves any queue and releases its blocks (finish, abort)
+  SchedulerOutput schedule();
+  // Marks the scheduled tokens computed and registers completed blocks with the prefix cache.
+  void complete(const SchedulerOutput& out);
+
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  int64_t prefill_limit(int64_t remaining, int64_t budget) const;
+  void preempt(Sequence* seq, SchedulerOutput& out);
+  void order_waiting();
+
+  SchedulerConfig config_;
+  BlockManager& blocks_;
+  std::vector<Sequence*> running_;
+  std::deque<Sequence*> waiting_;
+};
+
+}  // namespace servetune

@@ -1,0 +1,9 @@
+# CPU kernel tests: the thread pool (core) and the CPU matmul kernels against their reference (backend).
+servetune_test(test_thread_pool LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_thread_pool.cpp
+  LIBS servetune_core)
+if(TARGET servetune_backend AND EXISTS ${CMAKE_CURRENT_LIST_DIR}/test_cpu_matmul.cpp)
+  servetune_test(test_cpu_matmul LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_matmul.cpp
+    LIBS servetune_backend)
+endif()

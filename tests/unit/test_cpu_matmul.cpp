@@ -1,0 +1,503 @@
+// Tests for the CPU matmul: the activation quantizers agree bit for bit across ISAs; the reference implements the
+// ggml scheme and approximates the float64 product; every ISA's kernels match the reference for every weight type on
+// awkward shapes, identically for 1, 2 and 3 threads, without touching padding.
+#include "backend/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "core/quant.h"
+
+namespace servetune::cpu {
+namespace {
+
+std::vector<CpuIsa> available_isas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::kReference, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (cpu_supports(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+std::vector<float> random_floats(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// Activations with awkward content: an all-zero block, a block with one outlier, tiny and large blocks.
+std::vector<float> random_activations(int64_t n_tokens, int64_t cols, int64_t stride, uint32_t seed) {
+  std::vector<float> x(static_cast<size_t>(n_tokens * stride), std::numeric_limits<float>::quiet_NaN());
+  const std::vector<float> v = random_floats(n_tokens * cols, seed);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t c = 0; c < cols; ++c) {
+      float f = v[static_cast<size_t>(t * cols + c)];
+      const int64_t block = c / 32;
+      if (block % 7 == 3) f = 0.0f;
+      if (block % 7 == 5) f *= 1e-6f;
+      if (block % 7 == 6 && c % 32 == 5) f = 40.0f;
+      x[static_cast<size_t>(t * stride + c)] = f;
+    }
+  }
+  return x;
+}
+
+struct TestMatrix {
+  DType type;
+  int64_t rows, cols, row_bytes;
+  std::vector<uint8_t> data;
+  std::vector<double> dequant;  // rows × cols
+  MatrixView view() const { return {data.data(), type, rows, cols, row_bytes}; }
+};
+
+TestMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed, int64_t extra_row_bytes = 0) {
+  TestMatrix m{type, rows, cols, *dtype_row_bytes(type, cols) + extra_row_bytes, {}, {}};
+  m.data.assign(static_cast<size_t>(m.row_bytes * rows), 0xA5);
+  std::vector<float> w = random_floats(rows * cols, seed, 0.05f);
+  for (int64_t r = 0; r < rows; ++r) {
+    // Some rows with an offset, so Q4_1 mins matter, and a few extreme values.
+    for (int64_t c = 0; c < cols; ++c) {
+      float& f = w[static_cast<size_t>(r * cols + c)];
+      if (r % 3 == 1) f += 0.03f;
+      if ((r * cols + c) % 97 == 13) f *= 8.0f;
+    }
+    quantize_row(type, &w[static_cast<size_t>(r * cols)], m.data.data() + r * m.row_bytes, cols);
+  }
+  m.dequant.resize(static_cast<size_t>(rows * cols));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(type, m.data.data() + r * m.row_bytes, row.data(), cols);
+    for (int64_t c = 0; c < cols; ++c) m.dequant[static_cast<size_t>(r * cols + c)] = row[static_cast<size_t>(c)];
+  }
+  return m;
+}
+
+bool is_quantized(DType t) { return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ8_0; }
+
+// Exact (float64) value of the numerics contract for one output, and the magnitude of its terms.
+struct Expected {
+  double value = 0, magnitude = 0, dequant_value = 0, quant_error_bound = 0;
+};
+
+Expected expected_output(const TestMatrix& m, int64_t r, const float* x) {
+  Expected e;
+  const int64_t cols = m.cols;
+  if (!is_quantized(m.type)) {
+    const double rel = m.type == DType::kF16 ? std::ldexp(1.0, -11) : m.type == DType::kBF16 ? std::ldexp(1.0, -8) : 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const double w = m.dequant[static_cast<size_t>(r * cols + c)];
+      double xr = x[c];
+      if (m.type == DType::kF16) xr = fp16_to_f32(f32_to_fp16(x[c]));
+      if (m.type == DType::kBF16) xr = bf16_to_f32(f32_to_bf16(x[c]));
+      e.value += w * xr;
+      e.magnitude += std::fabs(w * xr);
+      e.dequant_value += w * x[c];
+      e.quant_error_bound += rel * std::fabs(w * x[c]);
+    }
+    return e;
+  }
+  const int64_t nb = cols / 32;
+  std::vector<int8_t> q(static_cast<size_t>(cols));
+  std::vector<float> d(static_cast<size_t>(nb)), s(static_cast<size_t>(nb));
+  quantize_activations(CpuIsa::kReference, x, cols, q.data(), d.data(), s.data());
+  const uint8_t* row = m.data.data() + r * m.row_bytes;
+  for (int64_t b = 0; b < nb; ++b) {
+    double wd = 0, wm = 0;
+    int qw[32];
+    if (m.type == DType::kQ8_0) {
+      BlockQ8_0 blk;
+      std::memcpy(&blk, row + b * sizeof blk, sizeof blk);
+      wd = fp16_to_f32(blk.d);
+      for (int j = 0; j < 32; ++j) qw[j] = blk.qs[j];
+    } else if (m.type == DType::kQ4_0) {
+      BlockQ4_0 blk;
+      std::memcpy(&blk, row + b * sizeof blk, sizeof blk);
+      wd = fp16_to_f32(blk.d);
+      for (int j = 0; j < 16; ++j) {
+        qw[j] = (blk.qs[j] & 15) - 8;
+        qw[j + 16] = (blk.qs[j] >> 4) - 8;
+      }
+    } else {
+      BlockQ4_1 blk;
+      std::memcpy(&blk, row + b * sizeof blk, sizeof blk);
+      wd = fp16_to_f32(blk.d);
+      wm = fp16_to_f32(blk.m);
+      for (int j = 0; j < 16; ++j) {
+        qw[j] = blk.qs[j] & 15;
+        qw[j + 16] = blk.qs[j] >> 4;
+      }
+    }
+    int64_t isum = 0, iabs = 0;
+    double amax = 0, wabs = 0, xabs = 0;
+    for (int j = 0; j < 32; ++j) {
+      isum += qw[j] * q[static_cast<size_t>(b * 32 + j)];
+      iabs += std::abs(qw[j] * q[static_cast<size_t>(b * 32 + j)]);
+      const double xv = x[b * 32 + j];
+      const double w = m.dequant[static_cast<size_t>(r * cols + b * 32 + j)];
+      amax = std::max(amax, std::fabs(xv));
+      wabs += std::fabs(w);
+      xabs += std::fabs(xv);
+      e.dequant_value += w * xv;
+      e.quant_error_bound += std::fabs(w) * std::ldexp(std::fabs(xv), -10);
+    }
+    const double dx = d[static_cast<size_t>(b)];
+    e.value += wd * dx * static_cast<double>(isum) + wm * s[static_cast<size_t>(b)];
+    e.magnitude += std::fabs(wd * dx) * static_cast<double>(iabs) + std::fabs(wm * s[static_cast<size_t>(b)]);
+    // Rounding x to q·d moves each element by at most d/2 (+ f16 rounding of d); the Q4_1 sum term by 16·d.
+    e.quant_error_bound += wabs * 0.5 * amax / 127.0 * 1.01 + std::fabs(wm) * (16.0 * amax / 127.0 * 1.01 +
+                                                                                 std::ldexp(xabs, -10));
+  }
+  return e;
+}
+
+struct Case {
+  int64_t rows, cols, n_tokens;
+};
+
+std::string label(DType t, const Case& c) {
+  return std::string(dtype_name(t)) + " " + std::to_string(c.rows) + "x" + std::to_string(c.cols) +
+         " tokens=" + std::to_string(c.n_tokens);
+}
+
+void check_type(DType type, const std::vector<Case>& cases) {
+  uint32_t seed = 1;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(label(type, c));
+    const TestMatrix m = make_matrix(type, c.rows, c.cols, seed++, c.rows % 2 == 1 ? 6 : 0);
+    const int64_t x_stride = c.cols + 3;
+    const int64_t y_stride = c.rows + 5;
+    const std::vector<float> x = random_activations(c.n_tokens, c.cols, x_stride, seed++);
+    const float kSentinel = -12345.0f;
+    std::vector<float> ref(static_cast<size_t>(c.n_tokens * y_stride), kSentinel);
+    matmul_reference(m.view(), x.data(), c.n_tokens, x_stride, ref.data(), y_stride);
+
+    std::vector<Expected> expected(static_cast<size_t>(c.n_tokens * c.rows));
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+      for (int64_t r = 0; r < c.rows; ++r) {
+        const Expected e = expected_output(m, r, x.data() + t * x_stride);
+        expected[static_cast<size_t>(t * c.rows + r)] = e;
+        const float got = ref[static_cast<size_t>(t * y_stride + r)];
+        ASSERT_NEAR(got, e.value, 1e-5 * e.magnitude + 1e-30) << "reference vs contract, t=" << t << " r=" << r;
+        ASSERT_NEAR(got, e.dequant_value, e.quant_error_bound + 2e-5 * e.magnitude + 1e-30)
+            << "reference vs float64 dequantized product, t=" << t << " r=" << r;
+      }
+      for (int64_t r = c.rows; r < y_stride; ++r) ASSERT_EQ(ref[static_cast<size_t>(t * y_stride + r)], kSentinel);
+    }
+
+    for (CpuIsa isa : available_isas()) {
+      std::vector<float> first;
+      for (int threads : {1, 2, 3}) {
+        SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " threads=" + std::to_string(threads));
+        ThreadPool pool(threads);
+        std::vector<float> y(static_cast<size_t>(c.n_tokens * y_stride), kSentinel);
+        matmul_with_isa(isa, m.view(), x.data(), c.n_tokens, x_stride, y.data(), y_stride, pool);
+        for (int64_t t = 0; t < c.n_tokens; ++t) {
+          for (int64_t r = 0; r < c.rows; ++r) {
+            const size_t i = static_cast<size_t>(t * y_stride + r);
+            ASSERT_NEAR(y[i], ref[i], 2e-5 * expected[static_cast<size_t>(t * c.rows + r)].magnitude + 1e-30)
+                << "t=" << t << " r=" << r;
+          }
+          for (int64_t r = c.rows; r < y_stride; ++r) ASSERT_EQ(y[static_cast<size_t>(t * y_stride + r)], kSentinel);
+        }
+        // Work splitting never changes an output's arithmetic, so results are bitwise independent of threads.
+        if (first.empty()) {
+          first = y;
+        } else {
+          ASSERT_EQ(std::memcmp(first.data(), y.data(), y.size() * sizeof(float)), 0);
+        }
+      }
+    }
+  }
+}
+
+const std::vector<Case> kQuantCases = {
+    {1, 32, 1},    {5, 64, 2},    {7, 96, 3},      {67, 576, 1},    {67, 576, 5},    {33, 1536, 17},
+    {130, 576, 33}, {19, 160, 100}, {6, 4160, 3},   {9, 4128, 5},    {192, 576, 4},   {40, 2080, 8},
+};
+const std::vector<Case> kFloatCases = {
+    {1, 1, 1},    {3, 7, 2},     {5, 17, 3},      {67, 64, 5},     {9, 172, 17},    {33, 576, 33},
+    {18, 100, 100}, {70, 288, 1}, {4, 1536, 4},   {11, 33, 9},
+};
+
+TEST(CpuMatmul, Q4_1MatchesReference) { check_type(DType::kQ4_1, kQuantCases); }
+TEST(CpuMatmul, Q4_0MatchesReference) { check_type(DType::kQ4_0, kQuantCases); }
+TEST(CpuMatmul, Q8_0MatchesReference) { check_type(DType::kQ8_0, kQuantCases); }
+TEST(CpuMatmul, F32MatchesReference) { check_type(DType::kF32, kFloatCases); }
+TEST(CpuMatmul, F16MatchesReference) { check_type(DType::kF16, kFloatCases); }
+TEST(CpuMatmul, BF16MatchesReference) { check_type(DType::kBF16, kFloatCases); }
+
+// Weight types without a dedicated kernel: dequantized rows, f32 dots against unquantized activations.
+TEST(CpuMatmul, DequantizeFallbackTypes) {
+  for (DType type : {DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ5_K}) {
+    if (!can_dequantize(type)) continue;
+    SCOPED_TRACE(std::string(dtype_name(type)));
+    const int64_t rows = 6, cols = 512, n_tokens = 3;
+    TestMatrix m{type, rows, cols, *dtype_row_bytes(type, cols), {}, {}};
+    if (can_quantize(type)) {
+      m = make_matrix(type, rows, cols, 5);
+    } else {
+      // Random bytes with sane f16 super-block scales (the last two bytes for Q2_K, Q3_K; the first four for Q5_K).
+      std::mt19937 rng(9);
+      m.data.resize(static_cast<size_t>(m.row_bytes * rows));
+      for (uint8_t& b : m.data) b = static_cast<uint8_t>(rng());
+      const int64_t block_bytes = dtype_info(type).type_size;
+      for (int64_t off = 0; off < static_cast<int64_t>(m.data.size()); off += block_bytes) {
+        const uint16_t scale = f32_to_fp16(0.01f);
+        if (type == DType::kQ5_K) {
+          std::memcpy(&m.data[static_cast<size_t>(off)], &scale, 2);
+          std::memcpy(&m.data[static_cast<size_t>(off + 2)], &scale, 2);
+        } else {
+          std::memcpy(&m.data[static_cast<size_t>(off + block_bytes - 4)], &scale, 2);
+          std::memcpy(&m.data[static_cast<size_t>(off + block_bytes - 2)], &scale, 2);
+        }
+      }
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(type, m.data.data() + r * m.row_bytes, row.data(), cols);
+        m.dequant.insert(m.dequant.end(), row.begin(), row.end());
+      }
+    }
+    ASSERT_TRUE(matmul_supports(type));
+    const std::vector<float> x = random_activations(n_tokens, cols, cols, 6);
+    for (CpuIsa isa : available_isas()) {
+      ThreadPool pool(2);
+      std::vector<float> y(static_cast<size_t>(n_tokens * rows));
+      matmul_with_isa(isa, m.view(), x.data(), n_tokens, cols, y.data(), rows, pool);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          double want = 0, magnitude = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            const double p = m.dequant[static_cast<size_t>(r * cols + c)] * x[static_cast<size_t>(t * cols + c)];
+            want += p;
+            magnitude += std::fabs(p);
+          }
+          EXPECT_NEAR(y[static_cast<size_t>(t * rows + r)], want, 1e-5 * magnitude + 1e-30) << cpu_isa_name(isa);
+        }
+      }
+    }
+  }
+}
+
+// Random k-quant rows: random bytes with sane f16 super-block scales (Q4_K: d and dmin first; Q6_K: d last).
+TestMatrix make_k_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  TestMatrix m{type, rows, cols, *dtype_row_bytes(type, cols), {}, {}};
+  std::mt19937 rng(seed);
+  m.data.resize(static_cast<size_t>(m.row_bytes * rows));
+  for (uint8_t& b : m.data) b = static_cast<uint8_t>(rng());
+  const int64_t block_bytes = dtype_info(type).type_size;
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+  for (int64_t off = 0; off < static_cast<int64_t>(m.data.size()); off += block_bytes) {
+    const uint16_t d = f32_to_fp16(scale(rng)), dmin = f32_to_fp16(scale(rng));
+    if (type == DType::kQ6_K) {
+      std::memcpy(&m.data[static_cast<size_t>(off + block_bytes - 2)], &d, 2);
+    } else {
+      std::memcpy(&m.data[static_cast<size_t>(off)], &d, 2);
+      std::memcpy(&m.data[static_cast<size_t>(off + 2)], &dmin, 2);
+    }
+  }
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(type, m.data.data() + r * m.row_bytes, row.data(), cols);
+    m.dequant.insert(m.dequant.end(), row.begin(), row.end());
+  }
+  return m;
+}
+
+// Q4_K / Q6_K: the reference approximates the float64 product within the Q8_K activation rounding, and every ISA
+// matches the reference (its kernels form the same exact integer sums).
+TEST(CpuMatmul, KQuantsMatchReference) {
+  const std::vector<Case> cases = {{1, 256, 1}, {5, 512, 2}, {7, 768, 3}, {37, 256, 5}, {20, 1536, 17}, {9, 512, 33}};
+  for (DType type : {DType::kQ4_K, DType::kQ6_K}) {
+    ASSERT_TRUE(matmul_supports(type));
+    uint32_t seed = 100;
+    for (const Case& c : cases) {
+      SCOPED_TRACE(label(type, c));
+      const TestMatrix m = make_k_matrix(type, c.rows, c.cols, seed++);
+      const int64_t x_stride = c.cols + 1;
+      const std::vector<float> x = random_activations(c.n_tokens, c.cols, x_stride, seed++);
+      std::vector<float> ref(static_cast<size_t>(c.n_tokens * c.rows));
+      matmul_reference(m.view(), x.data(), c.n_tokens, x_stride, ref.data(), c.rows);
+      std::vector<double> magnitude(ref.size());
+      for (int64_t t = 0; t < c.n_tokens; ++t) {
+        const float* xt = x.data() + t * x_stride;
+        for (int64_t r = 0; r < c.rows; ++r) {
+          double want = 0, mag = 0, bound = 0;
+          for (int64_t b = 0; b < c.cols / 256; ++b) {
+            double amax = 0, wabs = 0;
+            for (int64_t j = b * 256; j < (b + 1) * 256; ++j) {
+              const double w = m.dequant[static_cast<size_t>(r * c.cols + j)];
+              want += w * xt[j];
+              mag += std::fabs(w * xt[j]);
+              amax = std::max(amax, std::fabs(static_cast<double>(xt[j])));
+              wabs += std::fabs(w);
+            }
+            bound += wabs * 0.5 * amax / 127.0 * 1.01;
+          }
+          magnitude[static_cast<size_t>(t * c.rows + r)] = mag + bound;
+          ASSERT_NEAR(ref[static_cast<size_t>(t * c.rows + r)], want, bound + 1e-5 * mag + 1e-30)
+              << "reference vs float64 dequantized product, t=" << t << " r=" << r;
+        }
+      }
+      for (CpuIsa isa : available_isas()) {
+        for (int threads : {1, 2, 3}) {
+          SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " threads=" + std::to_string(threads));
+          ThreadPool pool(threads);
+          std::vector<float> y(ref.size());
+          matmul_with_isa(isa, m.view(), x.data(), c.n_tokens, x_stride, y.data(), c.rows, pool);
+          for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], 1e-6 * magnitude[i] + 1e-30) << "i=" << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuMatmul, Q8KQuantizersAgreeBitForBit) {
+  for (int64_t n : {256, 512, 1536}) {
+    std::vector<float> x = random_activations(1, n, n, static_cast<uint32_t>(n) + 1);
+    x[7] = -50.0f;  // the block's extreme is negative: d = max / −127 > 0 and it quantizes to −127
+    x[300 % n] = 9.0f;
+    x[301 % n] = -9.0f;  // equal magnitudes: the first one sets the sign
+    if (n >= 512) std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // an all-zero block
+    std::vector<int8_t> q_ref(static_cast<size_t>(n));
+    std::vector<float> d_ref(static_cast<size_t>(n / 256));
+    std::vector<int16_t> b_ref(static_cast<size_t>(n / 16));
+    quantize_activations_q8k(CpuIsa::kReference, x.data(), n, q_ref.data(), d_ref.data(), b_ref.data());
+    EXPECT_GT(d_ref[0], 0.0f);
+    EXPECT_EQ(q_ref[7], -127);
+    for (CpuIsa isa : available_isas()) {
+      SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " n=" + std::to_string(n));
+      std::vector<int8_t> q(static_cast<size_t>(n));
+      std::vector<float> d(d_ref.size());
+      std::vector<int16_t> bs(b_ref.size());
+      quantize_activations_q8k(isa, x.data(), n, q.data(), d.data(), bs.data());
+      EXPECT_EQ(q, q_ref);
+      EXPECT_EQ(std::memcmp(d.data(), d_ref.data(), d.size() * 4), 0);
+      EXPECT_EQ(bs, b_ref);
+    }
+  }
+}
+
+TEST(CpuMatmul, ActivationQuantizersAgreeBitForBit) {
+  for (int64_t n : {32, 64, 96, 576, 1536}) {
+    std::vector<float> x = random_activations(1, n, n, static_cast<uint32_t>(n));
+    // Values exactly halfway between quantization steps (x·127/amax = k + 0.5) exercise round-half-even.
+    for (int64_t j = 0; j < 8 && 32 * 2 + j < n; ++j) x[static_cast<size_t>(64 + j)] = static_cast<float>(j) + 0.5f;
+    if (n >= 96) x[64 + 31] = 127.0f;
+    const int64_t nb = n / 32;
+    std::vector<int8_t> q_ref(static_cast<size_t>(n));
+    std::vector<float> d_ref(static_cast<size_t>(nb)), s_ref(static_cast<size_t>(nb));
+    quantize_activations(CpuIsa::kReference, x.data(), n, q_ref.data(), d_ref.data(), s_ref.data());
+    for (CpuIsa isa : available_isas()) {
+      SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " n=" + std::to_string(n));
+      std::vector<int8_t> q(static_cast<size_t>(n));
+      std::vector<float> d(static_cast<size_t>(nb)), s(static_cast<size_t>(nb));
+      quantize_activations(isa, x.data(), n, q.data(), d.data(), s.data());
+      EXPECT_EQ(q, q_ref);
+      EXPECT_EQ(std::memcmp(d.data(), d_ref.data(), d.size() * 4), 0);
+      EXPECT_EQ(std::memcmp(s.data(), s_ref.data(), s.size() * 4), 0);
+    }
+  }
+}
+
+TEST(CpuMatmul, ActivationQuantizationFollowsGgml) {
+  // Block 0 is 0, 1, ..., 31 scaled so that amax = 31: id = 127/31 and q = round-half-even(x·id).
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(j)] = static_cast<float>(j) - 15.5f;
+  std::vector<int8_t> q(32);
+  float d = 0, s = 0;
+  quantize_activations(CpuIsa::kReference, x.data(), 32, q.data(), &d, &s);
+  const float amax = 15.5f;
+  const float id = 127.0f / amax;
+  int sum = 0;
+  for (int j = 0; j < 32; ++j) {
+    EXPECT_EQ(q[static_cast<size_t>(j)], static_cast<int8_t>(std::nearbyint(x[static_cast<size_t>(j)] * id)));
+    sum += q[static_cast<size_t>(j)];
+  }
+  EXPECT_EQ(d, fp16_to_f32(f32_to_fp16(amax / 127.0f)));
+  EXPECT_EQ(s, fp16_to_f32(f32_to_fp16(amax / 127.0f * static_cast<float>(sum))));
+}
+
+TEST(CpuMatmul, DefaultDispatchMatchesSelectedIsa) {
+  const TestMatrix m = make_matrix(DType::kQ4_1, 20, 576, 77);
+  const std::vector<float> x = random_activations(3, 576, 576, 78);
+  ThreadPool pool(2);
+  std::vector<float> a(3 * 20), b(3 * 20);
+  matmul(m.view(), x.data(), 3, 576, a.data(), 20, pool);
+  matmul_with_isa(cpu_selected_isa(), m.view(), x.data(), 3, 576, b.data(), 20, pool);
+  EXPECT_EQ(a, b);
+}
+
+TEST(CpuMatmul, MultiMatchesSeparateCalls) {
+  for (DType type : {DType::kQ4_1, DType::kQ8_0, DType::kF32}) {
+    const TestMatrix q = make_matrix(type, 64, 576, 11), k = make_matrix(type, 21, 576, 12), v = make_matrix(type, 8, 576, 13);
+    for (int64_t n_tokens : {1, 3, 40}) {
+      const std::vector<float> x = random_activations(n_tokens, 576, 576, 14);
+      ThreadPool pool(2);
+      std::vector<float> yq(static_cast<size_t>(n_tokens * 64)), yk(static_cast<size_t>(n_tokens * 21)),
+          yv(static_cast<size_t>(n_tokens * 8));
+      const MatmulTarget targets[] = {{q.view(), yq.data(), 64}, {k.view(), yk.data(), 21}, {v.view(), yv.data(), 8}};
+      matmul_multi(targets, 3, x.data(), n_tokens, 576, pool);
+      for (const MatmulTarget& t : targets) {
+        std::vector<float> want(static_cast<size_t>(n_tokens * t.w.rows));
+        matmul(t.w, x.data(), n_tokens, 576, want.data(), t.w.rows, pool);
+        EXPECT_EQ(std::memcmp(want.data(), t.y, want.size() * sizeof(float)), 0) << dtype_name(type) << " " << n_tokens;
+      }
+    }
+  }
+  const TestMatrix a = make_matrix(DType::kQ4_1, 4, 64, 1), b = make_matrix(DType::kQ4_1, 4, 96, 2);
+  const TestMatrix c = make_matrix(DType::kQ8_0, 4, 64, 3);
+  std::vector<float> x(96), y1(4), y2(4);
+  ThreadPool pool(1);
+  const MatmulTarget cols_differ[] = {{a.view(), y1.data(), 4}, {b.view(), y2.data(), 4}};
+  EXPECT_THROW(matmul_multi(cols_differ, 2, x.data(), 1, 96, pool), Error);
+  const MatmulTarget schemes_differ[] = {{a.view(), y1.data(), 4}, {c.view(), y2.data(), 4}};
+  EXPECT_THROW(matmul_multi(schemes_differ, 2, x.data(), 1, 96, pool), Error);
+}
+
+TEST(CpuMatmul, SupportsAndRejects) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+    EXPECT_TRUE(matmul_supports(t)) << dtype_name(t);
+  }
+  EXPECT_FALSE(matmul_supports(DType::kI32));
+  // Everything else core/quant.h can dequantize goes through the slow fallback.
+  for (DType t : {DType::kQ4_K, DType::kQ6_K}) EXPECT_TRUE(matmul_supports(t)) << dtype_name(t);
+  for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ5_K, DType::kFP8_E4M3}) {
+    EXPECT_EQ(matmul_supports(t), can_dequantize(t)) << dtype_name(t);
+  }
+  ThreadPool pool(1);
+  std::vector<uint8_t> w(1024);
+  std::vector<float> x(64), y(64);
+  EXPECT_THROW(matmul({w.data(), DType::kI32, 2, 32, 128}, x.data(), 1, 32, y.data(), 2, pool), Error);
+  EXPECT_THROW(matmul({w.data(), DType::kQ4_1, 2, 33, 40}, x.data(), 1, 33, y.data(), 2, pool), Error);
+  EXPECT_THROW(matmul({w.data(), DType::kQ4_1, 2, 32, 19}, x.data(), 1, 32, y.data(), 2, pool), Error);
+  EXPECT_THROW(matmul({w.data(), DType::kF32, 2, 32, 128}, x.data(), 2, 16, y.data(), 2, pool), Error);
+  EXPECT_THROW(matmul({w.data(), DType::kF32, 4, 8, 32}, x.data(), 2, 8, y.data(), 3, pool), Error);
+  // Empty work is fine.
+  EXPECT_NO_THROW(matmul({w.data(), DType::kF32, 0, 8, 32}, x.data(), 2, 8, y.data(), 0, pool));
+  EXPECT_NO_THROW(matmul({w.data(), DType::kF32, 2, 8, 32}, x.data(), 0, 8, y.data(), 2, pool));
+}
+
+TEST(CpuMatmul, IsaNames) {
+  EXPECT_EQ(cpu_isa_from_name("avx512"), CpuIsa::kAvx512);
+  EXPECT_EQ(cpu_isa_from_name("avx2"), CpuIsa::kAvx2);
+  EXPECT_EQ(cpu_isa_from_name("reference"), CpuIsa::kReference);
+  EXPECT_FALSE(cpu_isa_from_name("sse9").has_value());
+  EXPECT_TRUE(cpu_supports(CpuIsa::kReference));
+  EXPECT_TRUE(cpu_supports(cpu_best_isa()));
+  if (cpu_supports(CpuIsa::kAvx512)) {
+    EXPECT_TRUE(cpu_supports(CpuIsa::kAvx2));
+  }
+}
+
+}  // namespace
+}  // namespace servetune::cpu

@@ -1,0 +1,152 @@
+// Sampler: greedy, seeded reproducibility, top-k / top-p / min-p support sets, penalties, banned tokens, logprobs,
+// and the empirical distribution of plain temperature sampling against the softmax.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "runtime/sampler.h"
+
+namespace servetune {
+namespace {
+
+int32_t sample_once(const SamplingParams& p, std::vector<float> logits, uint64_t seed = 1) {
+  Sampler s(p, seed, {});
+  return s.sample(logits).token;
+}
+
+TEST(Sampler, GreedyPicksArgmax) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  EXPECT_EQ(sample_once(p, {0.1f, 3.0f, -1.0f, 2.9f}), 1);
+}
+
+TEST(Sampler, SameSeedSameOutput) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 42;
+  std::vector<float> logits(100);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(static_cast<float>(i));
+  Sampler a(p, 0, {}), b(p, 999, {});
+  for (int i = 0; i < 50; ++i) {
+    auto la = logits, lb = logits;
+    EXPECT_EQ(a.sample(la).token, b.sample(lb).token);
+  }
+}
+
+TEST(Sampler, TopKRestrictsSupport) {
+  SamplingParams p;
+  p.temperature = 5.0f;  // flat enough that every candidate appears
+  p.top_k = 3;
+  std::set<int32_t> seen;
+  Sampler s(p, 7, {});
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<float> l = {1.0f, 5.0f, 4.0f, 0.0f, 3.0f, 2.0f};
+    seen.insert(s.sample(l).token);
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{1, 2, 4}));
+}
+
+TEST(Sampler, TopPAndMinP) {
+  // probabilities 0.5, 0.25, 0.125, 0.125 at temperature 1
+  std::vector<float> base = {std::log(0.5f), std::log(0.25f), std::log(0.125f), std::log(0.125f)};
+  SamplingParams p;
+  p.top_p = 0.7f;  // needs the first two
+  std::set<int32_t> seen;
+  Sampler s(p, 3, {});
+  for (int i = 0; i < 2000; ++i) {
+    auto l = base;
+    seen.insert(s.sample(l).token);
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{0, 1}));
+  SamplingParams q;
+  q.min_p = 0.3f;  // keeps p >= 0.15
+  seen.clear();
+  Sampler t(q, 3, {});
+  for (int i = 0; i < 2000; ++i) {
+    auto l = base;
+    seen.insert(t.sample(l).token);
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{0, 1}));
+}
+
+TEST(Sampler, TemperatureMatchesSoftmax) {
+  std::vector<float> base = {0.0f, 1.0f, 2.0f};
+  SamplingParams p;
+  p.temperature = 2.0f;
+  Sampler s(p, 11, {});
+  std::map<int32_t, int> counts;
+  const int n = 40000;
+  for (int i = 0; i < n; ++i) {
+    auto l = base;
+    ++counts[s.sample(l).token];
+  }
+  double z = 0;
+  for (float v : base) z += std::exp(v / 2.0);
+  for (int t = 0; t < 3; ++t) {
+    const double expected = std::exp(base[static_cast<size_t>(t)] / 2.0) / z;
+    EXPECT_NEAR(counts[t] / static_cast<double>(n), expected, 0.01) << t;
+  }
+}
+
+TEST(Sampler, PenaltiesAndBans) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.frequency_penalty = 1.0f;
+  Sampler s(p, 0, {});
+  s.accept(0);
+  s.accept(0);
+  std::vector<float> l = {3.0f, 1.5f, 0.0f};  // 3 - 2*1 = 1 < 1.5
+  EXPECT_EQ(s.sample(l).token, 1);
+
+  SamplingParams r;
+  r.temperature = 0.0f;
+  r.repetition_penalty = 2.0f;
+  std::vector<int32_t> prompt = {0};
+  Sampler rs(r, 0, prompt);
+  std::vector<float> l2 = {3.0f, 2.0f};  // 3 / 2 = 1.5 < 2
+  EXPECT_EQ(rs.sample(l2).token, 1);
+
+  SamplingParams g;
+  g.temperature = 0.0f;
+  Sampler gs(g, 0, {});
+  std::vector<float> l3 = {5.0f, 1.0f};
+  std::vector<int32_t> banned = {0};
+  EXPECT_EQ(gs.sample(l3, banned).token, 1);
+}
+
+TEST(Sampler, LogprobsAreOfTheRawDistribution) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logprobs = 2;
+  p.presence_penalty = 2.0f;
+  Sampler s(p, 0, {});
+  s.accept(0);
+  std::vector<float> l = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
+  SampleResult r = s.sample(l);
+  EXPECT_EQ(r.token, 1);  // penalty moved the choice
+  ASSERT_EQ(r.top.size(), 2u);
+  EXPECT_EQ(r.top[0].token, 0);
+  EXPECT_NEAR(r.top[0].logprob, std::log(0.6f), 1e-5);
+  EXPECT_NEAR(r.logprob, std::log(0.3f), 1e-5);
+}
+
+TEST(Sampler, ValidationNamesTheField) {
+  SamplingParams p;
+  p.max_tokens = 0;
+  try {
+    validate_sampling_params(p);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidRequest);
+    EXPECT_NE(std::string(e.what()).find("max_tokens"), std::string::npos);
+  }
+  p.max_tokens = 1;
+  p.top_p = 0.0f;
+  EXPECT_THROW(validate_sampling_params(p), Error);
+}
+
+}  // namespace
+}  // namespace servetune

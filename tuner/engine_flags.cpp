@@ -1,0 +1,36 @@
+// Engine setting flags (see engine_flags.h).
+#include "engine_flags.h"
+
+namespace servetune::cli {
+
+void add_engine_flags(CLI::App* cmd, EngineConfig& c) {
+  cmd->add_option("--model,-m", c.model, "Model: a .gguf file or a directory with config.json + safetensors")->required();
+  auto* g = "Engine settings";
+  cmd->add_option("--load-format", c.load_format, "auto | gguf | safetensors | dummy")->group(g);
+  cmd->add_option("--context-length", c.context_length, "Use a context shorter than the model's")->group(g);
+  cmd->add_option("--device", c.device, "cpu")->group(g);
+  cmd->add_option("--threads,-t", c.threads, "CPU threads (0: all cores)")->group(g);
+  cmd->add_option("--tp-size", c.tp_size, "Tensor-parallel size")->group(g);
+  cmd->add_option("--dp-size", c.dp_size, "Data-parallel size")->group(g);
+  cmd->add_option("--ep-size", c.ep_size, "Expert-parallel size")->group(g);
+  cmd->add_flag("--enable-dp-attention", c.enable_dp_attention, "Data-parallel attention")->group(g);
+  cmd->add_option("--compile", c.compile, "eager | fused | graphs")->group(g);
+  cmd->add_option("--cuda-graph-max-bs", c.cuda_graph_max_bs, "Largest decode batch captured in a CUDA graph")->group(g);
+  cmd->add_option("--max-total-tokens", c.max_total_tokens, "KV cache capacity in tokens")->group(g);
+  cmd->add_option("--mem-fraction-static", c.mem_fraction_static, "Fraction of memory for weights + KV (0: default)")->group(g);
+  cmd->add_option("--page-size", c.page_size, "Tokens per KV block")->group(g);
+  cmd->add_option("--kv-cache-dtype", c.kv_cache_dtype, "auto | f32 | f16 | fp8_e4m3")->group(g);
+  cmd->add_option("--max-running-requests", c.max_running_requests, "Most sequences in one batch")->group(g);
+  cmd->add_option("--chunked-prefill-size", c.chunked_prefill_size, "Most prefill tokens of one request per step (-1: no chunking)")->group(g);
+  cmd->add_option("--max-prefill-tokens", c.max_prefill_tokens, "Token budget of one step")->group(g);
+  cmd->add_option("--schedule-policy", c.schedule_policy, "fcfs | lpm")->group(g);
+  cmd->add_flag("--disable-radix-cache", c.disable_radix_cache, "Turn prefix caching off")->group(g);
+  cmd->add_option("--speculative-algorithm", c.speculative_algorithm, "ngram | draft | eagle | mtp")->group(g);
+  cmd->add_option("--speculative-num-steps", c.speculative_num_steps)->group(g);
+  cmd->add_option("--speculative-eagle-topk", c.speculative_eagle_topk)->group(g);
+  cmd->add_option("--speculative-num-draft-tokens", c.speculative_num_draft_tokens)->group(g);
+  cmd->add_option("--speculative-draft-model", c.speculative_draft_model)->group(g);
+  cmd->add_option("--random-seed", c.seed, "Seed base for requests without a seed")->group(g);
+}
+
+}  // namespace servetune::cli
