@@ -326,7 +326,13 @@ class Engine::Impl {
       const int64_t first = s.seq->num_computed - s.num_tokens;
       prompt_tokens_ += std::clamp<int64_t>(s.seq->prompt_len - first, 0, s.num_tokens);
       if (!s.samples) continue;
-      if (emit_token(st, runner_->logits(row++), now)) done.push_back(static_cast<uint64_t>(s.seq->id));
+      try {
+        if (emit_token(st, runner_->logits(row), now)) done.push_back(static_cast<uint64_t>(s.seq->id));
+      } catch (const std::exception& ex) {
+        finish(st, FinishReason::kError, std::string("sampling failed: ") + ex.what());
+        done.push_back(static_cast<uint64_t>(s.seq->id));
+      }
+      ++row;
       ++generation_tokens_;
     }
     for (uint64_t id : done) {

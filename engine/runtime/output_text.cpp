@@ -6,13 +6,13 @@
 namespace servetune {
 
 OutputText::OutputText(const Tokenizer& tokenizer, std::vector<std::string> stop)
-    : decoder_(tokenizer, /*skip_special=*/true), stop_(std::move(stop)) {
+    : decoder_(tokenizer, /*skip_special=*/true), vocab_(tokenizer.vocab_size()), stop_(std::move(stop)) {
   for (const auto& s : stop_) max_stop_len_ = std::max(max_stop_len_, s.size());
 }
 
 std::string OutputText::push(int32_t token) {
   if (stopped_) return {};
-  text_ += decoder_.push(token);
+  if (token >= 0 && token < vocab_) text_ += decoder_.push(token);  // padded model vocabularies have ids without text
   return release(false);
 }
 

@@ -23,6 +23,7 @@ class OutputText {
   std::string release(bool at_end);
 
   IncrementalDecoder decoder_;
+  int32_t vocab_;
   std::vector<std::string> stop_;
   size_t max_stop_len_ = 0;
   std::string text_;     // all decoded text so far (cut at a matched stop string)

@@ -1,0 +1,89 @@
+// Benchmark workloads: the requests a dataset produces (prompt text, the prompt length the server will see,
+// max_tokens, optional trace arrival time) and the options that select and shape them. Same options, same seed,
+// same tokenizer: same requests on every machine.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace servetune {
+class Tokenizer;
+}
+
+namespace servetune::datasets {
+
+struct SampleRequest {
+  std::string prompt;               // text sent to the server (valid UTF-8)
+  int64_t prompt_len = 0;           // tokens the server sees: encode(prompt) with the model's special tokens
+  int64_t output_len = 0;           // max_tokens
+  std::optional<double> arrival_s;  // trace replay: seconds after the start of the run
+  std::string id;
+};
+
+struct LengthStats {
+  int64_t count = 0;
+  int64_t total = 0;
+  int64_t min = 0;
+  int64_t max = 0;
+  double mean = 0.0;
+  double std = 0.0;  // population standard deviation
+};
+LengthStats length_stats(const std::vector<int64_t>& values);
+nlohmann::json to_json(const LengthStats& s);
+
+struct Workload {
+  std::string dataset_name;
+  std::vector<SampleRequest> requests;
+  bool timed = false;   // requests carry arrival_s (trace replay)
+  nlohmann::json info;  // dataset-specific facts for the result JSON (filters, achieved lengths, ...)
+};
+
+struct DatasetOptions {
+  std::string name = "random";  // sharegpt | random | trace | prefix
+  std::string path;             // sharegpt / trace file (sharegpt: default_sharegpt_path() when empty)
+  int64_t num_prompts = 1000;
+  uint64_t seed = 0;
+
+  // sharegpt (vLLM's rules and defaults)
+  std::optional<int64_t> sharegpt_output_len;
+  int64_t sharegpt_min_len = 4;
+  int64_t sharegpt_max_prompt_len = 1024;
+  int64_t sharegpt_max_total_len = 2048;
+  bool disable_shuffle = false;
+  bool no_oversample = false;
+
+  // random
+  int64_t random_input_len = 1024;
+  int64_t random_output_len = 128;
+  double random_range_ratio = 0.0;
+  std::string random_range_mode = "vllm";  // vllm: [L(1-r), L(1+r)]; sglang: [max(L*r, 1), L]
+  int64_t random_prefix_len = 0;
+
+  // trace (Mooncake JSONL)
+  double trace_time_scale = 1.0;  // arrival offsets are multiplied by this (0.5 replays twice as fast)
+  int64_t trace_block_size = 512;  // tokens per hash id
+
+  // prefix (groups sharing a system prompt)
+  int64_t prefix_num_groups = 64;
+  int64_t prefix_system_prompt_len = 2048;
+  int64_t prefix_question_len = 128;
+  int64_t prefix_output_len = 256;
+};
+
+// The ShareGPT V3 file scripts/setup.sh fetches into this source tree.
+std::string default_sharegpt_path();
+
+// Throws Error(kUsage) for bad option values, Error(kIo)/Error(kFormat) naming the file for a missing or malformed
+// dataset file.
+Workload load_workload(const DatasetOptions& options, const Tokenizer& tokenizer);
+
+Workload sample_sharegpt(const DatasetOptions& options, const Tokenizer& tokenizer);
+Workload sample_random(const DatasetOptions& options, const Tokenizer& tokenizer);
+Workload sample_trace(const DatasetOptions& options, const Tokenizer& tokenizer);
+Workload sample_prefix(const DatasetOptions& options, const Tokenizer& tokenizer);
+
+}  // namespace servetune::datasets

@@ -1,0 +1,154 @@
+// Random-weight HF checkpoints (see make_model.h).
+#include "model/make_model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "formats/safetensors.h"
+#include "model/random_weights.h"
+#include "tokenizer/unicode.h"
+
+namespace servetune {
+namespace {
+
+struct Shape {
+  const char* name;
+  const char* model_type;
+  int64_t vocab, hidden, ffn, layers, heads, kv_heads, context;
+  double theta, eps;
+  bool tied;
+  double llama3_factor;  // 0: no rope scaling
+  int64_t llama3_original_context;
+};
+
+constexpr Shape kPresets[] = {
+    {"tiny", "llama", 512, 64, 128, 2, 4, 2, 2048, 10000.0, 1e-5, false, 0, 0},
+    {"smollm2-135m", "llama", 49152, 576, 1536, 30, 9, 3, 8192, 100000.0, 1e-5, true, 0, 0},
+    {"tinyllama-1.1b", "llama", 32000, 2048, 5632, 22, 32, 4, 2048, 10000.0, 1e-5, false, 0, 0},
+    {"llama-2-7b", "llama", 32000, 4096, 11008, 32, 32, 32, 4096, 10000.0, 1e-5, false, 0, 0},
+    {"llama-3-8b", "llama", 128256, 4096, 14336, 32, 32, 8, 8192, 500000.0, 1e-5, false, 0, 0},
+    {"llama-3.1-8b", "llama", 128256, 4096, 14336, 32, 32, 8, 131072, 500000.0, 1e-5, false, 8.0, 8192},
+    {"llama-3.2-1b", "llama", 128256, 2048, 8192, 16, 32, 8, 131072, 500000.0, 1e-5, true, 32.0, 8192},
+    {"qwen2.5-0.5b", "qwen2", 151936, 896, 4864, 24, 14, 2, 32768, 1000000.0, 1e-6, true, 0, 0},
+};
+
+}  // namespace
+
+const std::vector<std::string>& model_preset_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& p : kPresets) n.emplace_back(p.name);
+    return n;
+  }();
+  return names;
+}
+
+HfModelConfig model_preset(const std::string& name) {
+  for (const auto& p : kPresets) {
+    if (name != p.name) continue;
+    HfModelConfig c;
+    c.model_type = p.model_type;
+    c.architecture = c.model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+    c.vocab_size = p.vocab;
+    c.hidden_size = p.hidden;
+    c.intermediate_size = p.ffn;
+    c.num_hidden_layers = p.layers;
+    c.num_attention_heads = p.heads;
+    c.num_key_value_heads = p.kv_heads;
+    c.head_dim = p.hidden / p.heads;
+    c.max_position_embeddings = p.context;
+    c.rope_theta = p.theta;
+    c.rms_norm_eps = p.eps;
+    c.tie_word_embeddings = p.tied;
+    c.attention_bias = c.model_type == "qwen2";
+    if (p.llama3_factor > 0) {
+      c.rope_scaling.type = RopeScalingType::kLlama3;
+      c.rope_scaling.factor = p.llama3_factor;
+      c.rope_scaling.original_max_position_embeddings = p.llama3_original_context;
+    }
+    c.bos_token_id = {1};
+    c.eos_token_id = {2};
+    return c;
+  }
+  std::string list;
+  for (const auto& n : model_preset_names()) list += (list.empty() ? "" : ", ") + n;
+  throw_usage("unknown model preset '" + name + "' (choose " + list + ")");
+}
+
+std::string byte_level_tokenizer_json() {
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  vocab["<unk>"] = 0;
+  vocab["<s>"] = 1;
+  vocab["</s>"] = 2;
+  for (int b = 0; b < 256; ++b) vocab[unicode::byte_to_unicode(static_cast<uint8_t>(b))] = 3 + b;
+  nlohmann::ordered_json added = nlohmann::ordered_json::array();
+  for (int id = 0; id < 3; ++id) {
+    added.push_back({{"id", id}, {"content", id == 0 ? "<unk>" : id == 1 ? "<s>" : "</s>"}, {"single_word", false},
+                     {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", true}});
+  }
+  nlohmann::ordered_json doc = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", added},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "<unk>"}, {"continuing_subword_prefix", nullptr},
+                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
+                 {"vocab", vocab}, {"merges", nlohmann::ordered_json::array()}}},
+  };
+  return doc.dump(2);
+}
+
+void write_random_model(const HfModelConfig& config, const std::string& dir, uint64_t seed, DType dtype, float init_std,
+                        int64_t shard_bytes) {
+  namespace fs = std::filesystem;
+  if (config.vocab_size < 259) throw_usage("make-model needs a vocabulary of at least 259 tokens (the byte-level tokenizer)");
+  HfModelConfig c = config;
+  c.torch_dtype = dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw_io(dir, "cannot create directory: " + ec.message());
+
+  // Group tensors into shards of at most shard_bytes, generating one shard at a time.
+  const auto specs = llama_tensor_specs(c);
+  std::vector<std::vector<const RandomTensorSpec*>> shards(1);
+  int64_t current = 0, total = 0;
+  for (const auto& spec : specs) {
+    int64_t n = dtype_info(dtype).type_size;
+    for (int64_t s : spec.shape) n *= s;
+    if (current > 0 && current + n > shard_bytes) {
+      shards.emplace_back();
+      current = 0;
+    }
+    shards.back().push_back(&spec);
+    current += n;
+    total += n;
+  }
+  std::map<std::string, std::string> weight_map;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string file = shards.size() == 1 ? "model.safetensors"
+                                                : "model-" + std::to_string(i + 1) + "-of-" + std::to_string(shards.size()) + ".safetensors";
+    std::vector<std::vector<uint8_t>> buffers(shards[i].size());
+    std::vector<SafetensorsWriteTensor> tensors;
+    for (size_t t = 0; t < shards[i].size(); ++t) {
+      fill_random_tensor(*shards[i][t], seed, init_std, dtype, buffers[t]);
+      tensors.push_back({shards[i][t]->hf_name, dtype, shards[i][t]->shape, buffers[t]});
+      weight_map[shards[i][t]->hf_name] = file;
+    }
+    write_safetensors((fs::path(dir) / file).string(), tensors, {{"format", "pt"}});
+  }
+  if (shards.size() > 1) write_safetensors_index((fs::path(dir) / "model.safetensors.index.json").string(), weight_map, static_cast<uint64_t>(total));
+  write_hf_config((fs::path(dir) / "config.json").string(), c);
+  std::ofstream tok(fs::path(dir) / "tokenizer.json");
+  tok << byte_level_tokenizer_json();
+  if (!tok) throw_io(dir + "/tokenizer.json", "cannot write");
+}
+
+}  // namespace servetune

@@ -1,0 +1,50 @@
+// What every load-generator client runs: a plan of requests with scheduled arrival times and a concurrency cap,
+// sent from one event loop; what comes back is one RequestOutput per planned request, in plan order.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "datasets/dataset.h"
+#include "loadgen/metrics.h"
+
+namespace servetune::loadgen {
+
+struct PlannedRequest {
+  const datasets::SampleRequest* sample = nullptr;
+  double scheduled_s = 0.0;  // seconds after the run starts; non-decreasing along the plan
+};
+
+// Sampling fields sent with every request (unset: the server's default).
+struct RequestParams {
+  bool ignore_eos = false;
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  std::optional<int> top_k;
+};
+
+struct RunSpec {
+  std::vector<PlannedRequest> requests;
+  int64_t max_concurrency = 0;  // 0: unlimited
+  RequestParams params;
+  bool keep_text = true;        // keep generated text (needed when the server reports no usage)
+};
+
+struct RunResult {
+  std::vector<RequestOutput> outputs;
+  double duration_s = 0.0;  // from the run's start until the last request finished
+};
+
+class Client {
+ public:
+  virtual ~Client() = default;
+  virtual RunResult run(const RunSpec& spec) = 0;
+};
+
+// Arrival offsets as vLLM's get_request: rate = inf sends everything at 0; otherwise gaps are
+// Gamma(shape = burstiness, scale = 1 / (rate * burstiness)) (burstiness 1: Poisson; inf: constant 1/rate),
+// accumulated and rescaled so the last arrival is at n / rate.
+std::vector<double> arrival_times(size_t n, double rate, double burstiness, uint64_t seed);
+
+}  // namespace servetune::loadgen

@@ -1,0 +1,416 @@
+// libcurl-multi + epoll streaming client (see http_client.h). One thread: the loop launches requests when their
+// arrival time comes (timerfd) and a concurrency slot is free, hands socket readiness to curl, and reads
+// finished transfers. Easy handles are pooled so keep-alive connections are reused.
+#include "loadgen/http_client.h"
+
+#include <curl/curl.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "core/error.h"
+#include "loadgen/backends.h"
+#include "loadgen/sse_parser.h"
+
+namespace servetune::loadgen {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string snippet(std::string_view s, size_t n = 200) {
+  std::string out(s.substr(0, n));
+  for (char& c : out) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  if (s.size() > n) out += "...";
+  return out;
+}
+
+struct Loop;
+
+// One curl multi handle and its connection cache. libcurl looks for a reusable connection by walking every
+// connection to the host, so a single cache holding 10,000 busy connections costs O(n) per new request; the loop
+// spreads requests over shards of at most kShardConnections connections instead.
+struct Shard {
+  Loop* loop = nullptr;
+  uint32_t index = 0;
+  CURLM* multi = nullptr;
+  int64_t inflight = 0;
+  std::optional<Clock::time_point> curl_deadline;
+};
+
+struct Loop {
+  int epfd = -1;
+  Clock::time_point t0;
+  double io_time = -1.0;  // taken just before handing a ready socket to curl: the arrival time of what it reads
+  std::vector<std::unique_ptr<Shard>> shards;
+  double now_s() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+};
+
+constexpr int64_t kShardConnections = 256;
+constexpr uint64_t kTimerTag = ~0ull;  // epoll data of the arrival timerfd
+
+struct Transfer {
+  CURL* easy = nullptr;
+  const Loop* loop = nullptr;
+  Shard* shard = nullptr;  // while in flight
+  ApiKind api = ApiKind::kCompletions;
+  bool keep_text = true;
+  char errbuf[CURL_ERROR_SIZE] = {};
+  size_t index = 0;
+  RequestOutput* out = nullptr;
+  SseParser sse;
+  StreamChunk chunk;
+  bool status_known = false;
+  long status = 0;
+  std::string error_body;
+  std::string error;
+  bool done = false;
+  bool first = false;
+  double last_ts = 0.0;
+
+  void reset(size_t i, RequestOutput* o) {
+    index = i;
+    out = o;
+    sse = SseParser();
+    status_known = false;
+    status = 0;
+    error_body.clear();
+    error.clear();
+    done = first = false;
+    errbuf[0] = '\0';
+  }
+
+  void on_event(const SseEvent& ev, double now) {
+    if (!error.empty() || done) return;
+    if (ev.type == "error") {
+      error = "server error event: " + snippet(ev.data);
+      return;
+    }
+    parse_stream_chunk(ev.data, api, chunk);
+    if (!chunk.error.empty()) {
+      error = chunk.error;
+      return;
+    }
+    if (chunk.done) {
+      done = true;
+      return;
+    }
+    if (chunk.has_choices) {
+      if (!first) {
+        first = true;
+        out->ttft = now - out->start_time;
+      } else {
+        out->itl.push_back(now - last_ts);
+      }
+      last_ts = now;
+      if (keep_text) out->generated_text += chunk.text;
+    }
+    if (chunk.has_usage) {
+      if (chunk.completion_tokens >= 0) out->output_tokens = chunk.completion_tokens;
+      if (chunk.prompt_tokens >= 0) out->prompt_len = chunk.prompt_tokens;
+    }
+  }
+};
+
+size_t on_write(char* ptr, size_t size, size_t nmemb, void* userdata) {
+  auto* t = static_cast<Transfer*>(userdata);
+  const size_t n = size * nmemb;
+  if (!t->status_known) {
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
+    t->status_known = true;
+  }
+  if (t->status != 200) {
+    if (t->error_body.size() < 4096) t->error_body.append(ptr, std::min<size_t>(n, 4096 - t->error_body.size()));
+    return n;
+  }
+  const double now = t->loop->io_time >= 0.0 ? t->loop->io_time : t->loop->now_s();
+  t->sse.feed(std::string_view(ptr, n), [&](const SseEvent& ev) { t->on_event(ev, now); });
+  if (t->error.empty() && t->sse.unknown_fields() > 0) {
+    t->error = "malformed SSE: unexpected field '" + snippet(t->sse.first_unknown_field(), 40) + "'";
+  }
+  return t->error.empty() ? n : 0;  // 0 makes curl abort the transfer
+}
+
+int on_socket(CURL*, curl_socket_t s, int what, void* userp, void* socketp) {
+  auto* shard = static_cast<Shard*>(userp);
+  const int epfd = shard->loop->epfd;
+  if (what == CURL_POLL_REMOVE) {
+    epoll_ctl(epfd, EPOLL_CTL_DEL, s, nullptr);
+    return 0;
+  }
+  epoll_event ev{};
+  ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
+  ev.data.u64 = (static_cast<uint64_t>(shard->index) << 32) | static_cast<uint32_t>(s);
+  int op = socketp == nullptr ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+  if (epoll_ctl(epfd, op, s, &ev) != 0) {
+    op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    epoll_ctl(epfd, op, s, &ev);
+  }
+  curl_multi_assign(shard->multi, s, reinterpret_cast<void*>(1));
+  return 0;
+}
+
+int on_timer(CURLM*, long timeout_ms, void* userp) {
+  auto* shard = static_cast<Shard*>(userp);
+  if (timeout_ms < 0) {
+    shard->curl_deadline.reset();
+  } else {
+    shard->curl_deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  }
+  return 0;
+}
+
+struct CurlGlobal {
+  CurlGlobal() { curl_global_init(CURL_GLOBAL_DEFAULT); }
+};
+
+}  // namespace
+
+long raise_open_file_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return -1;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit want = lim;
+    want.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &want) == 0) lim = want;
+  }
+  return static_cast<long>(lim.rlim_cur);
+}
+
+HttpClient::HttpClient(HttpClientOptions options) : options_(std::move(options)) {
+  static CurlGlobal global;
+  if (!is_http_backend(options_.backend)) throw_usage("unknown HTTP backend '" + options_.backend + "'");
+  validate_endpoint(options_.backend, options_.api_url);
+  if (!(options_.request_timeout_s > 0.0)) throw_usage("--request-timeout must be > 0");
+}
+
+HttpClient::~HttpClient() = default;
+
+RunResult HttpClient::run(const RunSpec& spec) {
+  const size_t n = spec.requests.size();
+  RunResult result;
+  result.outputs.resize(n);
+  if (n == 0) return result;
+  std::vector<std::string> bodies;
+  bodies.reserve(n);
+  for (const PlannedRequest& p : spec.requests) {
+    bodies.push_back(request_body(options_.backend, options_.model, *p.sample, spec.params));
+  }
+
+  Loop loop;
+  loop.epfd = epoll_create1(EPOLL_CLOEXEC);
+  const int timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (loop.epfd < 0 || timerfd < 0) throw Error(ErrorKind::kIo, "cannot create the event loop");
+  epoll_event tev{};
+  tev.events = EPOLLIN;
+  tev.data.u64 = kTimerTag;
+  epoll_ctl(loop.epfd, EPOLL_CTL_ADD, timerfd, &tev);
+  const int64_t cap = spec.max_concurrency > 0 ? std::min<int64_t>(spec.max_concurrency, static_cast<int64_t>(n))
+                                               : static_cast<int64_t>(n);
+  const int64_t n_shards = (cap + kShardConnections - 1) / kShardConnections;
+  for (int64_t i = 0; i < n_shards; ++i) {
+    auto shard = std::make_unique<Shard>();
+    shard->loop = &loop;
+    shard->index = static_cast<uint32_t>(i);
+    shard->multi = curl_multi_init();
+    if (shard->multi == nullptr) throw Error(ErrorKind::kIo, "cannot create a curl multi handle");
+    curl_multi_setopt(shard->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(shard->multi, CURLMOPT_SOCKETDATA, shard.get());
+    curl_multi_setopt(shard->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+    curl_multi_setopt(shard->multi, CURLMOPT_TIMERDATA, shard.get());
+    curl_multi_setopt(shard->multi, CURLMOPT_MAXCONNECTS, static_cast<long>(kShardConnections + 16));
+    loop.shards.push_back(std::move(shard));
+  }
+  // The shard with the fewest transfers in flight takes the next request.
+  const auto pick_shard = [&]() -> Shard* {
+    Shard* best = loop.shards.front().get();
+    for (const auto& sh : loop.shards) {
+      if (sh->inflight < best->inflight) best = sh.get();
+    }
+    return best;
+  };
+
+  curl_slist* headers = nullptr;
+  headers = curl_slist_append(headers, "Content-Type: application/json");
+  headers = curl_slist_append(headers, "Expect:");
+  if (!options_.api_key.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + options_.api_key).c_str());
+
+  // Bigger receive buffers mean fewer reads per event when a server streams fast; capped at 64 MiB in total.
+  const long receive_buffer = static_cast<long>(std::clamp<int64_t>((64 << 20) / std::max<int64_t>(cap, 1), 16 << 10, 128 << 10));
+  std::vector<std::unique_ptr<Transfer>> pool;
+  std::vector<Transfer*> free_list;
+  const auto acquire = [&]() -> Transfer* {
+    if (!free_list.empty()) {
+      Transfer* t = free_list.back();
+      free_list.pop_back();
+      return t;
+    }
+    auto t = std::make_unique<Transfer>();
+    t->easy = curl_easy_init();
+    t->loop = &loop;
+    t->api = backend_api(options_.backend);
+    t->keep_text = spec.keep_text;
+    CURL* e = t->easy;
+    curl_easy_setopt(e, CURLOPT_URL, options_.api_url.c_str());
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
+    curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(std::ceil(options_.request_timeout_s * 1000.0)));
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, receive_buffer);
+    pool.push_back(std::move(t));
+    return pool.back().get();
+  };
+
+  size_t next = 0, finished = 0;
+  int64_t inflight = 0;
+  double slot_free_s = 0.0;
+  int running = 0;
+  const auto can_launch = [&] { return spec.max_concurrency <= 0 || inflight < spec.max_concurrency; };
+  const auto launch_due = [&] {
+    while (next < n && can_launch()) {
+      const double now = loop.now_s();
+      if (spec.requests[next].scheduled_s > now) break;
+      const PlannedRequest& p = spec.requests[next];
+      RequestOutput& o = result.outputs[next];
+      o.scheduled_time = p.scheduled_s;
+      o.ready_time = spec.max_concurrency > 0 ? std::max(p.scheduled_s, slot_free_s) : p.scheduled_s;
+      o.dataset_prompt_len = o.prompt_len = p.sample->prompt_len;
+      o.itl.reserve(static_cast<size_t>(std::max<int64_t>(p.sample->output_len, 1)));
+      Transfer* t = acquire();
+      t->reset(next, &o);
+      t->shard = pick_shard();
+      curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, bodies[next].data());
+      curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE, static_cast<long>(bodies[next].size()));
+      o.start_time = loop.now_s();
+      curl_multi_add_handle(t->shard->multi, t->easy);
+      ++t->shard->inflight;
+      ++inflight;
+      ++next;
+      curl_multi_socket_action(t->shard->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
+  };
+  const auto finish = [&](Transfer* t, CURLcode res) {
+    RequestOutput& o = *t->out;
+    const double now = loop.now_s();
+    if (t->error.empty()) {
+      long status = t->status;
+      if (!t->status_known) curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+      if (res == CURLE_OPERATION_TIMEDOUT) {
+        t->error = "request timed out after " + std::to_string(options_.request_timeout_s) + " s";
+      } else if (res != CURLE_OK) {
+        t->error = std::string("transport error: ") + (t->errbuf[0] != '\0' ? t->errbuf : curl_easy_strerror(res));
+      } else if (status != 200) {
+        t->error = "HTTP " + std::to_string(status) + (t->error_body.empty() ? "" : ": " + snippet(t->error_body));
+      } else {
+        t->sse.finish([&](const SseEvent& ev) { t->on_event(ev, now); });
+        if (t->error.empty()) {
+          if (!t->first) {
+            t->error = "Never received a valid chunk to calculate TTFT.";
+          } else if (!t->done) {
+            t->error = "stream ended without [DONE]";
+          }
+        }
+      }
+    }
+    o.success = t->error.empty();
+    o.error = t->error;
+    o.latency = t->first ? t->last_ts - o.start_time : 0.0;
+    if (spec.max_concurrency > 0 && inflight == spec.max_concurrency) slot_free_s = now;
+    --inflight;
+    --t->shard->inflight;
+    t->shard = nullptr;
+    ++finished;
+    free_list.push_back(t);
+  };
+  const auto drain_done = [&](Shard& shard) {
+    CURLMsg* msg = nullptr;
+    int left = 0;
+    while ((msg = curl_multi_info_read(shard.multi, &left)) != nullptr) {
+      if (msg->msg != CURLMSG_DONE) continue;
+      CURL* easy = msg->easy_handle;
+      const CURLcode res = msg->data.result;
+      Transfer* t = nullptr;
+      curl_easy_getinfo(easy, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
+      curl_multi_remove_handle(shard.multi, easy);
+      finish(t, res);
+    }
+  };
+
+  constexpr int kMaxEvents = 512;
+  std::vector<epoll_event> events(kMaxEvents);
+  size_t armed_for = SIZE_MAX;
+  loop.t0 = Clock::now();
+  while (finished < n) {
+    launch_due();
+    for (auto& sh : loop.shards) drain_done(*sh);
+    if (finished == n) break;
+    if (next < n && can_launch() && armed_for != next) {
+      itimerspec its{};
+      const auto at = loop.t0 + std::chrono::ceil<Clock::duration>(
+                                    std::chrono::duration<double>(spec.requests[next].scheduled_s));
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
+      its.it_value.tv_sec = std::max<int64_t>(ns / 1000000000, 0);
+      its.it_value.tv_nsec = std::max<int64_t>(ns % 1000000000, 1);
+      timerfd_settime(timerfd, TFD_TIMER_ABSTIME, &its, nullptr);
+      armed_for = next;
+    }
+    std::optional<Clock::time_point> deadline;
+    for (const auto& sh : loop.shards) {
+      if (sh->curl_deadline && (!deadline || *sh->curl_deadline < *deadline)) deadline = sh->curl_deadline;
+    }
+    int timeout_ms = -1;
+    if (deadline) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::max<int64_t>(left, 0));
+    }
+    const int nev = epoll_wait(loop.epfd, events.data(), kMaxEvents, timeout_ms);
+    for (int i = 0; i < nev; ++i) {
+      const uint64_t tag = events[i].data.u64;
+      if (tag == kTimerTag) {
+        uint64_t expirations = 0;
+        [[maybe_unused]] const ssize_t r = read(timerfd, &expirations, sizeof(expirations));
+        armed_for = SIZE_MAX;  // re-armed next round if the request still waits
+        continue;
+      }
+      int flags = 0;
+      if (events[i].events & EPOLLIN) flags |= CURL_CSELECT_IN;
+      if (events[i].events & EPOLLOUT) flags |= CURL_CSELECT_OUT;
+      if (events[i].events & (EPOLLERR | EPOLLHUP)) flags |= CURL_CSELECT_ERR;
+      Shard& shard = *loop.shards[tag >> 32];
+      loop.io_time = loop.now_s();
+      curl_multi_socket_action(shard.multi, static_cast<curl_socket_t>(tag & 0xffffffffu), flags, &running);
+      loop.io_time = -1.0;
+      if ((i & 3) == 3) launch_due();  // arrivals stay on time during a long batch
+    }
+    const auto now = Clock::now();
+    for (auto& sh : loop.shards) {
+      if (sh->curl_deadline && now >= *sh->curl_deadline) {
+        sh->curl_deadline.reset();
+        curl_multi_socket_action(sh->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+      }
+    }
+  }
+  result.duration_s = loop.now_s();
+
+  for (auto& sh : loop.shards) curl_multi_cleanup(sh->multi);
+  for (auto& t : pool) curl_easy_cleanup(t->easy);
+  curl_slist_free_all(headers);
+  close(timerfd);
+  close(loop.epfd);
+  return result;
+}
+
+}  // namespace servetune::loadgen

@@ -1,0 +1,412 @@
+// A small OpenAI-compatible streaming server for tests and the client benchmark: one epoll loop, HTTP/1.1
+// keep-alive, chunked SSE for /v1/completions and /v1/chat/completions. It emits max_tokens chunks of " tok"
+// (one every --itl-us) and reports usage.prompt_tokens as the prompt's whitespace-separated word count.
+// A prompt starting with "mock:MODE[:K]" injects a failure after K content chunks:
+//   reset        connection reset (RST)          status:CODE  HTTP CODE with a JSON error body
+//   malformed_sse  a payload line without "data:"  malformed_json  "data: {not json"
+//   no_done      a complete stream without [DONE]  hang         stop sending (the client's timeout fires)
+//   error_event  data: {"error": ...}             quirky       valid but unusual SSE (CRLF, comments,
+//                                                               multi-line data, id/retry fields)
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <queue>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum class Mode { kOk, kReset, kStatus, kMalformedSse, kMalformedJson, kNoDone, kHang, kErrorEvent, kQuirky };
+
+struct Stream {
+  bool chat = false;
+  Mode mode = Mode::kOk;
+  int fail_after = 0;  // content chunks before the failure
+  int status = 0;
+  int64_t total = 0;
+  int64_t sent = 0;
+  int64_t prompt_tokens = 0;
+  bool include_usage = false;
+  uint64_t id = 0;
+  bool active = false;
+  bool started = false;  // the --ttft-us delay has passed
+  std::string chunk;     // the wire bytes of one ordinary content event (built once per stream)
+};
+
+struct Conn {
+  int fd = -1;
+  std::string in;
+  std::string out;
+  size_t out_off = 0;
+  Stream stream;
+  uint64_t generation = 0;  // invalidates timers of earlier streams on this connection
+  bool close_when_flushed = false;
+  bool reset_when_flushed = false;
+};
+
+struct Timer {
+  Clock::time_point at;
+  int fd;
+  uint64_t generation;
+  bool operator>(const Timer& o) const { return at > o.at; }
+};
+
+int64_t g_itl_us = 0;
+int64_t g_ttft_us = 0;
+int g_epfd = -1;
+uint64_t g_next_id = 0;
+std::unordered_map<int, Conn> g_conns;
+std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> g_timers;
+
+void add_chunk(Conn& c, const std::string& payload) {
+  char head[32];
+  std::snprintf(head, sizeof(head), "%zx\r\n", payload.size());
+  c.out += head;
+  c.out += payload;
+  c.out += "\r\n";
+}
+
+void sse(Conn& c, const std::string& json) { add_chunk(c, "data: " + json + "\n\n"); }
+
+std::string content_json(const Stream& s, bool last) {
+  const std::string id = std::to_string(s.id);
+  const char* finish = last ? "\"length\"" : "null";
+  if (s.chat) {
+    return "{\"id\":\"chatcmpl-" + id + "\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"mock\","
+           "\"choices\":[{\"index\":0,\"delta\":{\"content\":\" tok\"},\"logprobs\":null,\"finish_reason\":" +
+           finish + "}]}";
+  }
+  return "{\"id\":\"cmpl-" + id + "\",\"object\":\"text_completion\",\"created\":0,\"model\":\"mock\","
+         "\"choices\":[{\"index\":0,\"text\":\" tok\",\"logprobs\":null,\"finish_reason\":" + finish +
+         ",\"stop_reason\":null}],\"usage\":null}";
+}
+
+void close_conn(int fd, bool reset) {
+  if (reset) {
+    linger l{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+  }
+  epoll_ctl(g_epfd, EPOLL_CTL_DEL, fd, nullptr);
+  close(fd);
+  g_conns.erase(fd);
+}
+
+constexpr size_t kHighWater = 64 * 1024;  // buffered bytes per connection before waiting for the socket
+
+bool step(Conn& c);
+
+// Generates (when streaming without a per-token delay) and writes as much as the socket takes; registers
+// EPOLLOUT while bytes remain.
+void pump(Conn& c) {
+  const int fd = c.fd;
+  for (;;) {
+    if (g_itl_us == 0 && c.stream.active && c.stream.started) {
+      while (c.stream.active && c.out.size() - c.out_off < kHighWater && step(c)) {
+      }
+    }
+    while (c.out_off < c.out.size()) {
+      const ssize_t w = send(fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+      if (w < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        close_conn(fd, false);
+        return;
+      }
+      c.out_off += static_cast<size_t>(w);
+    }
+    if (c.out_off < c.out.size()) break;  // socket full
+    c.out.clear();
+    c.out_off = 0;
+    if (c.reset_when_flushed || c.close_when_flushed) {
+      close_conn(fd, c.reset_when_flushed);
+      return;
+    }
+    if (!(g_itl_us == 0 && c.stream.active && c.stream.started)) break;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | (c.out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
+  ev.data.fd = fd;
+  epoll_ctl(g_epfd, EPOLL_CTL_MOD, fd, &ev);
+}
+
+// Emits the stream's next event(s); returns false when the stream has ended or stalled.
+bool step(Conn& c) {
+  Stream& s = c.stream;
+  if (s.mode != Mode::kOk && s.mode != Mode::kNoDone && s.mode != Mode::kQuirky && s.sent == s.fail_after) {
+    switch (s.mode) {
+      case Mode::kReset:
+        c.reset_when_flushed = true;
+        break;
+      case Mode::kMalformedSse:
+        add_chunk(c, content_json(s, false) + "\n\n");
+        break;
+      case Mode::kMalformedJson:
+        add_chunk(c, "data: {not json\n\n");
+        break;
+      case Mode::kErrorEvent:
+        sse(c, "{\"error\":{\"message\":\"mock failure\",\"type\":\"internal_error\",\"code\":500}}");
+        break;
+      default:
+        break;  // kHang: send nothing more
+    }
+    s.active = false;
+    if (s.mode == Mode::kMalformedSse || s.mode == Mode::kMalformedJson || s.mode == Mode::kErrorEvent) {
+      add_chunk(c, "data: [DONE]\n\n");
+      c.out += "0\r\n\r\n";
+    }
+    return false;
+  }
+  if (s.sent < s.total) {
+    ++s.sent;
+    if (s.mode == Mode::kQuirky) {
+      const std::string j = content_json(s, s.sent == s.total);
+      const size_t cut = j.find("\"choices\"");
+      add_chunk(c, ": keep-alive\r\nid: " + std::to_string(s.sent) + "\r\nretry: 1000\r\ndata:" + j.substr(0, cut) +
+                       "\r\ndata: " + j.substr(cut) + "\r\n\r\n");
+    } else if (s.sent < s.total) {
+      if (s.chunk.empty()) {
+        Conn tmp;
+        sse(tmp, content_json(s, false));
+        s.chunk = std::move(tmp.out);
+      }
+      c.out += s.chunk;
+    } else {
+      sse(c, content_json(s, true));
+    }
+    return true;
+  }
+  if (s.include_usage) {
+    const std::string id = std::to_string(s.id);
+    sse(c, std::string("{\"id\":\"") + (s.chat ? "chatcmpl-" : "cmpl-") + id +
+               "\",\"object\":\"" + (s.chat ? "chat.completion.chunk" : "text_completion") +
+               "\",\"created\":0,\"model\":\"mock\",\"choices\":[],\"usage\":{\"prompt_tokens\":" +
+               std::to_string(s.prompt_tokens) + ",\"total_tokens\":" + std::to_string(s.prompt_tokens + s.total) +
+               ",\"completion_tokens\":" + std::to_string(s.total) + "}}");
+  }
+  if (s.mode != Mode::kNoDone) add_chunk(c, "data: [DONE]\n\n");
+  c.out += "0\r\n\r\n";
+  s.active = false;
+  return false;
+}
+
+// A timer fired for this connection's stream: start it, or emit its next chunk.
+void on_stream_timer(Conn& c) {
+  c.stream.started = true;
+  if (g_itl_us == 0) return;  // pump() generates the whole stream
+  if (step(c) && c.stream.active) {
+    g_timers.push({Clock::now() + std::chrono::microseconds(g_itl_us), c.fd, c.generation});
+  }
+}
+
+int64_t word_count(const std::string& s) {
+  int64_t n = 0;
+  bool in_word = false;
+  for (char ch : s) {
+    const bool space = ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r';
+    if (!space && !in_word) ++n;
+    in_word = !space;
+  }
+  return n;
+}
+
+void respond_status(Conn& c, int code, const std::string& message) {
+  const std::string body = "{\"error\":{\"message\":\"" + message + "\",\"code\":" + std::to_string(code) + "}}";
+  c.out += "HTTP/1.1 " + std::to_string(code) + " Error\r\nContent-Type: application/json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+void handle_request(Conn& c, const std::string& method, const std::string& path, const std::string& body) {
+  if (method == "GET" && path == "/v1/models") {
+    const std::string b = R"({"object":"list","data":[{"id":"mock","object":"model","root":"mock"}]})";
+    c.out += "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(b.size()) +
+             "\r\n\r\n" + b;
+    return;
+  }
+  const bool chat = path == "/v1/chat/completions";
+  if (method != "POST" || (!chat && path != "/v1/completions")) return respond_status(c, 404, "not found");
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return respond_status(c, 400, "bad JSON body");
+  Stream s;
+  s.chat = chat;
+  s.id = ++g_next_id;
+  std::string prompt;
+  if (chat) {
+    if (j.contains("messages") && j["messages"].is_array() && !j["messages"].empty()) {
+      prompt = j["messages"][0].value("content", "");
+    }
+    s.total = j.value("max_completion_tokens", j.value("max_tokens", 16));
+  } else {
+    prompt = j.value("prompt", "");
+    s.total = j.value("max_tokens", 16);
+  }
+  s.include_usage = j.contains("stream_options") && j["stream_options"].value("include_usage", false);
+  s.prompt_tokens = word_count(prompt);
+  if (prompt.rfind("mock:", 0) == 0) {
+    const std::string spec = prompt.substr(5, prompt.find_first_of(" \n") - 5);
+    const std::string mode = spec.substr(0, spec.find(':'));
+    const size_t colon = spec.find(':');
+    const int arg = colon == std::string::npos ? 0 : std::atoi(spec.c_str() + colon + 1);
+    s.fail_after = arg;
+    if (mode == "reset") s.mode = Mode::kReset;
+    if (mode == "malformed_sse") s.mode = Mode::kMalformedSse;
+    if (mode == "malformed_json") s.mode = Mode::kMalformedJson;
+    if (mode == "no_done") s.mode = Mode::kNoDone;
+    if (mode == "hang") s.mode = Mode::kHang;
+    if (mode == "error_event") s.mode = Mode::kErrorEvent;
+    if (mode == "quirky") s.mode = Mode::kQuirky;
+    if (mode == "status") return respond_status(c, arg, "mock status " + std::to_string(arg));
+  }
+  if (!j.value("stream", false)) return respond_status(c, 400, "the mock only streams");
+  if (s.total < 1) return respond_status(c, 400, "max_tokens must be >= 1");
+  c.out += "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+           "Transfer-Encoding: chunked\r\n\r\n";
+  s.active = true;
+  c.stream = s;
+  ++c.generation;
+  if (g_ttft_us > 0) {
+    g_timers.push({Clock::now() + std::chrono::microseconds(g_ttft_us), c.fd, c.generation});
+  } else {
+    on_stream_timer(c);
+  }
+}
+
+// Parses whole requests out of c.in (Content-Length bodies only) while no stream is running.
+void process_input(Conn& c) {
+  while (!c.stream.active) {
+    const size_t hdr_end = c.in.find("\r\n\r\n");
+    if (hdr_end == std::string::npos) return;
+    const std::string head = c.in.substr(0, hdr_end);
+    const size_t sp1 = head.find(' '), sp2 = head.find(' ', sp1 + 1);
+    if (sp1 == std::string::npos || sp2 == std::string::npos) {
+      c.close_when_flushed = true;
+      respond_status(c, 400, "bad request line");
+      return;
+    }
+    size_t content_length = 0;
+    std::string lower = head;
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    const size_t cl = lower.find("\r\ncontent-length:");
+    if (cl != std::string::npos) content_length = std::strtoull(head.c_str() + cl + 17, nullptr, 10);
+    if (c.in.size() < hdr_end + 4 + content_length) return;
+    const std::string body = c.in.substr(hdr_end + 4, content_length);
+    c.in.erase(0, hdr_end + 4 + content_length);
+    handle_request(c, head.substr(0, sp1), head.substr(sp1 + 1, sp2 - sp1 - 1), body);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int port = 0;
+  std::string host = "127.0.0.1";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--port") {
+      port = std::atoi(argv[i + 1]);
+    } else if (a == "--host") {
+      host = argv[i + 1];
+    } else if (a == "--itl-us") {
+      g_itl_us = std::atoll(argv[i + 1]);
+    } else if (a == "--ttft-us") {
+      g_ttft_us = std::atoll(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--host H] [--port P] [--itl-us N] [--ttft-us N]\n", argv[0]);
+      return 2;
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1 ||
+      bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(lfd, 65535) != 0) {
+    std::fprintf(stderr, "mock: cannot listen on %s:%d: %s\n", host.c_str(), port, std::strerror(errno));
+    return 1;
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::printf("listening on %s:%d\n", host.c_str(), ntohs(addr.sin_port));
+  std::fflush(stdout);
+
+  g_epfd = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event lev{};
+  lev.events = EPOLLIN;
+  lev.data.fd = lfd;
+  epoll_ctl(g_epfd, EPOLL_CTL_ADD, lfd, &lev);
+  std::vector<epoll_event> events(1024);
+  char buf[65536];
+  for (;;) {
+    int timeout_ms = -1;
+    if (!g_timers.empty()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(g_timers.top().at - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::max<int64_t>(left, 0));
+    }
+    const int n = epoll_wait(g_epfd, events.data(), static_cast<int>(events.size()), timeout_ms);
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == lfd) {
+        for (;;) {
+          const int cfd = accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (cfd < 0) break;
+          setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+          Conn& c = g_conns[cfd];
+          c = Conn{};
+          c.fd = cfd;
+          epoll_event ev{};
+          ev.events = EPOLLIN;
+          ev.data.fd = cfd;
+          epoll_ctl(g_epfd, EPOLL_CTL_ADD, cfd, &ev);
+        }
+        continue;
+      }
+      auto it = g_conns.find(fd);
+      if (it == g_conns.end()) continue;
+      Conn& c = it->second;
+      if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        bool closed = false;
+        for (;;) {
+          const ssize_t r = recv(fd, buf, sizeof(buf), 0);
+          if (r > 0) {
+            c.in.append(buf, static_cast<size_t>(r));
+            continue;
+          }
+          if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) closed = true;
+          break;
+        }
+        if (closed) {
+          close_conn(fd, false);
+          continue;
+        }
+        process_input(c);
+      }
+      if (g_conns.count(fd) != 0) pump(c);
+    }
+    const auto now = Clock::now();
+    while (!g_timers.empty() && g_timers.top().at <= now) {
+      const Timer t = g_timers.top();
+      g_timers.pop();
+      auto it = g_conns.find(t.fd);
+      if (it == g_conns.end() || it->second.generation != t.generation || !it->second.stream.active) continue;
+      on_stream_timer(it->second);
+      pump(it->second);
+    }
+  }
+}

@@ -1,0 +1,50 @@
+// The result of a benchmark run as `vllm bench serve` prints and saves it (same block text, same JSON keys in the
+// same order), plus servetune's additions under their own names: client lag, per-token ITL, failure reasons,
+// dataset facts, environment and engine config.
+#pragma once
+
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loadgen/client.h"
+#include "loadgen/metrics.h"
+
+namespace servetune::loadgen {
+
+struct ReportOptions {
+  std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl", "client_lag"};
+  std::vector<double> percentiles = {99.0};
+  int64_t max_concurrency = 0;  // 0: none
+  double request_rate = 0.0;    // inf allowed
+  double burstiness = 1.0;
+  GoodputSlo slo;
+};
+
+// Metric names --percentile-metrics accepts: vLLM's plus client_lag and per_token_itl.
+const std::vector<std::string>& percentile_metric_names();
+// Parses "ttft,tpot" (names checked) and "25,50,99" (each in [0, 100]); throws Error(kUsage).
+std::vector<std::string> parse_percentile_metrics(const std::string& csv);
+std::vector<double> parse_metric_percentiles(const std::string& csv);
+// Parses vLLM's --goodput "KEY:VALUE" pairs (ttft / tpot / e2el, milliseconds, >= 0); throws Error(kUsage).
+GoodputSlo parse_goodput(const std::vector<std::string>& pairs);
+
+// Python's str(float) for a percentile: "99", "99.9".
+std::string percentile_word(double p);
+
+// "Failed requests during benchmark run detected" lines (first 10 errors) and grouped reasons.
+void print_failures(std::FILE* out, const RunResult& run, const BenchmarkMetrics& m);
+void print_result_block(std::FILE* out, const BenchmarkMetrics& m, double duration_s, const ReportOptions& o);
+
+// The metric part of vLLM's result JSON (duration ... percentiles) plus the servetune metric additions;
+// `detailed` adds the per-request arrays vLLM saves with --save-detailed.
+nlohmann::ordered_json metrics_json(const BenchmarkMetrics& m, const RunResult& run, const ReportOptions& o,
+                                    bool detailed);
+
+// cpu_model, logical_cpus, os, hostname, servetune_version, git_commit (when the source tree is a git checkout).
+nlohmann::ordered_json environment_json(const std::string& servetune_version);
+
+}  // namespace servetune::loadgen

@@ -1,0 +1,168 @@
+// Incremental text/event-stream parser (WHATWG HTML "server-sent events"): bytes go in split anywhere, whole
+// events come out. Lines end at CRLF, LF or CR; the data lines of one event are joined with '\n'; lines starting
+// with ':' are comments; a leading BOM is skipped. Field names other than data/event/id/retry are counted, since
+// an OpenAI-compatible server never sends them.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace servetune::loadgen {
+
+struct SseEvent {
+  std::string_view type;  // "event:" field, empty when absent
+  std::string_view data;
+  std::string_view id;
+};
+
+class SseParser {
+ public:
+  // Calls on_event(const SseEvent&) for each completed event; views are valid only during the call.
+  template <class F>
+  void feed(std::string_view bytes, F&& on_event) {
+    if (!bom_checked_) {
+      bom_buf_.append(bytes);
+      static constexpr std::string_view kBom = "\xEF\xBB\xBF";
+      if (bom_buf_.size() < kBom.size() && kBom.substr(0, bom_buf_.size()) == bom_buf_) return;
+      bom_checked_ = true;
+      std::string pending = std::move(bom_buf_);
+      std::string_view rest = pending;
+      if (rest.substr(0, kBom.size()) == kBom) rest.remove_prefix(kBom.size());
+      feed_lines(rest, on_event);
+      return;
+    }
+    feed_lines(bytes, on_event);
+  }
+
+  // End of stream: a final line without a terminator is taken as complete and an event whose blank line never
+  // came is dispatched (a truncated JSON payload then fails to parse). Returns true if anything was pending.
+  template <class F>
+  bool finish(F&& on_event) {
+    bool pending = !line_.empty() || has_data_;
+    if (!bom_checked_ && !bom_buf_.empty()) {
+      bom_checked_ = true;
+      std::string b = std::move(bom_buf_);
+      feed_lines(b, on_event);
+      pending = true;
+    }
+    if (!line_.empty()) {
+      std::string line = std::move(line_);
+      line_.clear();
+      process_line(line, on_event);
+    }
+    if (has_data_) dispatch(on_event);
+    return pending;
+  }
+
+  int64_t comments() const { return comments_; }
+  int64_t unknown_fields() const { return unknown_fields_; }
+  const std::string& first_unknown_field() const { return first_unknown_; }
+
+ private:
+  template <class F>
+  void feed_lines(std::string_view bytes, F& on_event) {
+    size_t pos = 0;
+    if (skip_lf_ && !bytes.empty()) {
+      if (bytes[0] == '\n') pos = 1;
+      skip_lf_ = false;
+    }
+    // Next CR and LF positions, each found with memchr and reused until passed (CR is rare in practice).
+    size_t next_cr = 0, next_lf = 0;
+    bool cr_known = false, lf_known = false;
+    const auto find = [&](char c, size_t from) {
+      const void* hit = std::memchr(bytes.data() + from, c, bytes.size() - from);
+      return hit == nullptr ? bytes.size() : static_cast<size_t>(static_cast<const char*>(hit) - bytes.data());
+    };
+    while (pos < bytes.size()) {
+      if (!cr_known || next_cr < pos) next_cr = find('\r', pos), cr_known = true;
+      if (!lf_known || next_lf < pos) next_lf = find('\n', pos), lf_known = true;
+      const size_t end = std::min(next_cr, next_lf);
+      if (end == bytes.size()) {
+        line_.append(bytes.substr(pos));
+        return;
+      }
+      if (bytes[end] == '\r') {
+        if (end + 1 < bytes.size()) {
+          if (bytes[end + 1] == '\n') {
+            complete_line(bytes.substr(pos, end - pos), on_event);
+            pos = end + 2;
+            continue;
+          }
+        } else {
+          skip_lf_ = true;
+        }
+      }
+      complete_line(bytes.substr(pos, end - pos), on_event);
+      pos = end + 1;
+    }
+  }
+
+  template <class F>
+  void complete_line(std::string_view tail, F& on_event) {
+    if (line_.empty()) {
+      process_line(tail, on_event);
+    } else {
+      line_.append(tail);
+      scratch_.swap(line_);
+      line_.clear();
+      process_line(scratch_, on_event);
+    }
+  }
+
+  template <class F>
+  void process_line(std::string_view line, F& on_event) {
+    if (line.empty()) {
+      if (has_data_) dispatch(on_event);
+      type_.clear();
+      return;
+    }
+    if (line[0] == ':') {
+      ++comments_;
+      return;
+    }
+    const size_t colon = line.find(':');
+    std::string_view field = line.substr(0, colon);
+    std::string_view value;
+    if (colon != std::string_view::npos) {
+      value = line.substr(colon + 1);
+      if (!value.empty() && value[0] == ' ') value.remove_prefix(1);
+    }
+    if (field == "data") {
+      if (has_data_) data_.push_back('\n');
+      data_.append(value);
+      has_data_ = true;
+    } else if (field == "event") {
+      type_.assign(value);
+    } else if (field == "id") {
+      if (value.find('\0') == std::string_view::npos) id_.assign(value);
+    } else if (field != "retry") {
+      if (unknown_fields_++ == 0) first_unknown_.assign(field.substr(0, 64));
+    }
+  }
+
+  template <class F>
+  void dispatch(F& on_event) {
+    on_event(SseEvent{type_, data_, id_});
+    data_.clear();
+    type_.clear();
+    has_data_ = false;
+  }
+
+  std::string line_;     // bytes of an unterminated line
+  std::string scratch_;  // a completed multi-chunk line while it is processed (keeps its capacity)
+  std::string data_;
+  std::string type_;
+  std::string id_;
+  std::string bom_buf_;
+  std::string first_unknown_;
+  bool has_data_ = false;
+  bool skip_lf_ = false;
+  bool bom_checked_ = false;
+  int64_t comments_ = 0;
+  int64_t unknown_fields_ = 0;
+};
+
+}  // namespace servetune::loadgen

@@ -1,0 +1,362 @@
+// Parsing of OpenAI-compatible streaming payloads (see stream_chunk.h) with a single-pass strict JSON scanner
+// that materialises only the fields a benchmark needs (choices[0] text / delta.content, usage, error) and skips
+// everything else while still validating it, so a malformed payload is always reported. It runs once per
+// streamed token, so it avoids building a DOM; tests check it against nlohmann::json on valid and broken input.
+#include "loadgen/stream_chunk.h"
+
+#include <charconv>
+
+namespace servetune::loadgen {
+namespace {
+
+class Scanner {
+ public:
+  explicit Scanner(std::string_view s) : s_(s) {}
+
+  bool ok() const { return ok_; }
+  bool at_end() {
+    ws();
+    return p_ == s_.size();
+  }
+  void fail() { ok_ = false; }
+
+  void ws() {
+    while (p_ < s_.size() && (s_[p_] == ' ' || s_[p_] == '\n' || s_[p_] == '\r' || s_[p_] == '\t')) ++p_;
+  }
+  char peek() {
+    ws();
+    return p_ < s_.size() ? s_[p_] : '\0';
+  }
+  bool eat(char c) {
+    if (peek() != c) return false;
+    ++p_;
+    return true;
+  }
+  bool expect(char c) {
+    if (!eat(c)) fail();
+    return ok_;
+  }
+
+  // Iterates an object's members: calls member(key) positioned at the value; the callee consumes the value and
+  // must be done with `key` before it reads nested objects (an escaped key lives in a reused buffer).
+  template <class F>
+  void object(F&& member) {
+    if (!expect('{')) return;
+    if (eat('}')) return;
+    do {
+      std::string_view key;
+      if (!key_view(key) || !expect(':')) return fail();
+      member(key);
+      if (!ok_) return;
+    } while (eat(','));
+    expect('}');
+  }
+
+  // A member name: a view into the payload when it has no escapes (the usual case), else decoded.
+  bool key_view(std::string_view& key) {
+    if (peek() != '"') return false;
+    const size_t start = p_ + 1;
+    size_t q = start;
+    while (q < s_.size() && s_[q] != '"' && s_[q] != '\\' && static_cast<unsigned char>(s_[q]) >= 0x20) ++q;
+    if (q < s_.size() && s_[q] == '"') {
+      key = s_.substr(start, q - start);
+      p_ = q + 1;
+      return true;
+    }
+    key_buf_.clear();
+    if (!string(&key_buf_)) return false;
+    key = key_buf_;
+    return true;
+  }
+
+  // Iterates an array's elements: calls element(index) positioned at the element.
+  template <class F>
+  void array(F&& element) {
+    if (!expect('[')) return;
+    if (eat(']')) return;
+    size_t i = 0;
+    do {
+      element(i++);
+      if (!ok_) return;
+    } while (eat(','));
+    expect(']');
+  }
+
+  // Reads a string, decoding escapes into *out when given.
+  bool string(std::string* out) {
+    if (!eat('"')) return fail(), false;
+    while (p_ < s_.size()) {
+      const size_t start = p_;
+      const char* d = s_.data();
+      const size_t n = s_.size();
+      while (p_ < n && d[p_] != '"' && d[p_] != '\\' && static_cast<unsigned char>(d[p_]) >= 0x20) ++p_;
+      if (out != nullptr) out->append(s_.substr(start, p_ - start));
+      if (p_ >= s_.size()) break;
+      const char c = s_[p_++];
+      if (c == '"') return true;
+      if (c != '\\') break;  // a raw control character
+      if (p_ >= s_.size()) break;
+      const char e = s_[p_++];
+      char decoded = 0;
+      switch (e) {
+        case '"': decoded = '"'; break;
+        case '\\': decoded = '\\'; break;
+        case '/': decoded = '/'; break;
+        case 'b': decoded = '\b'; break;
+        case 'f': decoded = '\f'; break;
+        case 'n': decoded = '\n'; break;
+        case 'r': decoded = '\r'; break;
+        case 't': decoded = '\t'; break;
+        case 'u': {
+          uint32_t cp = 0;
+          if (!hex4(cp)) return fail(), false;
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            uint32_t lo = 0;
+            if (p_ + 1 >= s_.size() || s_[p_] != '\\' || s_[p_ + 1] != 'u') return fail(), false;
+            p_ += 2;
+            if (!hex4(lo) || lo < 0xDC00 || lo > 0xDFFF) return fail(), false;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            return fail(), false;
+          }
+          if (out != nullptr) append_utf8(*out, cp);
+          continue;
+        }
+        default:
+          return fail(), false;
+      }
+      if (out != nullptr) out->push_back(decoded);
+    }
+    return fail(), false;
+  }
+
+  // Reads a number; *as_int gets its value when it is an integer that fits, else stays unset (-1 on return).
+  bool number(int64_t* as_int) {
+    ws();
+    const size_t start = p_;
+    bool integral = true;
+    if (p_ < s_.size() && s_[p_] == '-') ++p_;
+    if (p_ < s_.size() && s_[p_] == '0') {
+      ++p_;
+    } else if (!digits()) {
+      return fail(), false;
+    }
+    if (p_ < s_.size() && s_[p_] == '.') {
+      ++p_;
+      integral = false;
+      if (!digits()) return fail(), false;
+    }
+    if (p_ < s_.size() && (s_[p_] == 'e' || s_[p_] == 'E')) {
+      ++p_;
+      integral = false;
+      if (p_ < s_.size() && (s_[p_] == '+' || s_[p_] == '-')) ++p_;
+      if (!digits()) return fail(), false;
+    }
+    if (as_int != nullptr) {
+      *as_int = -1;
+      int64_t v = 0;
+      const auto r = std::from_chars(s_.data() + start, s_.data() + p_, v);
+      if (integral && r.ec == std::errc()) *as_int = v;
+    }
+    return true;
+  }
+
+  void skip_value(int depth = 0) {
+    if (depth > 256) return fail();
+    switch (peek()) {
+      case '{':
+        return object([&](std::string_view) { skip_value(depth + 1); });
+      case '[':
+        return array([&](size_t) { skip_value(depth + 1); });
+      case '"':
+        string(nullptr);
+        return;
+      case 't':
+        return literal("true");
+      case 'f':
+        return literal("false");
+      case 'n':
+        return literal("null");
+      default:
+        number(nullptr);
+    }
+  }
+
+  bool null_next() {
+    if (peek() != 'n') return false;
+    literal("null");
+    return true;
+  }
+
+  std::string_view rest_from(size_t start) const { return s_.substr(start, p_ - start); }
+  size_t pos() {
+    ws();
+    return p_;
+  }
+
+ private:
+  bool digits() {
+    const size_t start = p_;
+    while (p_ < s_.size() && s_[p_] >= '0' && s_[p_] <= '9') ++p_;
+    return p_ > start;
+  }
+  void literal(std::string_view word) {
+    ws();
+    if (s_.substr(p_, word.size()) != word) return fail();
+    p_ += word.size();
+  }
+  bool hex4(uint32_t& v) {
+    if (p_ + 4 > s_.size()) return false;
+    v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = s_[p_++];
+      v <<= 4;
+      if (c >= '0' && c <= '9') {
+        v |= static_cast<uint32_t>(c - '0');
+      } else if (c >= 'a' && c <= 'f') {
+        v |= static_cast<uint32_t>(c - 'a' + 10);
+      } else if (c >= 'A' && c <= 'F') {
+        v |= static_cast<uint32_t>(c - 'A' + 10);
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+  static void append_utf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+      out.push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+      out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else {
+      out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+  }
+
+  std::string_view s_;
+  size_t p_ = 0;
+  bool ok_ = true;
+  std::string key_buf_;
+};
+
+std::string snippet(std::string_view s) {
+  std::string out(s.substr(0, 80));
+  if (s.size() > 80) out += "...";
+  return out;
+}
+
+// choices[0]: completions carry "text", chat carries "delta": {"content": ...}.
+void scan_choice(Scanner& sc, ApiKind kind, StreamChunk& out) {
+  if (sc.peek() != '{') return sc.skip_value();
+  sc.object([&](std::string_view key) {
+    if (kind == ApiKind::kCompletions && key == "text" && sc.peek() == '"') {
+      sc.string(&out.text);
+    } else if (kind == ApiKind::kChat && key == "delta" && sc.peek() == '{') {
+      sc.object([&](std::string_view k) {
+        if (k == "content" && sc.peek() == '"') {
+          sc.string(&out.text);
+        } else {
+          sc.skip_value();
+        }
+      });
+    } else {
+      sc.skip_value();
+    }
+  });
+}
+
+void scan_error(Scanner& sc, StreamChunk& out) {
+  const size_t start = sc.pos();
+  if (sc.peek() == '"') {
+    std::string msg;
+    sc.string(&msg);
+    out.error = "server error in stream: " + msg;
+    return;
+  }
+  std::string message;
+  if (sc.peek() == '{') {
+    sc.object([&](std::string_view k) {
+      if (k == "message" && sc.peek() == '"') {
+        message.clear();
+        sc.string(&message);
+      } else {
+        sc.skip_value();
+      }
+    });
+  } else {
+    sc.skip_value();
+  }
+  out.error = "server error in stream: " + (message.empty() ? std::string(sc.rest_from(start)) : message);
+}
+
+}  // namespace
+
+void parse_stream_chunk(std::string_view data, ApiKind kind, StreamChunk& out) {
+  out.done = false;
+  out.has_choices = false;
+  out.text.clear();
+  out.has_usage = false;
+  out.prompt_tokens = out.completion_tokens = -1;
+  out.error.clear();
+  if (data == "[DONE]") {
+    out.done = true;
+    return;
+  }
+  Scanner sc(data);
+  if (sc.peek() != '{') {
+    sc.skip_value();
+    out.error = sc.ok() && sc.at_end() ? "SSE data is not a JSON object: " + snippet(data)
+                                       : "malformed JSON in SSE data: " + snippet(data);
+    return;
+  }
+  std::string error;
+  sc.object([&](std::string_view key) {
+    if (key == "choices" && sc.peek() == '[') {
+      sc.array([&](size_t i) {
+        out.has_choices = true;
+        if (i == 0) {
+          scan_choice(sc, kind, out);
+        } else {
+          sc.skip_value();
+        }
+      });
+    } else if (key == "usage" && sc.peek() == '{') {
+      out.has_usage = true;
+      sc.object([&](std::string_view k) {
+        if ((k == "prompt_tokens" || k == "completion_tokens") && sc.peek() != '{' && sc.peek() != '[' &&
+            sc.peek() != '"' && sc.peek() != 't' && sc.peek() != 'f' && sc.peek() != 'n') {
+          sc.number(k == "prompt_tokens" ? &out.prompt_tokens : &out.completion_tokens);
+        } else {
+          sc.skip_value();
+        }
+      });
+    } else if (key == "error") {
+      if (!sc.null_next()) {
+        StreamChunk e;
+        scan_error(sc, e);
+        error = e.error;
+      }
+    } else {
+      sc.skip_value();
+    }
+  });
+  if (!sc.ok() || !sc.at_end()) {
+    out = StreamChunk{};
+    out.error = "malformed JSON in SSE data: " + snippet(data);
+    return;
+  }
+  if (!error.empty()) {
+    out.has_choices = false;
+    out.error = std::move(error);
+  }
+}
+
+}  // namespace servetune::loadgen

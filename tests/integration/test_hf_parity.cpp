@@ -1,0 +1,84 @@
+// The safetensors path against HF transformers: logits of random-weight f32 llama and qwen2 models (made by
+// scripts/gen_hf_goldens.py with transformers itself) match to 1e-4 relative, in one pass and in two chunks
+// through the paged KV cache.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "model/checkpoint.h"
+#include "model/kv_storage.h"
+#include "test_paths.h"
+#include "tokenizer/tokenizer.h"
+
+namespace servetune {
+namespace {
+
+// A batch of one sequence covering positions [begin, end) of `tokens`, with logits for every position.
+Batch one_sequence(const std::vector<int32_t>& tokens, int begin, int end, int64_t page, int64_t blocks) {
+  Batch b;
+  for (int p = begin; p < end; ++p) {
+    b.tokens.push_back(tokens[static_cast<size_t>(p)]);
+    b.positions.push_back(p);
+    b.seq_of_token.push_back(0);
+    b.slot_mapping.push_back(static_cast<int32_t>((blocks - 1 - p / page) * page + p % page));  // blocks in reverse
+    b.logits_indices.push_back(p - begin);
+  }
+  b.max_blocks_per_seq = blocks;
+  for (int64_t i = 0; i < blocks; ++i) b.block_tables.push_back(static_cast<int32_t>(blocks - 1 - i));
+  return b;
+}
+
+void expect_rows_close(const std::vector<float>& ours, const std::vector<std::vector<float>>& expected, size_t first_row,
+                       const std::string& what) {
+  const size_t vocab = expected[0].size();
+  for (size_t r = 0; r * vocab < ours.size(); ++r) {
+    const auto& row = expected[first_row + r];
+    float scale = 0.0f;
+    for (float v : row) scale = std::max(scale, std::fabs(v));
+    for (size_t i = 0; i < vocab; ++i) {
+      ASSERT_NEAR(ours[r * vocab + i], row[i], 1e-4f * scale) << what << " position " << first_row + r << " token " << i;
+    }
+  }
+}
+
+class HfParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfParity, LogitsMatchTransformers) {
+  std::ifstream in(testing::data_path("hf_models/logits.json"));
+  const auto doc = nlohmann::json::parse(in);
+  const std::string dir = testing::data_path("hf_models/" + GetParam());
+  Checkpoint ck(dir, LoadFormat::kSafetensors);
+  auto backend = make_backend("cpu", 2);
+  auto model = ck.load(*backend, ParallelContext{});
+  EXPECT_EQ(model->config().tied_embeddings, GetParam() == "qwen2_tiny");
+  const int64_t page = 4, blocks = 8;
+  for (const auto& c : doc.at("models").at(GetParam())) {
+    const auto tokens = c.at("tokens").get<std::vector<int32_t>>();
+    const auto expected = c.at("logits").get<std::vector<std::vector<float>>>();
+    const int n = static_cast<int>(tokens.size());
+    std::vector<float> logits;
+    {
+      KvStorage kv(*backend, model->config(), model->local_kv_heads(), blocks, page, DType::kF32);
+      model->forward(one_sequence(tokens, 0, n, page, blocks), kv, logits);
+      expect_rows_close(logits, expected, 0, GetParam() + " one pass");
+    }
+    if (n > 1) {
+      KvStorage kv(*backend, model->config(), model->local_kv_heads(), blocks, page, DType::kF32);
+      const int half = n / 2;
+      model->forward(one_sequence(tokens, 0, half, page, blocks), kv, logits);
+      model->forward(one_sequence(tokens, half, n, page, blocks), kv, logits);
+      expect_rows_close(logits, expected, static_cast<size_t>(half), GetParam() + " second chunk");
+    }
+  }
+  // The checkpoint's tokenizer.json loads too.
+  auto tok = ck.load_tokenizer();
+  EXPECT_EQ(tok->decode(tok->encode("hi there", false)), "hi there");
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, HfParity, ::testing::Values("llama_tiny", "qwen2_tiny"));
+
+}  // namespace
+}  // namespace servetune

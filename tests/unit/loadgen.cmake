@@ -1,0 +1,27 @@
+# Datasets and load generator tests: datasets (tokenizer only), metrics / SSE / report, the libcurl client against
+# the mock server, the in-process client on stories260K, and `servetune bench` end to end.
+if(TARGET servetune_datasets)
+  servetune_test(test_datasets LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_datasets.cpp ${CMAKE_CURRENT_LIST_DIR}/test_datasets_sharegpt.cpp
+    LIBS servetune_datasets servetune_formats)
+endif()
+if(TARGET servetune_loadgen)
+  servetune_test(test_loadgen LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_metrics.cpp ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_sse.cpp
+    LIBS servetune_loadgen_core)
+  servetune_test(test_loadgen_http LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_http.cpp
+    LIBS servetune_loadgen_core)
+  target_compile_definitions(test_loadgen_http PRIVATE SERVETUNE_MOCK_SERVER="$<TARGET_FILE:servetune_mock_openai>")
+  add_dependencies(test_loadgen_http servetune_mock_openai)
+  servetune_test(test_loadgen_inprocess LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_inprocess.cpp
+    LIBS servetune_loadgen)
+  if(TARGET servetune)
+    servetune_test(test_loadgen_cli LABEL unit
+      SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_cli.cpp
+      LIBS nlohmann_json::nlohmann_json)
+    target_compile_definitions(test_loadgen_cli PRIVATE SERVETUNE_BIN="$<TARGET_FILE:servetune>")
+    add_dependencies(test_loadgen_cli servetune)
+  endif()
+endif()

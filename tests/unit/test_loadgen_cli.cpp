@@ -1,0 +1,90 @@
+// `servetune bench` end to end: a run against the mock server saves vLLM's JSON keys; bad flags and bad dataset
+// files give one clear message naming the input, exit code 2 for usage errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "test_paths.h"
+
+namespace {
+
+struct Result {
+  int code;
+  std::string output;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(SERVETUNE_BIN) + " bench " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+const std::string kModel = "-m " + servetune::testing::stories_path();
+
+void expect_usage_error(const std::string& args, const std::string& mentions) {
+  const Result r = run(args);
+  EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(mentions), std::string::npos) << args << "\n" << r.output;
+}
+
+TEST(BenchCli, UsageErrorsExitWith2AndNameTheInput) {
+  expect_usage_error(kModel + " --backend nosuch", "--backend");
+  expect_usage_error(kModel + " --dataset-name nosuch", "--dataset-name");
+  expect_usage_error(kModel + " --dataset-name sharegpt --dataset-path /no/such/file.json", "/no/such/file.json");
+  expect_usage_error(kModel + " --request-rate fast", "--request-rate");
+  expect_usage_error(kModel + " --request-rate -1", "--request-rate");
+  expect_usage_error(kModel + " --max-concurrency 0", "--max-concurrency");
+  expect_usage_error(kModel + " --goodput ttft=5", "--goodput");
+  expect_usage_error(kModel + " --percentile-metrics ttft,foo", "foo");
+  expect_usage_error(kModel + " --random-range-ratio 1.5", "--random-range-ratio");
+  expect_usage_error(kModel + " --tp-size 2", "--tp-size");  // an engine setting with an HTTP backend
+  expect_usage_error(kModel + " --backend builtin --port 9000", "--port");
+  expect_usage_error("-m /no/such/model.gguf", "/no/such/model.gguf");
+  expect_usage_error(kModel + " --result-dir /tmp/x", "--save-result");
+}
+
+TEST(BenchCli, MalformedDatasetFileIsOneClearError) {
+  const auto path = std::filesystem::temp_directory_path() / "servetune_cli_bad_sharegpt.json";
+  std::ofstream(path) << "[{\"conversations\": [}]";
+  const Result r = run(kModel + " --dataset-name sharegpt --dataset-path " + path.string());
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find(path.string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("invalid JSON"), std::string::npos) << r.output;
+}
+
+TEST(BenchCli, BuiltinRunSavesVllmKeys) {
+  const auto dir = std::filesystem::temp_directory_path() / "servetune_cli_results";
+  std::filesystem::remove_all(dir);
+  const Result r = run(kModel + " --backend builtin --dataset-name random --random-input-len 16 --random-output-len 4"
+                                " --num-prompts 6 --max-concurrency 2 --request-rate 100 --goodput ttft:10000"
+                                " --save-result --result-dir " + dir.string() + " --result-filename out.json --threads 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("============ Serving Benchmark Result ============"), std::string::npos);
+  EXPECT_NE(r.output.find("Successful requests:                     6 "), std::string::npos) << r.output;
+  std::ifstream in(dir / "out.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  for (const char* k : {"date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate", "burstiness",
+                        "max_concurrency", "duration", "completed", "total_input_tokens", "total_output_tokens",
+                        "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
+                        "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms",
+                        "max_concurrent_requests", "environment", "engine_config", "dataset_info"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  EXPECT_EQ(j["completed"].get<int>(), 6);
+  EXPECT_EQ(j["total_output_tokens"].get<int>(), 24);
+  EXPECT_EQ(j["prompt_len_mismatches"].get<int>(), 0);
+  EXPECT_LE(j["max_concurrent_requests"].get<int>(), 2);
+}
+
+}  // namespace

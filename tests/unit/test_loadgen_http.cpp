@@ -1,0 +1,163 @@
+// The libcurl client against servetune_mock_openai: successful streams (completions and chat, unusual but valid
+// SSE), and every injected failure counted as a failed request with its reason while the run completes.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "core/error.h"
+#include "loadgen/http_client.h"
+
+extern char** environ;
+
+namespace servetune::loadgen {
+namespace {
+
+class MockServer {
+ public:
+  explicit MockServer(std::vector<std::string> extra = {}) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    std::vector<std::string> args = {SERVETUNE_MOCK_SERVER, "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) throw std::runtime_error("spawn");
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    FILE* out = fdopen(fds[0], "r");
+    char line[256] = {};
+    if (std::fgets(line, sizeof(line), out) == nullptr) throw std::runtime_error("mock server did not start");
+    std::fclose(out);
+    const std::string s = line;
+    port_ = std::stoi(s.substr(s.rfind(':') + 1));
+  }
+  ~MockServer() {
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+  }
+  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+
+ private:
+  pid_t pid_ = 0;
+  int port_ = 0;
+};
+
+datasets::SampleRequest sample(const std::string& prompt, int64_t out) {
+  datasets::SampleRequest r;
+  r.prompt = prompt;
+  r.prompt_len = 3;
+  r.output_len = out;
+  return r;
+}
+
+RunResult run_plan(const HttpClientOptions& o, const std::vector<datasets::SampleRequest>& reqs, int64_t cap = 0) {
+  HttpClient client(o);
+  RunSpec spec;
+  spec.max_concurrency = cap;
+  for (size_t i = 0; i < reqs.size(); ++i) spec.requests.push_back({&reqs[i], 0.001 * static_cast<double>(i)});
+  return client.run(spec);
+}
+
+TEST(HttpClient, CompletionsStreamsAreMeasured) {
+  MockServer server({"--itl-us", "2000"});
+  HttpClientOptions o;
+  o.api_url = server.url("/v1/completions");
+  o.model = "mock";
+  std::vector<datasets::SampleRequest> reqs;
+  for (int i = 0; i < 20; ++i) reqs.push_back(sample("one two three", 5 + i % 3));
+  reqs.push_back(sample("mock:quirky a b c", 6));
+  const RunResult r = run_plan(o, reqs, 4);
+  ASSERT_EQ(r.outputs.size(), reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const RequestOutput& out = r.outputs[i];
+    ASSERT_TRUE(out.success) << out.error;
+    EXPECT_EQ(out.output_tokens, reqs[i].output_len);
+    EXPECT_EQ(out.itl.size(), static_cast<size_t>(reqs[i].output_len - 1));
+    EXPECT_GT(out.ttft, 0.0);
+    EXPECT_GE(out.latency, out.ttft);
+    EXPECT_GE(out.start_time, out.ready_time);
+    EXPECT_GE(out.ready_time, out.scheduled_time);
+  }
+  EXPECT_EQ(r.outputs[0].generated_text, " tok tok tok tok tok");
+  EXPECT_EQ(r.outputs[0].prompt_len, 3);  // the mock's usage.prompt_tokens: the word count
+  EXPECT_EQ(r.outputs.back().prompt_len, 4);
+  const BenchmarkMetrics m = compute_metrics(r.outputs, r.duration_s, {99}, {});
+  EXPECT_LE(m.max_concurrent_requests, 4);  // --max-concurrency holds
+  EXPECT_GE(m.max_concurrent_requests, 2);
+}
+
+TEST(HttpClient, ChatBackend) {
+  MockServer server;
+  HttpClientOptions o;
+  o.backend = "openai-chat";
+  o.api_url = server.url("/v1/chat/completions");
+  std::vector<datasets::SampleRequest> reqs = {sample("hello there", 7), sample("hi", 1)};
+  const RunResult r = run_plan(o, reqs);
+  for (const RequestOutput& out : r.outputs) ASSERT_TRUE(out.success) << out.error;
+  EXPECT_EQ(r.outputs[0].output_tokens, 7);
+  EXPECT_EQ(r.outputs[1].output_tokens, 1);
+  EXPECT_TRUE(r.outputs[1].itl.empty());
+  o.api_url = server.url("/v1/completions");
+  EXPECT_THROW(HttpClient{o}, Error);  // the chat backend needs a chat endpoint
+}
+
+TEST(HttpClient, InjectedFailuresAreCountedWithReasons) {
+  MockServer server({"--itl-us", "1000"});
+  HttpClientOptions o;
+  o.api_url = server.url("/v1/completions");
+  o.request_timeout_s = 1.0;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"mock:reset:3", "transport error"},
+      {"mock:status:429", "HTTP 429"},
+      {"mock:status:503", "HTTP 503"},
+      {"mock:malformed_sse:2", "malformed SSE"},
+      {"mock:malformed_json:2", "malformed JSON in SSE data"},
+      {"mock:no_done", "stream ended without [DONE]"},
+      {"mock:hang:2", "timed out"},
+      {"mock:error_event:1", "server error in stream: mock failure"},
+  };
+  std::vector<datasets::SampleRequest> reqs;
+  for (const auto& c : cases) reqs.push_back(sample(c.first, 6));
+  for (int i = 0; i < 5; ++i) reqs.push_back(sample("fine", 4));
+  const RunResult r = run_plan(o, reqs, 3);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_FALSE(r.outputs[i].success) << cases[i].first;
+    EXPECT_NE(r.outputs[i].error.find(cases[i].second), std::string::npos)
+        << cases[i].first << " gave: " << r.outputs[i].error;
+  }
+  for (size_t i = cases.size(); i < reqs.size(); ++i) EXPECT_TRUE(r.outputs[i].success) << r.outputs[i].error;
+  const BenchmarkMetrics m = compute_metrics(r.outputs, r.duration_s, {99}, {});
+  EXPECT_EQ(m.failed, static_cast<int64_t>(cases.size()));
+  EXPECT_EQ(m.completed, 5);
+  EXPECT_EQ(m.failure_reasons.count("HTTP 429: {\"error\":{\"message\":\"mock status 429\",\"code\":429}}"), 1u);
+}
+
+TEST(HttpClient, NothingListeningFailsEveryRequest) {
+  int port = 0;
+  {
+    MockServer server;  // take a free port, then stop the server
+    const std::string u = server.url("");
+    port = std::stoi(u.substr(u.rfind(':') + 1));
+  }
+  HttpClientOptions o;
+  o.api_url = "http://127.0.0.1:" + std::to_string(port) + "/v1/completions";
+  std::vector<datasets::SampleRequest> reqs = {sample("a", 2), sample("b", 2)};
+  const RunResult r = run_plan(o, reqs);
+  for (const RequestOutput& out : r.outputs) {
+    EXPECT_FALSE(out.success);
+    EXPECT_NE(out.error.find("transport error"), std::string::npos) << out.error;
+  }
+}
+
+}  // namespace
+}  // namespace servetune::loadgen

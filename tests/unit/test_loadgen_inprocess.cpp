@@ -1,0 +1,59 @@
+// The in-process client on the built-in engine with stories260K: token counts and timings come from the engine's
+// events, arrival times and the concurrency cap are honoured, and rejected requests fail with the engine's reason.
+#include <gtest/gtest.h>
+
+#include "datasets/dataset.h"
+#include "loadgen/inprocess_client.h"
+#include "servetune/engine.h"
+#include "test_paths.h"
+
+namespace servetune::loadgen {
+namespace {
+
+TEST(InProcessClient, RunsAPlanOnTheEngine) {
+  EngineConfig config;
+  config.model = testing::stories_path();
+  config.threads = 1;
+  Engine engine(config);
+  datasets::DatasetOptions d;
+  d.name = "random";
+  d.num_prompts = 12;
+  d.random_input_len = 20;
+  d.random_output_len = 9;
+  d.random_range_ratio = 0.3;
+  const datasets::Workload w = datasets::load_workload(d, engine.tokenizer());
+  std::vector<datasets::SampleRequest> reqs = w.requests;
+  reqs.push_back(reqs[0]);
+  reqs.back().output_len = 100000;  // beyond the context: the engine rejects it
+
+  RunSpec spec;
+  spec.max_concurrency = 3;
+  spec.params.ignore_eos = true;
+  spec.params.temperature = 0.0;
+  for (size_t i = 0; i < reqs.size(); ++i) spec.requests.push_back({&reqs[i], 0.002 * static_cast<double>(i)});
+  InProcessClient client(engine);
+  const RunResult r = client.run(spec);
+  ASSERT_EQ(r.outputs.size(), reqs.size());
+  for (size_t i = 0; i + 1 < reqs.size(); ++i) {
+    const RequestOutput& o = r.outputs[i];
+    ASSERT_TRUE(o.success) << o.error;
+    EXPECT_EQ(o.output_tokens, reqs[i].output_len);
+    EXPECT_EQ(o.prompt_len, reqs[i].prompt_len);  // the engine's usage agrees with the dataset's count
+    int64_t chunk_tokens = 0;
+    for (int32_t n : o.chunk_tokens) chunk_tokens += n;
+    EXPECT_EQ(chunk_tokens, o.output_tokens);
+    EXPECT_EQ(o.itl.size() + 1, o.chunk_tokens.size());
+    EXPECT_GT(o.ttft, 0.0);
+    EXPECT_GE(o.latency, o.ttft);
+    EXPECT_GE(o.start_time + 1e-9, o.scheduled_time);
+    EXPECT_FALSE(o.generated_text.empty());
+  }
+  EXPECT_FALSE(r.outputs.back().success);
+  EXPECT_NE(r.outputs.back().error.find("rejected by the engine"), std::string::npos) << r.outputs.back().error;
+  const BenchmarkMetrics m = compute_metrics(r.outputs, r.duration_s, {99}, {});
+  EXPECT_LE(m.max_concurrent_requests, 3);
+  EXPECT_EQ(m.completed, 12);
+}
+
+}  // namespace
+}  // namespace servetune::loadgen

@@ -1,0 +1,362 @@
+// `servetune bench`: the load generator. Takes `vllm bench serve`'s flags, builds a workload (sharegpt, random,
+// trace, prefix), sends it to the built-in engine in-process (--backend builtin, with the engine flags) or to an
+// OpenAI-compatible server, and prints / saves the result with vLLM's block text and JSON keys.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/error.h"
+#include "datasets/dataset.h"
+#include "engine_flags.h"
+#include "formats/gguf.h"
+#include "loadgen/backends.h"
+#include "loadgen/http_client.h"
+#include "loadgen/inprocess_client.h"
+#include "loadgen/report.h"
+#include "servetune/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace servetune::cli {
+namespace {
+
+constexpr const char* kEngineGroup = "Engine settings";
+
+struct BenchOptions {
+  EngineConfig engine;  // --model and, for --backend builtin, the engine settings
+  std::string backend = "openai";
+  std::string base_url;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string endpoint;
+  std::string api_key;
+  std::string served_model_name;
+  std::string tokenizer;
+  std::string label;
+  datasets::DatasetOptions data;
+  std::optional<int64_t> max_concurrency;
+  std::string request_rate = "inf";
+  double burstiness = 1.0;
+  int64_t num_warmups = 0;
+  std::vector<std::string> goodput;
+  std::string percentile_metrics;
+  std::string metric_percentiles = "99";
+  bool save_result = false;
+  bool save_detailed = false;
+  std::string result_dir;
+  std::string result_filename;
+  std::vector<std::string> metadata;
+  bool ignore_eos = false;
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  std::optional<int> top_k;
+  double request_timeout = 6 * 3600.0;
+  CLI::App* cmd = nullptr;
+};
+
+bool given(const BenchOptions& o, const std::string& flag) { return o.cmd->count(flag) > 0; }
+
+double parse_rate(const std::string& s) {
+  if (s == "inf" || s == "Inf" || s == "INF") return std::numeric_limits<double>::infinity();
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || *end != '\0' || !(v > 0.0)) throw_usage("--request-rate must be a number > 0 or inf, got '" + s + "'");
+  return v;
+}
+
+// Python's str(float): "inf", "10.0", "2.5" (vLLM puts it in the result file name).
+std::string py_float(double v) {
+  if (std::isinf(v)) return "inf";
+  if (std::floor(v) == v && std::fabs(v) < 1e15) return std::to_string(static_cast<long long>(v)) + ".0";
+  return loadgen::percentile_word(v);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(path)) {
+    throw_usage(flag + " " + path + ": no such file or directory (a .gguf file or an HF directory with tokenizer.json;"
+                " give --tokenizer PATH when --model is a served model name)");
+  }
+  if (fs::is_directory(path)) return Tokenizer::from_hf_dir(path);
+  GgufFile gguf(path);
+  return Tokenizer::from_gguf(gguf);
+}
+
+void check_flag_use(const BenchOptions& o) {
+  const bool builtin = o.backend == "builtin";
+  if (!builtin && !loadgen::is_http_backend(o.backend)) {
+    throw_usage("--backend must be one of builtin, openai, openai-chat, vllm, sglang, llama.cpp; got '" + o.backend + "'");
+  }
+  if (builtin) {
+    for (const char* f : {"--base-url", "--host", "--port", "--endpoint", "--api-key", "--served-model-name",
+                          "--request-timeout"}) {
+      if (given(o, f)) throw_usage(std::string(f) + " applies to HTTP backends, not --backend builtin");
+    }
+  } else {
+    for (const CLI::Option* opt : o.cmd->get_options()) {
+      if (opt->get_group() == kEngineGroup && opt->count() > 0) {
+        throw_usage(opt->get_name() + " is an engine setting; it applies only to --backend builtin");
+      }
+    }
+  }
+  if (o.max_concurrency && *o.max_concurrency <= 0) throw_usage("--max-concurrency must be > 0");
+  if (o.num_warmups < 0) throw_usage("--num-warmups must be >= 0");
+  if (o.data.name == "trace" && given(o, "--request-rate")) {
+    throw_usage("--dataset-name trace replays the trace's own arrival times; --request-rate does not apply "
+                "(use --trace-time-scale)");
+  }
+  if (given(o, "--result-dir") || given(o, "--result-filename") || o.save_detailed) {
+    if (!o.save_result) throw_usage("--result-dir / --result-filename / --save-detailed need --save-result");
+  }
+}
+
+double process_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+std::string now_stamp() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+void print_dataset(const datasets::Workload& w) {
+  const auto& in = w.info["input_len"];
+  const auto& out = w.info["output_len"];
+  std::printf("Dataset %s: %zu requests; input tokens min %lld mean %.1f max %lld; output tokens min %lld mean %.1f max %lld\n",
+              w.dataset_name.c_str(), w.requests.size(), in["min"].get<long long>(), in["mean"].get<double>(),
+              in["max"].get<long long>(), out["min"].get<long long>(), out["mean"].get<double>(),
+              out["max"].get<long long>());
+  if (w.info.contains("prompts_off_target") && w.info["prompts_off_target"].get<int64_t>() > 0) {
+    std::printf("Note: %lld prompts did not reach their target length after re-encoding (see dataset info)\n",
+                w.info["prompts_off_target"].get<long long>());
+  }
+}
+
+void run_bench(BenchOptions& o) {
+  check_flag_use(o);
+  const bool builtin = o.backend == "builtin";
+  const double rate = parse_rate(o.request_rate);
+  if (!(o.burstiness > 0.0)) throw_usage("--burstiness must be > 0");
+  const std::vector<std::string> metrics =
+      loadgen::parse_percentile_metrics(o.percentile_metrics.empty() ? "ttft,tpot,itl,client_lag" : o.percentile_metrics);
+  const std::vector<double> percentiles = loadgen::parse_metric_percentiles(o.metric_percentiles);
+  const loadgen::GoodputSlo slo = loadgen::parse_goodput(o.goodput);
+  for (const std::string& kv : o.metadata) {
+    if (kv.find('=') == std::string::npos) throw_usage("--metadata '" + kv + "' is not KEY=VALUE");
+  }
+  if (o.data.name == "random" || o.data.name == "trace") {
+    if (!o.ignore_eos) std::printf("Note: --dataset-name %s sets ignore_eos so outputs reach their length (as vLLM does)\n", o.data.name.c_str());
+    o.ignore_eos = true;
+  }
+
+  const std::string model_id = o.engine.model;
+  const std::string tokenizer_id = o.tokenizer.empty() ? model_id : o.tokenizer;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Tokenizer> own_tokenizer;
+  std::unique_ptr<loadgen::Client> client;
+  if (builtin) {
+    engine = std::make_unique<Engine>(o.engine);
+    client = std::make_unique<loadgen::InProcessClient>(*engine);
+  } else {
+    loadgen::HttpClientOptions h;
+    h.backend = o.backend;
+    const std::string endpoint = o.endpoint.empty() ? loadgen::default_endpoint(o.backend) : o.endpoint;
+    h.api_url = (o.base_url.empty() ? "http://" + o.host + ":" + std::to_string(o.port) : o.base_url) + endpoint;
+    h.model = o.served_model_name.empty() ? model_id : o.served_model_name;
+    h.api_key = o.api_key;
+    if (h.api_key.empty()) {
+      if (const char* k = std::getenv("OPENAI_API_KEY")) h.api_key = k;
+    }
+    h.request_timeout_s = o.request_timeout;
+    client = std::make_unique<loadgen::HttpClient>(h);
+  }
+  if (!builtin || !o.tokenizer.empty()) own_tokenizer = load_tokenizer(tokenizer_id, o.tokenizer.empty() ? "--model" : "--tokenizer");
+  const Tokenizer& tokenizer = own_tokenizer ? *own_tokenizer : engine->tokenizer();
+
+  const datasets::Workload workload = datasets::load_workload(o.data, tokenizer);
+  print_dataset(workload);
+  const size_t n = workload.requests.size();
+  if (!builtin) {
+    const long limit = loadgen::raise_open_file_limit();
+    const int64_t peak = o.max_concurrency ? std::min<int64_t>(*o.max_concurrency, static_cast<int64_t>(n)) : static_cast<int64_t>(n);
+    if (limit > 0 && peak + 64 > limit) {
+      std::fprintf(stderr, "warning: the open-file limit is %ld; up to %lld connections may fail to open\n", limit,
+                   static_cast<long long>(peak));
+    }
+  }
+
+  loadgen::RunSpec spec;
+  spec.max_concurrency = o.max_concurrency.value_or(0);
+  spec.params = {o.ignore_eos, o.temperature, o.top_p, o.top_k};
+  if (o.num_warmups > 0) {
+    std::printf("Warming up with %lld requests...\n", static_cast<long long>(o.num_warmups));
+    std::fflush(stdout);
+    loadgen::RunSpec warm = spec;
+    for (int64_t i = 0; i < o.num_warmups; ++i) warm.requests.push_back({&workload.requests[0], 0.0});
+    const loadgen::RunResult wr = client->run(warm);
+    int64_t failed = 0;
+    for (const auto& r : wr.outputs) failed += r.success ? 0 : 1;
+    if (failed > 0) std::fprintf(stderr, "warning: %lld of %lld warm-up requests failed: %s\n", static_cast<long long>(failed),
+                                 static_cast<long long>(o.num_warmups), wr.outputs.front().error.c_str());
+    std::printf("Warmup run completed.\n");
+  }
+
+  const std::vector<double> arrivals = workload.timed ? std::vector<double>{} : loadgen::arrival_times(n, rate, o.burstiness, o.data.seed);
+  for (size_t i = 0; i < n; ++i) {
+    spec.requests.push_back({&workload.requests[i], workload.timed ? workload.requests[i].arrival_s.value_or(0.0) : arrivals[i]});
+  }
+  std::printf("Starting main benchmark run...\n");
+  if (workload.timed) {
+    std::printf("Replaying the trace's arrival times (time scale %g).\n", o.data.trace_time_scale);
+  } else {
+    std::printf("Traffic request rate: %s\n", py_float(rate).c_str());
+    std::printf("Burstiness factor: %s (%s)\n", py_float(o.burstiness).c_str(), o.burstiness == 1.0 ? "Poisson process" : "Gamma distribution");
+  }
+  std::printf("Maximum request concurrency: %s\n", o.max_concurrency ? std::to_string(*o.max_concurrency).c_str() : "None");
+  std::fflush(stdout);
+  const double cpu_before = process_cpu_s();
+  const loadgen::RunResult run = client->run(spec);
+  const double run_cpu_s = process_cpu_s() - cpu_before;
+
+  const auto count_tokens = [&](const std::string& text) {
+    return static_cast<int64_t>(tokenizer.encode(text, false, false).size());
+  };
+  const loadgen::BenchmarkMetrics m = loadgen::compute_metrics(run.outputs, run.duration_s, percentiles, slo, count_tokens);
+  loadgen::ReportOptions ro;
+  ro.percentile_metrics = metrics;
+  ro.percentiles = percentiles;
+  ro.max_concurrency = o.max_concurrency.value_or(0);
+  ro.request_rate = workload.timed ? std::numeric_limits<double>::infinity() : rate;
+  ro.burstiness = o.burstiness;
+  ro.slo = slo;
+  loadgen::print_failures(stdout, run, m);
+  loadgen::print_result_block(stdout, m, run.duration_s, ro);
+  std::fflush(stdout);
+
+  if (!o.save_result) return;
+  const std::string date = now_stamp();
+  nlohmann::ordered_json j;
+  j["date"] = date;
+  j["endpoint_type"] = o.backend;
+  j["backend"] = o.backend;
+  j["label"] = o.label.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(o.label);
+  j["model_id"] = model_id;
+  j["tokenizer_id"] = tokenizer_id;
+  j["num_prompts"] = o.data.num_prompts;
+  for (const std::string& kv : o.metadata) j[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  j["request_rate"] = std::isinf(rate) ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(rate);
+  j["burstiness"] = o.burstiness;
+  j["max_concurrency"] = o.max_concurrency ? nlohmann::ordered_json(*o.max_concurrency) : nlohmann::ordered_json();
+  j.update(loadgen::metrics_json(m, run, ro, o.save_detailed));
+  j["dataset_name"] = workload.dataset_name;
+  j["dataset_info"] = nlohmann::ordered_json::parse(workload.info.dump());
+  j["num_warmups"] = o.num_warmups;
+  j["process_cpu_s"] = run_cpu_s;  // user + system CPU of this process during the measured run (engine included)
+  j["environment"] = loadgen::environment_json(SERVETUNE_VERSION);
+  if (builtin) {
+    nlohmann::json ec;
+    to_json(ec, engine->config());
+    j["engine_config"] = nlohmann::ordered_json::parse(ec.dump());
+  }
+
+  const std::string base_model = model_id.substr(model_id.find_last_of('/') + 1);
+  std::string file = o.result_filename;
+  if (file.empty()) {
+    const std::string conc = o.max_concurrency ? "-concurrency" + std::to_string(*o.max_concurrency) : "";
+    file = (o.label.empty() ? o.backend : o.label) + "-" + py_float(ro.request_rate) + "qps" + conc + "-" + base_model + "-" + date + ".json";
+  }
+  if (!o.result_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.result_dir, ec);
+    if (ec) throw_io(o.result_dir, "cannot create the result directory: " + ec.message());
+    file = (std::filesystem::path(o.result_dir) / file).string();
+  }
+  std::ofstream out(file);
+  if (!out) throw_io(file, "cannot write the result file");
+  out << j.dump() << "\n";
+  if (!out) throw_io(file, "cannot write the result file");
+  std::printf("Saved the result to %s\n", file.c_str());
+}
+
+void add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Benchmark the built-in engine or an OpenAI-compatible server (vllm bench serve's flags)");
+  o->cmd = cmd;
+  add_engine_flags(cmd, o->engine);
+  auto& d = o->data;
+  cmd->add_option("--backend", o->backend, "builtin | openai | openai-chat | vllm | sglang | llama.cpp")->capture_default_str();
+  cmd->add_option("--base-url", o->base_url, "Server base URL (instead of --host/--port), e.g. http://10.0.0.2:8000");
+  cmd->add_option("--host", o->host)->capture_default_str();
+  cmd->add_option("--port", o->port)->capture_default_str();
+  cmd->add_option("--endpoint", o->endpoint, "API path (default /v1/completions; /v1/chat/completions for openai-chat)");
+  cmd->add_option("--api-key", o->api_key, "Bearer token (default: $OPENAI_API_KEY)");
+  cmd->add_option("--served-model-name", o->served_model_name, "The \"model\" field sent (default: --model)");
+  cmd->add_option("--tokenizer", o->tokenizer, "Tokenizer for the dataset: .gguf or HF directory (default: --model)");
+  cmd->add_option("--label", o->label, "Result label (default: the backend)");
+  cmd->add_option("--request-timeout", o->request_timeout, "Seconds before one HTTP request fails")->capture_default_str();
+  auto* g = "Dataset";
+  cmd->add_option("--dataset-name", d.name, "sharegpt | random | trace | prefix")->capture_default_str()->group(g);
+  cmd->add_option("--dataset-path", d.path,
+                  "ShareGPT JSON (default: " + datasets::default_sharegpt_path() + ") or Mooncake-format JSONL trace")
+      ->group(g);
+  cmd->add_option("--num-prompts", d.num_prompts)->capture_default_str()->group(g);
+  cmd->add_option("--seed", d.seed, "Seed for the dataset and the arrival process")->capture_default_str()->group(g);
+  cmd->add_option("--random-input-len", d.random_input_len)->capture_default_str()->group(g);
+  cmd->add_option("--random-output-len", d.random_output_len)->capture_default_str()->group(g);
+  cmd->add_option("--random-range-ratio", d.random_range_ratio, "Length spread r (see --random-range-mode)")->capture_default_str()->group(g);
+  cmd->add_option("--random-range-mode", d.random_range_mode, "vllm: [L(1-r), L(1+r)]; sglang: [L*r, L]")->capture_default_str()->group(g);
+  cmd->add_option("--random-prefix-len", d.random_prefix_len, "Random tokens shared by every prompt")->capture_default_str()->group(g);
+  cmd->add_option("--sharegpt-output-len", d.sharegpt_output_len, "max_tokens for every request (default: the reply's length)")->group(g);
+  cmd->add_option("--sharegpt-min-len", d.sharegpt_min_len)->capture_default_str()->group(g);
+  cmd->add_option("--sharegpt-max-prompt-len", d.sharegpt_max_prompt_len)->capture_default_str()->group(g);
+  cmd->add_option("--sharegpt-max-total-len", d.sharegpt_max_total_len)->capture_default_str()->group(g);
+  cmd->add_flag("--disable-shuffle", d.disable_shuffle, "Keep the ShareGPT file order")->group(g);
+  cmd->add_flag("--no-oversample", d.no_oversample, "Send fewer requests when fewer pass the filters")->group(g);
+  cmd->add_option("--trace-time-scale", d.trace_time_scale, "Multiply trace arrival offsets (0.5: twice as fast)")->capture_default_str()->group(g);
+  cmd->add_option("--trace-block-size", d.trace_block_size, "Tokens per trace hash id")->capture_default_str()->group(g);
+  cmd->add_option("--prefix-num-groups", d.prefix_num_groups)->capture_default_str()->group(g);
+  cmd->add_option("--prefix-system-prompt-len", d.prefix_system_prompt_len)->capture_default_str()->group(g);
+  cmd->add_option("--prefix-question-len", d.prefix_question_len)->capture_default_str()->group(g);
+  cmd->add_option("--prefix-output-len", d.prefix_output_len)->capture_default_str()->group(g);
+  auto* t = "Traffic and results";
+  cmd->add_option("--max-concurrency", o->max_concurrency)->group(t);
+  cmd->add_option("--request-rate", o->request_rate, "Requests per second, or inf")->capture_default_str()->group(t);
+  cmd->add_option("--burstiness", o->burstiness, "Gamma shape of the arrival gaps (1: Poisson)")->capture_default_str()->group(t);
+  cmd->add_option("--num-warmups", o->num_warmups, "Warm-up requests before the measured run")->capture_default_str()->group(t);
+  cmd->add_option("--goodput", o->goodput, "SLOs as KEY:VALUE in ms (ttft, tpot, e2el)")->group(t);
+  cmd->add_option("--percentile-metrics", o->percentile_metrics, "Default ttft,tpot,itl,client_lag")->group(t);
+  cmd->add_option("--metric-percentiles", o->metric_percentiles)->capture_default_str()->group(t);
+  cmd->add_flag("--save-result", o->save_result, "Write the result JSON")->group(t);
+  cmd->add_flag("--save-detailed", o->save_detailed, "Also write per-request arrays")->group(t);
+  cmd->add_option("--result-dir", o->result_dir)->group(t);
+  cmd->add_option("--result-filename", o->result_filename)->group(t);
+  cmd->add_option("--metadata", o->metadata, "KEY=VALUE pairs stored in the result JSON")->group(t);
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Generate max_tokens tokens regardless of EOS")->group(t);
+  cmd->add_option("--temperature", o->temperature)->group(t);
+  cmd->add_option("--top-p", o->top_p)->group(t);
+  cmd->add_option("--top-k", o->top_k)->group(t);
+  cmd->callback([o] { run_bench(*o); });
+}
+
+}  // namespace
+
+SERVETUNE_REGISTER_COMMAND(40, add_bench_command);
+
+}  // namespace servetune::cli
