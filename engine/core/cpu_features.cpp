@@ -31,8 +31,8 @@ CpuFeatures detect() {
   const bool f16c = (ecx >> 29) & 1;
   if (!osxsave || !avx) return f;
   const uint64_t xcr0 = read_xcr0();
-  const bool ymm_state = (xcr0 & 0x6) == 0x6;     // SSE + AVX state
-  const bool zmm_state = (xcr0 & 0xE6) == 0xE6;   // plus opmask, ZMM_Hi256, Hi16_ZMM
+  const bool ymm_state = (xcr0 & 0x6) == 0x6;    // SSE + AVX state
+  const bool zmm_state = (xcr0 & 0xE6) == 0xE6;  // plus opmask, ZMM_Hi256, Hi16_ZMM
   if (!ymm_state) return f;
   if (__get_cpuid_max(0, nullptr) < 7) return f;
   __cpuid_count(7, 0, eax, ebx, ecx, edx);

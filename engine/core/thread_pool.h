@@ -32,9 +32,8 @@ class ThreadPool {
   template <class F>
   void run(F&& fn) {
     using Fn = std::remove_reference_t<F>;
-    run_erased(
-        [](void* ctx, int index, int n) { (*static_cast<Fn*>(ctx))(index, n); },
-        const_cast<void*>(static_cast<const void*>(&fn)));
+    run_erased([](void* ctx, int index, int n) { (*static_cast<Fn*>(ctx))(index, n); },
+               const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
   // Splits [0, n) into at most size() contiguous ranges of at least `grain` elements (one range when n < 2 * grain)

@@ -127,6 +127,10 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
     backend_.add(x, h, n * d);
   }
 
+  if (n_out == 0) {  // a prefill chunk that does not reach the end of its prompt
+    logits.clear();
+    return;
+  }
   float* xs = buf(ws_.logits_in);
   for (int64_t i = 0; i < n_out; ++i) {
     const int32_t row = batch.logits_indices[static_cast<size_t>(i)];

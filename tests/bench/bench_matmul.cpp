@@ -31,6 +31,12 @@ const Shape kShapes[] = {
     {"output_49152x576", 49152, 576, DType::kQ8_0},
 };
 
+// k-quant weights (Q4_K_M models) need cols divisible by 256; random bytes with sane scales stand in for real ones.
+const Shape kKShapes[] = {
+    {"q4k_2048x2048", 2048, 2048, DType::kQ4_K},
+    {"q6k_2048x2048", 2048, 2048, DType::kQ6_K},
+};
+
 struct AlignedFree {
   void operator()(uint8_t* p) const { ::operator delete(p, std::align_val_t(64)); }
 };
@@ -58,8 +64,20 @@ Weights make_weights(const Shape& s, bool cold) {
   std::normal_distribution<float> dist(0.0f, 0.05f);
   std::vector<float> row(static_cast<size_t>(s.cols));
   for (int64_t r = 0; r < s.rows; ++r) {
-    for (float& f : row) f = dist(rng);
-    quantize_row(s.type, row.data(), w.data.get() + r * w.row_bytes, s.cols);
+    uint8_t* out = w.data.get() + r * w.row_bytes;
+    if (can_quantize(s.type)) {
+      for (float& f : row) f = dist(rng);
+      quantize_row(s.type, row.data(), out, s.cols);
+      continue;
+    }
+    for (int64_t i = 0; i < w.row_bytes; ++i) out[i] = static_cast<uint8_t>(rng());
+    const int64_t block = dtype_info(s.type).type_size;
+    const uint16_t scale =
+        0x2000;  // f16 ~0.0078: finite super-block scales (d at the end for Q6_K, d/dmin first for Q4_K)
+    for (int64_t off = 0; off < w.row_bytes; off += block) {
+      std::memcpy(out + off + (s.type == DType::kQ6_K ? block - 2 : 0), &scale, 2);
+      if (s.type == DType::kQ4_K) std::memcpy(out + off + 2, &scale, 2);
+    }
   }
   for (int64_t i = 1; i < w.copies; ++i) std::memcpy(w.data.get() + i * w.matrix_bytes, w.data.get(), w.matrix_bytes);
   return w;
@@ -114,9 +132,9 @@ void bm_decode(benchmark::State& state, Shape s, CpuIsa isa, bool cold) {
     ++i;
   }
   state.SetBytesProcessed(state.iterations() * w.row_bytes * s.rows);
-  state.counters["GFLOPs"] = benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 *
-                                                    static_cast<double>(s.rows * s.cols * n_tokens) * 1e-9,
-                                                benchmark::Counter::kIsRate);
+  state.counters["GFLOPs"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * 2.0 * static_cast<double>(s.rows * s.cols * n_tokens) * 1e-9,
+      benchmark::Counter::kIsRate);
 }
 
 void bm_prefill(benchmark::State& state, Shape s, CpuIsa isa) {
@@ -135,9 +153,9 @@ void bm_prefill(benchmark::State& state, Shape s, CpuIsa isa) {
     matmul_with_isa(isa, view, x.data(), n_tokens, s.cols, y.data(), s.rows, pool);
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOPs"] = benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 *
-                                                    static_cast<double>(s.rows * s.cols * n_tokens) * 1e-9,
-                                                benchmark::Counter::kIsRate);
+  state.counters["GFLOPs"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * 2.0 * static_cast<double>(s.rows * s.cols * n_tokens) * 1e-9,
+      benchmark::Counter::kIsRate);
   state.counters["tokens/s"] =
       benchmark::Counter(static_cast<double>(state.iterations() * n_tokens), benchmark::Counter::kIsRate);
 }
@@ -162,8 +180,8 @@ const bool kRegistered = [] {
     const std::string isa_name(cpu_isa_name(isa));
     for (const Shape& s : kShapes) {
       for (bool cold : {true, false}) {
-        const std::string name = "decode/" + isa_name + "/" + s.name + "/" + dtype_name(s.type).data() +
-                                 (cold ? "/dram" : "/cached");
+        const std::string name =
+            "decode/" + isa_name + "/" + s.name + "/" + dtype_name(s.type).data() + (cold ? "/dram" : "/cached");
         benchmark::RegisterBenchmark(name.c_str(), bm_decode, s, isa, cold)
             ->ArgNames({"threads", "tokens"})
             ->Args({1, 1})
@@ -183,6 +201,19 @@ const bool kRegistered = [] {
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     }
+  }
+  for (const Shape& s : kKShapes) {
+    const std::string name = std::string("kquant/avx512/") + s.name + "/" + dtype_name(s.type).data();
+    benchmark::RegisterBenchmark((name + "/decode").c_str(), bm_decode, s, CpuIsa::kAvx512, false)
+        ->ArgNames({"threads", "tokens"})
+        ->Args({2, 1})
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark((name + "/prefill").c_str(), bm_prefill, s, CpuIsa::kAvx512)
+        ->ArgNames({"threads", "tokens"})
+        ->Args({2, 128})
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
   }
   return true;
 }();

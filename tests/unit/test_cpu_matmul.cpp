@@ -1,8 +1,6 @@
 // Tests for the CPU matmul: the activation quantizers agree bit for bit across ISAs; the reference implements the
 // ggml scheme and approximates the float64 product; every ISA's kernels match the reference for every weight type on
 // awkward shapes, identically for 1, 2 and 3 threads, without touching padding.
-#include "backend/cpu/matmul.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/matmul.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/quant.h"
@@ -82,7 +81,9 @@ TestMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed, in
   return m;
 }
 
-bool is_quantized(DType t) { return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ8_0; }
+bool is_quantized(DType t) {
+  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ8_0;
+}
 
 // Exact (float64) value of the numerics contract for one output, and the magnitude of its terms.
 struct Expected {
@@ -127,7 +128,7 @@ Expected expected_output(const TestMatrix& m, int64_t r, const float* x) {
         qw[j] = (blk.qs[j] & 15) - 8;
         qw[j + 16] = (blk.qs[j] >> 4) - 8;
       }
-    } else {
+    } else if (m.type == DType::kQ4_1) {
       BlockQ4_1 blk;
       std::memcpy(&blk, row + b * sizeof blk, sizeof blk);
       wd = fp16_to_f32(blk.d);
@@ -135,6 +136,29 @@ Expected expected_output(const TestMatrix& m, int64_t r, const float* x) {
       for (int j = 0; j < 16; ++j) {
         qw[j] = blk.qs[j] & 15;
         qw[j + 16] = blk.qs[j] >> 4;
+      }
+    } else {
+      // Q5_0 / Q5_1: low nibbles as Q4, fifth bit j of qh belongs to element j; Q5_0 is offset by 16.
+      uint8_t qs[16];
+      uint32_t qh;
+      if (m.type == DType::kQ5_0) {
+        BlockQ5_0 blk;
+        std::memcpy(&blk, row + b * sizeof blk, sizeof blk);
+        wd = fp16_to_f32(blk.d);
+        std::memcpy(qs, blk.qs, 16);
+        std::memcpy(&qh, blk.qh, 4);
+      } else {
+        BlockQ5_1 blk;
+        std::memcpy(&blk, row + b * sizeof blk, sizeof blk);
+        wd = fp16_to_f32(blk.d);
+        wm = fp16_to_f32(blk.m);
+        std::memcpy(qs, blk.qs, 16);
+        std::memcpy(&qh, blk.qh, 4);
+      }
+      const int offset = m.type == DType::kQ5_0 ? 16 : 0;
+      for (int j = 0; j < 16; ++j) {
+        qw[j] = ((qs[j] & 15) | static_cast<int>(((qh >> j) & 1u) << 4)) - offset;
+        qw[j + 16] = ((qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4)) - offset;
       }
     }
     int64_t isum = 0, iabs = 0;
@@ -154,8 +178,8 @@ Expected expected_output(const TestMatrix& m, int64_t r, const float* x) {
     e.value += wd * dx * static_cast<double>(isum) + wm * s[static_cast<size_t>(b)];
     e.magnitude += std::fabs(wd * dx) * static_cast<double>(iabs) + std::fabs(wm * s[static_cast<size_t>(b)]);
     // Rounding x to q·d moves each element by at most d/2 (+ f16 rounding of d); the Q4_1 sum term by 16·d.
-    e.quant_error_bound += wabs * 0.5 * amax / 127.0 * 1.01 + std::fabs(wm) * (16.0 * amax / 127.0 * 1.01 +
-                                                                                 std::ldexp(xabs, -10));
+    e.quant_error_bound +=
+        wabs * 0.5 * amax / 127.0 * 1.01 + std::fabs(wm) * (16.0 * amax / 127.0 * 1.01 + std::ldexp(xabs, -10));
   }
   return e;
 }
@@ -209,6 +233,10 @@ void check_type(DType type, const std::vector<Case>& cases) {
           }
           for (int64_t r = c.rows; r < y_stride; ++r) ASSERT_EQ(y[static_cast<size_t>(t * y_stride + r)], kSentinel);
         }
+        // Quantized kernels all follow ggml's vec_dot arithmetic, which the reference spells out: bit for bit.
+        if (is_quantized(type)) {
+          ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)), 0) << "differs from the reference";
+        }
         // Work splitting never changes an output's arithmetic, so results are bitwise independent of threads.
         if (first.empty()) {
           first = y;
@@ -220,53 +248,63 @@ void check_type(DType type, const std::vector<Case>& cases) {
   }
 }
 
+// Awkward shapes: odd block counts (96, 4128 = 129 blocks), more than one 4096-column panel chunk (4160, 4128), row
+// counts off the 4-row tile, token counts around the 4-token tile and the 16-token group (17, 33: a lone last token).
 const std::vector<Case> kQuantCases = {
-    {1, 32, 1},    {5, 64, 2},    {7, 96, 3},      {67, 576, 1},    {67, 576, 5},    {33, 1536, 17},
-    {130, 576, 33}, {19, 160, 100}, {6, 4160, 3},   {9, 4128, 5},    {192, 576, 4},   {40, 2080, 8},
+    {1, 32, 1},     {5, 64, 2},   {7, 96, 3},   {67, 576, 1}, {67, 576, 5},  {33, 1536, 17}, {130, 576, 33},
+    {19, 160, 100}, {6, 4160, 3}, {9, 4128, 5}, {5, 4128, 1}, {6, 4160, 17}, {192, 576, 4},  {40, 2080, 8},
 };
 const std::vector<Case> kFloatCases = {
-    {1, 1, 1},    {3, 7, 2},     {5, 17, 3},      {67, 64, 5},     {9, 172, 17},    {33, 576, 33},
-    {18, 100, 100}, {70, 288, 1}, {4, 1536, 4},   {11, 33, 9},
+    {1, 1, 1},     {3, 7, 2},      {5, 17, 3},   {67, 64, 5},  {9, 172, 17},
+    {33, 576, 33}, {18, 100, 100}, {70, 288, 1}, {4, 1536, 4}, {11, 33, 9},
 };
 
 TEST(CpuMatmul, Q4_1MatchesReference) { check_type(DType::kQ4_1, kQuantCases); }
 TEST(CpuMatmul, Q4_0MatchesReference) { check_type(DType::kQ4_0, kQuantCases); }
 TEST(CpuMatmul, Q8_0MatchesReference) { check_type(DType::kQ8_0, kQuantCases); }
+TEST(CpuMatmul, Q5_0MatchesReference) { check_type(DType::kQ5_0, kQuantCases); }
+TEST(CpuMatmul, Q5_1MatchesReference) { check_type(DType::kQ5_1, kQuantCases); }
 TEST(CpuMatmul, F32MatchesReference) { check_type(DType::kF32, kFloatCases); }
 TEST(CpuMatmul, F16MatchesReference) { check_type(DType::kF16, kFloatCases); }
 TEST(CpuMatmul, BF16MatchesReference) { check_type(DType::kBF16, kFloatCases); }
 
+// Random k-quant rows: random bytes with sane f16 super-block scales (d and dmin first for Q4_K, Q5_K; last for
+// Q2_K; d last for Q3_K, Q6_K).
+TestMatrix make_k_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  TestMatrix m{type, rows, cols, *dtype_row_bytes(type, cols), {}, {}};
+  std::mt19937 rng(seed);
+  m.data.resize(static_cast<size_t>(m.row_bytes * rows));
+  for (uint8_t& b : m.data) b = static_cast<uint8_t>(rng());
+  const int64_t block_bytes = dtype_info(type).type_size;
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+  for (int64_t off = 0; off < static_cast<int64_t>(m.data.size()); off += block_bytes) {
+    const uint16_t d = f32_to_fp16(scale(rng)), dmin = f32_to_fp16(scale(rng));
+    uint8_t* blk = &m.data[static_cast<size_t>(off)];
+    if (type == DType::kQ4_K || type == DType::kQ5_K) {
+      std::memcpy(blk, &d, 2);
+      std::memcpy(blk + 2, &dmin, 2);
+    } else if (type == DType::kQ2_K) {
+      std::memcpy(blk + block_bytes - 4, &d, 2);
+      std::memcpy(blk + block_bytes - 2, &dmin, 2);
+    } else {
+      std::memcpy(blk + block_bytes - 2, &d, 2);
+    }
+  }
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(type, m.data.data() + r * m.row_bytes, row.data(), cols);
+    m.dequant.insert(m.dequant.end(), row.begin(), row.end());
+  }
+  return m;
+}
+
 // Weight types without a dedicated kernel: dequantized rows, f32 dots against unquantized activations.
 TEST(CpuMatmul, DequantizeFallbackTypes) {
-  for (DType type : {DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ5_K}) {
+  for (DType type : {DType::kQ2_K, DType::kQ3_K, DType::kQ5_K}) {
     if (!can_dequantize(type)) continue;
     SCOPED_TRACE(std::string(dtype_name(type)));
     const int64_t rows = 6, cols = 512, n_tokens = 3;
-    TestMatrix m{type, rows, cols, *dtype_row_bytes(type, cols), {}, {}};
-    if (can_quantize(type)) {
-      m = make_matrix(type, rows, cols, 5);
-    } else {
-      // Random bytes with sane f16 super-block scales (the last two bytes for Q2_K, Q3_K; the first four for Q5_K).
-      std::mt19937 rng(9);
-      m.data.resize(static_cast<size_t>(m.row_bytes * rows));
-      for (uint8_t& b : m.data) b = static_cast<uint8_t>(rng());
-      const int64_t block_bytes = dtype_info(type).type_size;
-      for (int64_t off = 0; off < static_cast<int64_t>(m.data.size()); off += block_bytes) {
-        const uint16_t scale = f32_to_fp16(0.01f);
-        if (type == DType::kQ5_K) {
-          std::memcpy(&m.data[static_cast<size_t>(off)], &scale, 2);
-          std::memcpy(&m.data[static_cast<size_t>(off + 2)], &scale, 2);
-        } else {
-          std::memcpy(&m.data[static_cast<size_t>(off + block_bytes - 4)], &scale, 2);
-          std::memcpy(&m.data[static_cast<size_t>(off + block_bytes - 2)], &scale, 2);
-        }
-      }
-      std::vector<float> row(static_cast<size_t>(cols));
-      for (int64_t r = 0; r < rows; ++r) {
-        dequantize_row(type, m.data.data() + r * m.row_bytes, row.data(), cols);
-        m.dequant.insert(m.dequant.end(), row.begin(), row.end());
-      }
-    }
+    const TestMatrix m = make_k_matrix(type, rows, cols, 9);
     ASSERT_TRUE(matmul_supports(type));
     const std::vector<float> x = random_activations(n_tokens, cols, cols, 6);
     for (CpuIsa isa : available_isas()) {
@@ -286,31 +324,6 @@ TEST(CpuMatmul, DequantizeFallbackTypes) {
       }
     }
   }
-}
-
-// Random k-quant rows: random bytes with sane f16 super-block scales (Q4_K: d and dmin first; Q6_K: d last).
-TestMatrix make_k_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
-  TestMatrix m{type, rows, cols, *dtype_row_bytes(type, cols), {}, {}};
-  std::mt19937 rng(seed);
-  m.data.resize(static_cast<size_t>(m.row_bytes * rows));
-  for (uint8_t& b : m.data) b = static_cast<uint8_t>(rng());
-  const int64_t block_bytes = dtype_info(type).type_size;
-  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
-  for (int64_t off = 0; off < static_cast<int64_t>(m.data.size()); off += block_bytes) {
-    const uint16_t d = f32_to_fp16(scale(rng)), dmin = f32_to_fp16(scale(rng));
-    if (type == DType::kQ6_K) {
-      std::memcpy(&m.data[static_cast<size_t>(off + block_bytes - 2)], &d, 2);
-    } else {
-      std::memcpy(&m.data[static_cast<size_t>(off)], &d, 2);
-      std::memcpy(&m.data[static_cast<size_t>(off + 2)], &dmin, 2);
-    }
-  }
-  std::vector<float> row(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    dequantize_row(type, m.data.data() + r * m.row_bytes, row.data(), cols);
-    m.dequant.insert(m.dequant.end(), row.begin(), row.end());
-  }
-  return m;
 }
 
 // Q4_K / Q6_K: the reference approximates the float64 product within the Q8_K activation rounding, and every ISA
@@ -366,7 +379,7 @@ TEST(CpuMatmul, Q8KQuantizersAgreeBitForBit) {
     std::vector<float> x = random_activations(1, n, n, static_cast<uint32_t>(n) + 1);
     x[7] = -50.0f;  // the block's extreme is negative: d = max / −127 > 0 and it quantizes to −127
     x[300 % n] = 9.0f;
-    x[301 % n] = -9.0f;  // equal magnitudes: the first one sets the sign
+    x[301 % n] = -9.0f;                                               // equal magnitudes: the first one sets the sign
     if (n >= 512) std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // an all-zero block
     std::vector<int8_t> q_ref(static_cast<size_t>(n));
     std::vector<float> d_ref(static_cast<size_t>(n / 256));
@@ -427,6 +440,40 @@ TEST(CpuMatmul, ActivationQuantizationFollowsGgml) {
   EXPECT_EQ(s, fp16_to_f32(f32_to_fp16(amax / 127.0f * static_cast<float>(sum))));
 }
 
+// A token's output must not depend on the batch it is computed in (its size, its position, the other tokens) nor
+// on the thread count: the engine's greedy output has to be the same whether a request runs alone or batched.
+TEST(CpuMatmul, OutputsIndependentOfBatch) {
+  const int64_t rows = 37, cols = 512, n_tokens = 40;
+  for (DType type : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kF32, DType::kF16,
+                     DType::kBF16, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K}) {
+    const bool k_quant = dtype_info(type).block_size == 256;
+    const TestMatrix m = k_quant ? make_k_matrix(type, rows, cols, 21) : make_matrix(type, rows, cols, 21);
+    const std::vector<float> x = random_activations(n_tokens, cols, cols, 22);
+    for (CpuIsa isa : available_isas()) {
+      SCOPED_TRACE(std::string(dtype_name(type)) + " " + std::string(cpu_isa_name(isa)));
+      ThreadPool pool2(2), pool1(1);
+      std::vector<float> all(static_cast<size_t>(n_tokens * rows));
+      matmul_with_isa(isa, m.view(), x.data(), n_tokens, cols, all.data(), rows, pool2);
+      // Sub-batches at various offsets and sizes, and every token alone, on one or two threads.
+      const int64_t ranges[][2] = {{0, 1}, {5, 26}, {3, 7}, {16, 33}, {0, 17}, {39, 40}, {8, 40}};
+      for (const auto& range : ranges) {
+        for (ThreadPool* pool : {&pool1, &pool2}) {
+          const int64_t n = range[1] - range[0];
+          std::vector<float> part(static_cast<size_t>(n * rows));
+          matmul_with_isa(isa, m.view(), x.data() + range[0] * cols, n, cols, part.data(), rows, *pool);
+          ASSERT_EQ(std::memcmp(part.data(), all.data() + range[0] * rows, part.size() * sizeof(float)), 0)
+              << "tokens [" << range[0] << ", " << range[1] << ") threads=" << pool->size();
+        }
+      }
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        std::vector<float> one(static_cast<size_t>(rows));
+        matmul_with_isa(isa, m.view(), x.data() + t * cols, 1, cols, one.data(), rows, pool2);
+        ASSERT_EQ(std::memcmp(one.data(), all.data() + t * rows, one.size() * sizeof(float)), 0) << "token " << t;
+      }
+    }
+  }
+}
+
 TEST(CpuMatmul, DefaultDispatchMatchesSelectedIsa) {
   const TestMatrix m = make_matrix(DType::kQ4_1, 20, 576, 77);
   const std::vector<float> x = random_activations(3, 576, 576, 78);
@@ -439,7 +486,8 @@ TEST(CpuMatmul, DefaultDispatchMatchesSelectedIsa) {
 
 TEST(CpuMatmul, MultiMatchesSeparateCalls) {
   for (DType type : {DType::kQ4_1, DType::kQ8_0, DType::kF32}) {
-    const TestMatrix q = make_matrix(type, 64, 576, 11), k = make_matrix(type, 21, 576, 12), v = make_matrix(type, 8, 576, 13);
+    const TestMatrix q = make_matrix(type, 64, 576, 11), k = make_matrix(type, 21, 576, 12),
+                     v = make_matrix(type, 8, 576, 13);
     for (int64_t n_tokens : {1, 3, 40}) {
       const std::vector<float> x = random_activations(n_tokens, 576, 576, 14);
       ThreadPool pool(2);
@@ -465,13 +513,14 @@ TEST(CpuMatmul, MultiMatchesSeparateCalls) {
 }
 
 TEST(CpuMatmul, SupportsAndRejects) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+  for (DType t :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0}) {
     EXPECT_TRUE(matmul_supports(t)) << dtype_name(t);
   }
   EXPECT_FALSE(matmul_supports(DType::kI32));
   // Everything else core/quant.h can dequantize goes through the slow fallback.
   for (DType t : {DType::kQ4_K, DType::kQ6_K}) EXPECT_TRUE(matmul_supports(t)) << dtype_name(t);
-  for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ5_K, DType::kFP8_E4M3}) {
+  for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ5_K, DType::kFP8_E4M3}) {
     EXPECT_EQ(matmul_supports(t), can_dequantize(t)) << dtype_name(t);
   }
   ThreadPool pool(1);

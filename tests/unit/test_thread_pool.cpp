@@ -1,7 +1,5 @@
 // Tests for ThreadPool: every index runs exactly once per run, parallel_for covers [0, n) exactly once,
 // exceptions propagate, back-to-back and nested runs, sleeping workers wake, destruction while idle.
-#include "core/thread_pool.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace servetune {
 namespace {

@@ -25,9 +25,11 @@ ActKind act_kind(DType weight_type) {
     case DType::kBF16:
       return ActKind::kBF16Rounded;
     case DType::kQ4_0:
+    case DType::kQ5_0:
     case DType::kQ8_0:
       return ActKind::kQ8_0;
     case DType::kQ4_1:
+    case DType::kQ5_1:
       return ActKind::kQ8_1;
     case DType::kQ4_K:
     case DType::kQ6_K:
@@ -40,7 +42,7 @@ ActKind act_kind(DType weight_type) {
 namespace {
 
 struct ScratchBuffers {
-  static constexpr int kSlots = 3;
+  static constexpr int kSlots = 4;
   void* ptr[kSlots] = {};
   size_t cap[kSlots] = {};
   ScratchBuffers() = default;
@@ -78,8 +80,8 @@ int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 const IsaKernels& kernels_for(CpuIsa isa) {
   if (!cpu_supports(isa)) {
-    throw_usage("CPU ISA level " + std::string(cpu_isa_name(isa)) + " is not supported by this CPU (best: " +
-                std::string(cpu_isa_name(cpu_best_isa())) + ")");
+    throw_usage("CPU ISA level " + std::string(cpu_isa_name(isa)) +
+                " is not supported by this CPU (best: " + std::string(cpu_isa_name(cpu_best_isa())) + ")");
   }
   switch (isa) {
     case CpuIsa::kAvx512:
@@ -98,7 +100,8 @@ void validate(const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_s
     throw_unsupported("matmul: weight type " + std::string(dtype_name(w.type)) + " is not supported on CPU");
   }
   const std::optional<int64_t> bytes = dtype_row_bytes(w.type, w.cols);
-  const std::string shape = std::to_string(w.rows) + "x" + std::to_string(w.cols) + " " + std::string(dtype_name(w.type));
+  const std::string shape =
+      std::to_string(w.rows) + "x" + std::to_string(w.cols) + " " + std::string(dtype_name(w.type));
   if (w.rows < 0 || w.cols <= 0 || !bytes) {
     throw_usage("matmul: bad weight shape " + shape + " (cols must be a positive multiple of the block size)");
   }
@@ -118,24 +121,46 @@ struct ActStorage {
   float* s = nullptr;
   float* f = nullptr;
   int16_t* bsums = nullptr;
+  int8_t* xp = nullptr;
+  float* dt = nullptr;
+  float* st = nullptr;
+  int32_t* nxs = nullptr;
 };
 
-ActStorage allocate_activations(ActKind kind, int64_t n_tokens, int64_t cols, Activations& a) {
+// `token_lanes`: also reserve the token-lane layout of the whole 16-token groups (see Activations).
+ActStorage allocate_activations(ActKind kind, int64_t n_tokens, int64_t cols, Activations& a,
+                                bool token_lanes = false) {
   ActStorage st;
   if (kind == ActKind::kQ8_0 || kind == ActKind::kQ8_1) {
     a.nb = cols / kQBlock;
     a.d_stride = round_up(a.nb, 16);
     a.q_stride = round_up(cols, kActAlign);
+    a.n_groups = token_lanes ? n_tokens / kTokenGroup : 0;
     const int64_t q_bytes = a.q_stride * n_tokens;
     const int64_t scale_bytes = a.d_stride * n_tokens * static_cast<int64_t>(sizeof(float));
+    const int64_t lane_tokens = a.n_groups * kTokenGroup;
+    // Token-lane quads, their negated sums (Q8_0 activations only), scales and sums.
+    const int64_t lane_bytes = lane_tokens * (a.q_stride * (kind == ActKind::kQ8_0 ? 2 : 1) +
+                                              2 * a.d_stride * static_cast<int64_t>(sizeof(float)));
     auto* base = static_cast<uint8_t*>(
-        thread_scratch(ScratchSlot::kActivations, static_cast<size_t>(q_bytes + 2 * scale_bytes)));
+        thread_scratch(ScratchSlot::kActivations, static_cast<size_t>(q_bytes + 2 * scale_bytes + lane_bytes)));
     st.q = reinterpret_cast<int8_t*>(base);
     st.d = reinterpret_cast<float*>(base + q_bytes);
     if (kind == ActKind::kQ8_1) st.s = reinterpret_cast<float*>(base + q_bytes + scale_bytes);
     a.q = st.q;
     a.d = st.d;
     a.s = st.s;
+    if (a.n_groups > 0) {
+      uint8_t* lanes = base + q_bytes + 2 * scale_bytes;
+      st.xp = reinterpret_cast<int8_t*>(lanes);
+      st.dt = reinterpret_cast<float*>(lanes + lane_tokens * a.q_stride);
+      if (kind == ActKind::kQ8_1) st.st = st.dt + lane_tokens * a.d_stride;
+      if (kind == ActKind::kQ8_0) st.nxs = reinterpret_cast<int32_t*>(st.dt + 2 * lane_tokens * a.d_stride);
+      a.xp = st.xp;
+      a.dt = st.dt;
+      a.st = st.st;
+      a.nxs = st.nxs;
+    }
   } else if (kind == ActKind::kQ8_K) {
     a.nb = cols / kQK_K;
     a.d_stride = round_up(a.nb, 16);
@@ -154,15 +179,19 @@ ActStorage allocate_activations(ActKind kind, int64_t n_tokens, int64_t cols, Ac
     a.bsums = st.bsums;
   } else {
     a.f_stride = round_up(cols, kActAlign / static_cast<int64_t>(sizeof(float)));
-    st.f = static_cast<float*>(thread_scratch(ScratchSlot::kActivations,
-                                              static_cast<size_t>(a.f_stride * n_tokens) * sizeof(float)));
+    st.f = static_cast<float*>(
+        thread_scratch(ScratchSlot::kActivations, static_cast<size_t>(a.f_stride * n_tokens) * sizeof(float)));
     a.f = st.f;
   }
   return st;
 }
 
-void prepare_activations(const IsaKernels& k, ActKind kind, const float* x, int64_t x_stride, int64_t t0,
-                         int64_t t1, int64_t cols, const ActStorage& st, const Activations& a) {
+void pack_token_groups(const IsaKernels& k, int64_t g0, int64_t g1, const ActStorage& st, const Activations& a) {
+  if (a.n_groups > 0) k.pack_token_groups(a, g0, g1, st.xp, st.dt, st.st, st.nxs);
+}
+
+void prepare_activations(const IsaKernels& k, ActKind kind, const float* x, int64_t x_stride, int64_t t0, int64_t t1,
+                         int64_t cols, const ActStorage& st, const Activations& a) {
   switch (kind) {
     case ActKind::kQ8_0:
     case ActKind::kQ8_1:
@@ -183,8 +212,10 @@ void prepare_activations(const IsaKernels& k, ActKind kind, const float* x, int6
   }
 }
 
-// Work split: a grid of row chunks (multiples of kRowTile) × token chunks (multiples of kTokenTile), about four
-// chunks per thread so a thread slowed by a noisy neighbour does not hold the others up.
+// Work split: a grid of row chunks (multiples of kRowChunk) × token chunks (multiples of kTokenGroup), about four
+// chunks per thread so a thread slowed by a noisy neighbour does not hold the others up. Chunk edges on those
+// multiples keep every output on the same kernel path and tile shape whatever the split, so results do not depend on
+// the thread count.
 struct Plan {
   int64_t row_chunk = 0;
   int64_t token_chunk = 0;
@@ -194,12 +225,12 @@ struct Plan {
 
 Plan make_plan(int64_t rows, int64_t n_tokens, int64_t row_bytes, int threads) {
   Plan p;
-  p.row_chunk = round_up(std::max<int64_t>(rows, 1), kRowTile);
+  p.row_chunk = round_up(std::max<int64_t>(rows, 1), kRowChunk);
   p.token_chunk = n_tokens;
   // Below ~16 KB of weights × tokens a second thread costs more than it saves.
   if (threads <= 1 || rows * row_bytes * std::min<int64_t>(n_tokens, 16) < 16 * 1024) return p;
-  const int64_t row_tiles = (rows + kRowTile - 1) / kRowTile;
-  const int64_t token_tiles = (n_tokens + kTokenTile - 1) / kTokenTile;
+  const int64_t row_tiles = (rows + kRowChunk - 1) / kRowChunk;
+  const int64_t token_tiles = (n_tokens + kTokenGroup - 1) / kTokenGroup;
   // Small matrices: one chunk per thread (no scheduling traffic); larger ones: four, handed out dynamically.
   const int64_t target = (rows * row_bytes < 256 * 1024 ? 1 : 4) * static_cast<int64_t>(threads);
   const int64_t row_chunks = std::min(row_tiles, target);
@@ -207,9 +238,9 @@ Plan make_plan(int64_t rows, int64_t n_tokens, int64_t row_bytes, int threads) {
   if (row_chunks < 2 * threads && token_tiles > 1) {
     token_chunks = std::min(token_tiles, (target + row_chunks - 1) / row_chunks);
   }
-  p.row_chunk = (row_tiles + row_chunks - 1) / row_chunks * kRowTile;
+  p.row_chunk = (row_tiles + row_chunks - 1) / row_chunks * kRowChunk;
   p.row_chunks = (rows + p.row_chunk - 1) / p.row_chunk;
-  p.token_chunk = (token_tiles + token_chunks - 1) / token_chunks * kTokenTile;
+  p.token_chunk = (token_tiles + token_chunks - 1) / token_chunks * kTokenGroup;
   p.token_chunks = (n_tokens + p.token_chunk - 1) / p.token_chunk;
   return p;
 }
@@ -258,18 +289,21 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
   // Few activations (decode): every thread prepares its own copy inside the parallel region, which overlaps that
   // work with the wake-up and needs no barrier. Preparation is deterministic, so all copies are identical.
   const bool private_prep = needs_prep && chunks > 1 && n_tokens * cols <= 16 * 1024;
+  const bool token_lanes = k.pack_token_groups != nullptr && n_tokens >= kTokenGroup;
   Activations shared;
   if (!needs_prep) {
     shared.f = x;
     shared.f_stride = x_stride;
   } else if (!private_prep) {
-    const ActStorage st = allocate_activations(kind, n_tokens, cols, shared);
+    const ActStorage st = allocate_activations(kind, n_tokens, cols, shared, token_lanes);
     if (threads > 1 && n_tokens * cols >= 32 * 1024) {
       pool->parallel_for(n_tokens, std::max<int64_t>(1, 8192 / cols), [&](int64_t t0, int64_t t1) {
         prepare_activations(k, kind, x, x_stride, t0, t1, cols, st, shared);
       });
+      pool->parallel_for(shared.n_groups, 1, [&](int64_t g0, int64_t g1) { pack_token_groups(k, g0, g1, st, shared); });
     } else {
       prepare_activations(k, kind, x, x_stride, 0, n_tokens, cols, st, shared);
+      pack_token_groups(k, 0, shared.n_groups, st, shared);
     }
   }
 
@@ -293,8 +327,9 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
     if (index >= chunks) return;
     Activations local = shared;
     if (private_prep) {
-      const ActStorage st = allocate_activations(kind, n_tokens, cols, local);
+      const ActStorage st = allocate_activations(kind, n_tokens, cols, local, token_lanes);
       prepare_activations(k, kind, x, x_stride, 0, n_tokens, cols, st, local);
+      pack_token_groups(k, 0, local.n_groups, st, local);
     }
     for (int64_t i = index; i < chunks; i = next.fetch_add(1, std::memory_order_relaxed)) {
       run_chunk(local, i);
@@ -303,8 +338,8 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
   });
 }
 
-void run_matmul(const IsaKernels& k, const MatrixView& mv, const float* x, int64_t n_tokens, int64_t x_stride,
-                float* y, int64_t y_stride, ThreadPool* pool) {
+void run_matmul(const IsaKernels& k, const MatrixView& mv, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
+                int64_t y_stride, ThreadPool* pool) {
   const MatmulTarget target{mv, y, y_stride};
   run_jobs(k, &target, 1, x, n_tokens, x_stride, pool);
 }
@@ -344,8 +379,8 @@ void quantize_activations(CpuIsa isa, const float* x, int64_t n, int8_t* q, floa
   const int64_t nb = n / kQBlock;
   const int64_t q_stride = round_up(n, kActAlign);
   const int64_t d_stride = round_up(nb, 16);
-  auto* base = static_cast<uint8_t*>(thread_scratch(ScratchSlot::kActivations,
-                                                    static_cast<size_t>(q_stride + 2 * d_stride * 4)));
+  auto* base = static_cast<uint8_t*>(
+      thread_scratch(ScratchSlot::kActivations, static_cast<size_t>(q_stride + 2 * d_stride * 4)));
   auto* qp = reinterpret_cast<int8_t*>(base);
   auto* dp = reinterpret_cast<float*>(base + q_stride);
   float* sp = s != nullptr ? dp + d_stride : nullptr;

@@ -1,29 +1,13 @@
 // AVX-512 kernels for F32 / F16 / BF16 weights × f32 activations (a 4×4 rows × tokens FMA tile, masked column tail)
 // and the f16 / bf16 rounding of activations that ggml applies before those dots.
-// GCC 12 warns about the deliberately undefined vectors inside the AVX-512 intrinsic headers (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 
+#include "backend/cpu/matmul_avx512.h"
 #include "backend/cpu/matmul_internal.h"
 
 namespace servetune::cpu::detail {
 namespace {
 
-inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-
-// Horizontal reductions (GCC 12's _mm512_reduce_* trip -Wuninitialized inside the intrinsic headers).
-inline __m512 fold_lanes_add(__m512 v) {
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
-  return _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
-}
-inline float hsum(__m512 v) {
-  __m128 x = _mm512_castps512_ps128(fold_lanes_add(v));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
-}
+using namespace avx512;
 
 template <DType kType>
 inline __m512 load_weights(const uint8_t* row, int64_t c, __mmask16 mask) {
@@ -47,8 +31,8 @@ void float_tile(const uint8_t* w0, int64_t row_bytes, const float* x0, int64_t x
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   }
   for (int64_t c = 0; c < cols; c += 16) {
-    const __mmask16 mask = cols - c >= 16 ? static_cast<__mmask16>(0xFFFF)
-                                          : static_cast<__mmask16>((1u << (cols - c)) - 1u);
+    const __mmask16 mask =
+        cols - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (cols - c)) - 1u);
     __m512 w[R];
     for (int r = 0; r < R; ++r) w[r] = load_weights<kType>(w0 + r * row_bytes, c, mask);
     for (int t = 0; t < T; ++t) {
@@ -65,8 +49,10 @@ using FloatTileFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, int
 
 template <DType kType, int R>
 FloatTileFn tile_for_tokens(int T) {
-  return T == 1 ? float_tile<kType, R, 1>
-                : T == 2 ? float_tile<kType, R, 2> : T == 3 ? float_tile<kType, R, 3> : float_tile<kType, R, 4>;
+  return T == 1   ? float_tile<kType, R, 1>
+         : T == 2 ? float_tile<kType, R, 2>
+         : T == 3 ? float_tile<kType, R, 3>
+                  : float_tile<kType, R, 4>;
 }
 
 template <DType kType>
@@ -90,12 +76,12 @@ void float_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1,
 }
 
 template <class Round>
-void round_rows(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, float* out,
-                int64_t out_stride, Round round) {
+void round_rows(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, float* out, int64_t out_stride,
+                Round round) {
   for (int64_t t = t0; t < t1; ++t) {
     for (int64_t c = 0; c < cols; c += 16) {
-      const __mmask16 mask = cols - c >= 16 ? static_cast<__mmask16>(0xFFFF)
-                                            : static_cast<__mmask16>((1u << (cols - c)) - 1u);
+      const __mmask16 mask =
+          cols - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (cols - c)) - 1u);
       _mm512_mask_storeu_ps(out + t * out_stride + c, mask, round(_mm512_maskz_loadu_ps(mask, x + t * x_stride + c)));
     }
   }

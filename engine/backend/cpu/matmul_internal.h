@@ -9,10 +9,12 @@
 
 namespace servetune::cpu::detail {
 
-constexpr int64_t kQBlock = 32;       // elements per Q8 activation block
-constexpr int64_t kRowTile = 4;       // weight rows per micro-kernel tile
-constexpr int64_t kTokenTile = 4;     // tokens per micro-kernel tile
-constexpr int64_t kActAlign = 64;     // bytes; every activation row starts on a cache line
+constexpr int64_t kQBlock = 32;      // elements per Q8 activation block
+constexpr int64_t kRowTile = 4;      // weight rows per micro-kernel tile (float / AVX2 kernels)
+constexpr int64_t kRowChunk = 16;    // row chunks handed to threads are multiples of this
+constexpr int64_t kTokenTile = 4;    // tokens per micro-kernel tile
+constexpr int64_t kTokenGroup = 16;  // tokens per token-lane group; token chunks are multiples of this
+constexpr int64_t kActAlign = 64;    // bytes; every activation row starts on a cache line
 
 // Activations prepared once per matmul call for all tokens. For quantized weights: q + t*q_stride holds the Q8
 // quants of token t (natural element order, zero-padded to q_stride, a multiple of 64), d[t*d_stride + b] the block
@@ -31,6 +33,15 @@ struct Activations {
   // the sum of quants j*16 .. j*16+15.
   const int16_t* bsums = nullptr;
   int64_t bsum_stride = 0;
+  // Token-lane layout of the first n_groups*16 tokens (prefill, ISAs with pack_token_groups): group g holds at
+  // xp + g*q_stride*16 the quads (4 consecutive quants) of its 16 tokens, quad-major (s8), and at
+  // dt / st + g*d_stride*16 the block scales / Q8_1 sums, block-major (16 tokens per block).
+  // For Q8_0 activations also nxs + g*q_stride*4: −Σ of each quad (the offset correction of signed weight codes).
+  const int8_t* xp = nullptr;
+  const float* dt = nullptr;
+  const float* st = nullptr;
+  const int32_t* nxs = nullptr;
+  int64_t n_groups = 0;
 };
 
 // Weights as the kernels see them.
@@ -46,7 +57,7 @@ struct Weights {
 enum class ActKind { kF32, kF16Rounded, kBF16Rounded, kQ8_0, kQ8_1, kQ8_K, kDequantF32 };
 ActKind act_kind(DType weight_type);
 
-// Computes y[t*y_stride + r] for r in [r0, r1), t in [t0, t1). r0 is a multiple of kRowTile.
+// Computes y[t*y_stride + r] for r in [r0, r1), t in [t0, t1). r0 is a multiple of kRowChunk, t0 of kTokenGroup.
 using RangeKernel = void (*)(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
                              float* y, int64_t y_stride);
 // Quantizes tokens [t0, t1) of x into q/d/s laid out as in Activations, padding included; s may be null (Q8_0).
@@ -62,12 +73,16 @@ using RoundFn = void (*)(const float* x, int64_t x_stride, int64_t t0, int64_t t
 using QuantizeKFn = void (*)(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, int8_t* q,
                              int64_t q_stride, float* d, int64_t d_stride, int16_t* bsums, int64_t bsum_stride);
 
+// Builds the token-lane layout of groups [g0, g1) from the quantized activations in `a`.
+using PackFn = void (*)(const Activations& a, int64_t g0, int64_t g1, int8_t* xp, float* dt, float* st, int32_t* nxs);
+
 struct IsaKernels {
   QuantizeFn quantize_q8;
   QuantizeKFn quantize_q8k;
   RoundFn round_f16;
   RoundFn round_bf16;
   RangeKernel (*kernel_for)(DType weight_type);  // nullptr: use the generic fallback
+  PackFn pack_token_groups;                      // nullptr: the ISA has no token-lane kernels
 };
 
 const IsaKernels& reference_kernels();
@@ -75,9 +90,16 @@ const IsaKernels& reference_kernels();
 void quantize_q8k_reference(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, int8_t* q,
                             int64_t q_stride, float* d, int64_t d_stride, int16_t* bsums, int64_t bsum_stride);
 RangeKernel reference_k_kernel_for(DType weight_type);
+void avx512_quantize_q8(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, int8_t* q,
+                        int64_t q_stride, float* d, float* s, int64_t d_stride);
 void avx512_quantize_q8k(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, int8_t* q,
                          int64_t q_stride, float* d, int64_t d_stride, int16_t* bsums, int64_t bsum_stride);
 RangeKernel avx512_k_kernel_for(DType weight_type);
+void avx512_pack_token_groups(const Activations& a, int64_t g0, int64_t g1, int8_t* xp, float* dt, float* st,
+                              int32_t* nxs);
+// Token-lane GEMM of Q4_0 / Q4_1 / Q8_0 rows [r0, r1) for token groups [g0, g1) (tokens 16*g0 .. 16*g1).
+void avx512_tl_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, float* y,
+                     int64_t y_stride);
 RangeKernel avx512_float_kernel_for(DType weight_type);
 void avx512_round_f16(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, float* out,
                       int64_t out_stride);
@@ -96,7 +118,7 @@ const IsaKernels& avx512_kernels();
 
 // Per-thread scratch owned by the baseline driver (so ISA files allocate nothing themselves). 64-byte aligned; valid
 // until the next call on the same thread with the same slot.
-enum class ScratchSlot { kActivations = 0, kPanel = 1, kDequant = 2 };
+enum class ScratchSlot { kActivations = 0, kPanel = 1, kDequant = 2, kTokenLanePanel = 3 };
 void* thread_scratch(ScratchSlot slot, size_t bytes);
 
 }  // namespace servetune::cpu::detail

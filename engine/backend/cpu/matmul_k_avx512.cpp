@@ -1,38 +1,25 @@
-// AVX-512 VNNI k-quant kernels (Q4_K, Q6_K weights × Q8_K activations) and the Q8_K activation quantizer.
+// AVX-512 VNNI k-quant kernels: Q4_K, Q6_K weights × Q8_K activations.
 // Each super-block's integer sum is formed exactly (vpmaddubsw, then vpdpwssd with the sub-block scales) and scaled
 // once, so results equal the plain C++ reference bit for bit. Rows are decoded once per 4-token tile.
-// GCC 12 warns about the deliberately undefined vectors inside the AVX-512 intrinsic headers (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 
 #include <cstring>
 
+#include "backend/cpu/matmul_avx512.h"
 #include "backend/cpu/matmul_internal.h"
 #include "core/quant.h"
 
 namespace servetune::cpu::detail {
 namespace {
 
+using namespace avx512;
+
 constexpr int kTokens = 4;
 
-inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-
-inline int hsum_i32(__m512i v) {
-  __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-  __m128i x = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-  x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
-  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(x);
-}
-
-inline int hsum_i32(__m256i v) {
-  __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
-  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(x);
+inline void prefetch_ahead(const void* block) {
+  const char* p = static_cast<const char*>(block) + kPrefetchBytes;
+  _mm_prefetch(p, _MM_HINT_T0);
+  _mm_prefetch(p + 64, _MM_HINT_T0);
+  _mm_prefetch(p + 128, _MM_HINT_T0);
 }
 
 inline float f16(uint16_t h) { return _cvtsh_ss(h); }
@@ -87,6 +74,7 @@ void q4k_rows(const Weights& w, const Activations& a, int64_t r0, int64_t r1, in
     const auto* blocks = reinterpret_cast<const BlockQ4_K*>(w.data + r * w.row_bytes);
     float sum[T] = {};
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead(&blocks[b]);
       Q4KDecoded dec;
       decode_q4k(blocks[b], scale_idx, dec);
       for (int t = 0; t < T; ++t) {
@@ -119,15 +107,19 @@ void q6k_rows(const Weights& w, const Activations& a, int64_t r0, int64_t r1, in
     float sum[T] = {};
     for (int64_t b = 0; b < nb; ++b) {
       const BlockQ6_K& blk = blocks[b];
+      prefetch_ahead(&blk);
       // Quants as unsigned 0..63 (the −32 offset is applied through the bsums), 64 per register in element order.
       __m512i q[4];
       for (int h = 0; h < 2; ++h) {
         const __m256i la = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * h));
         const __m256i lb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * h + 32));
         const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
-        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(la, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45));
-        const __m256i q2 = _mm256_or_si256(_mm256_and_si256(lb, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45));
-        const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), low4), _mm256_and_si256(hb, bits45));
+        const __m256i q1 =
+            _mm256_or_si256(_mm256_and_si256(la, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45));
+        const __m256i q2 =
+            _mm256_or_si256(_mm256_and_si256(lb, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45));
+        const __m256i q3 =
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), low4), _mm256_and_si256(hb, bits45));
         const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), low4),
                                            _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45));
         q[2 * h] = _mm512_inserti64x4(_mm512_castsi256_si512(q1), q2, 1);
@@ -194,56 +186,6 @@ void k_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int
 }
 
 }  // namespace
-
-void avx512_quantize_q8k(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, int8_t* q,
-                         int64_t q_stride, float* d, int64_t d_stride, int16_t* bsums, int64_t bsum_stride) {
-  const int64_t nb = cols / kQK_K;
-  const __m512 sign = _mm512_set1_ps(-0.0f);
-  for (int64_t t = t0; t < t1; ++t) {
-    const float* xt = x + t * x_stride;
-    int8_t* qt = q + t * q_stride;
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* xb = xt + b * kQK_K;
-      __m512 amax_v = _mm512_setzero_ps();
-      for (int i = 0; i < 16; ++i) amax_v = _mm512_max_ps(amax_v, _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 16 * i)));
-      amax_v = _mm512_max_ps(amax_v, _mm512_shuffle_f32x4(amax_v, amax_v, _MM_SHUFFLE(1, 0, 3, 2)));
-      amax_v = _mm512_max_ps(amax_v, _mm512_shuffle_f32x4(amax_v, amax_v, _MM_SHUFFLE(2, 3, 0, 1)));
-      __m128 m4 = _mm512_castps512_ps128(amax_v);
-      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-      const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-      int16_t* bs = bsums + t * bsum_stride + b * 16;
-      if (amax == 0.0f) {
-        d[t * d_stride + b] = 0.0f;
-        std::memset(qt + b * kQK_K, 0, kQK_K);
-        std::memset(bs, 0, 16 * sizeof(int16_t));
-        continue;
-      }
-      // ggml keeps the first element of largest magnitude, with its sign.
-      float max = 0.0f;
-      for (int i = 0; i < 16; ++i) {
-        const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 16 * i)),
-                                                 _mm512_set1_ps(amax), _CMP_EQ_OQ);
-        if (hit != 0) {
-          max = xb[16 * i + __builtin_ctz(hit)];
-          break;
-        }
-      }
-      const float iscale = -127.0f / max;
-      const __m512 scale = _mm512_set1_ps(iscale);
-      for (int i = 0; i < 16; ++i) {
-        __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * i), scale),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const __m512i qi = _mm512_cvtps_epi32(_mm512_min_ps(v, _mm512_set1_ps(127.0f)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(qt + b * kQK_K + 16 * i), _mm512_cvtsepi32_epi8(qi));
-        bs[i] = static_cast<int16_t>(hsum_i32(qi));
-      }
-      d[t * d_stride + b] = 1.0f / iscale;
-    }
-    std::memset(qt + cols, 0, static_cast<size_t>(q_stride - cols));
-    for (int64_t b = nb; b < d_stride; ++b) d[t * d_stride + b] = 0.0f;
-    for (int64_t j = nb * 16; j < bsum_stride; ++j) bsums[t * bsum_stride + j] = 0;
-  }
-}
 
 RangeKernel avx512_k_kernel_for(DType type) {
   switch (type) {

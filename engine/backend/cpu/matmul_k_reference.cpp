@@ -32,7 +32,8 @@ void k_kernel(const Weights& w, const Activations& a, int64_t r0, int64_t r1, in
       for (int64_t b = 0; b < nb; ++b) {
         Block blk;
         std::memcpy(&blk, row + b * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
-        sum += dot(blk, a.q + t * a.q_stride + b * kQK_K, a.d[t * a.d_stride + b], a.bsums + t * a.bsum_stride + b * 16);
+        sum +=
+            dot(blk, a.q + t * a.q_stride + b * kQK_K, a.d[t * a.d_stride + b], a.bsums + t * a.bsum_stride + b * 16);
       }
       y[t * y_stride + r] = sum;
     }
@@ -63,28 +64,28 @@ void q4_k_kernel(const Weights& w, const Activations& a, int64_t r0, int64_t r1,
 
 void q6_k_kernel(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, float* y,
                  int64_t y_stride) {
-  k_kernel<BlockQ6_K>(w, a, r0, r1, t0, t1, y, y_stride, [](const BlockQ6_K& b, const int8_t* q, float dx,
-                                                            const int16_t*) {
-    int8_t v[kQK_K];
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = b.ql + 64 * h;
-      const uint8_t* qh = b.qh + 32 * h;
-      int8_t* out = v + 128 * h;
-      for (int l = 0; l < 32; ++l) {
-        out[l] = static_cast<int8_t>(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
-        out[l + 32] = static_cast<int8_t>(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-        out[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-        out[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-      }
-    }
-    int64_t isum = 0;
-    for (int j = 0; j < 16; ++j) {
-      int sub = 0;
-      for (int l = 0; l < 16; ++l) sub += v[16 * j + l] * q[16 * j + l];
-      isum += static_cast<int64_t>(b.scales[j]) * sub;
-    }
-    return fp16_to_f32(b.d) * dx * static_cast<float>(isum);
-  });
+  k_kernel<BlockQ6_K>(w, a, r0, r1, t0, t1, y, y_stride,
+                      [](const BlockQ6_K& b, const int8_t* q, float dx, const int16_t*) {
+                        int8_t v[kQK_K];
+                        for (int h = 0; h < 2; ++h) {
+                          const uint8_t* ql = b.ql + 64 * h;
+                          const uint8_t* qh = b.qh + 32 * h;
+                          int8_t* out = v + 128 * h;
+                          for (int l = 0; l < 32; ++l) {
+                            out[l] = static_cast<int8_t>(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+                            out[l + 32] = static_cast<int8_t>(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                            out[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                            out[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+                          }
+                        }
+                        int64_t isum = 0;
+                        for (int j = 0; j < 16; ++j) {
+                          int sub = 0;
+                          for (int l = 0; l < 16; ++l) sub += v[16 * j + l] * q[16 * j + l];
+                          isum += static_cast<int64_t>(b.scales[j]) * sub;
+                        }
+                        return fp16_to_f32(b.d) * dx * static_cast<float>(isum);
+                      });
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// AVX2 kernels for Q4_0 / Q4_1 / Q8_0 weights × Q8 activations, plus the activation quantizer (ggml's x86 scheme).
-// Same weights-stationary panel as the AVX-512 path, one 32-byte block per step, vpmaddubsw + vpmaddwd dots
-// (signed weights use the |w|, sign(x, w) trick so the 16-bit pair sums cannot saturate).
+// AVX2 kernels for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights × Q8 activations, plus the activation quantizer (ggml's
+// x86 scheme). Rows decoded once into a panel, then 2×4 (rows × tokens) tiles of vpmaddubsw + vpmaddwd dots (signed
+// weights use the |w|, sign(x, w) trick, so 16-bit pair sums cannot saturate) following ggml's vec_dot arithmetic.
 #include <immintrin.h>
 
 #include <cstring>
@@ -12,9 +12,8 @@
 namespace servetune::cpu::detail {
 namespace {
 
-constexpr int64_t kChunkBlocks = 128;
 constexpr int64_t kGroupRows = 16;
-constexpr int kRows = 2;    // register tile: 2 rows × 4 tokens (16 ymm registers)
+constexpr int kRows = 2;  // register tile: 2 rows × 4 tokens (16 ymm registers)
 constexpr int kTokens = 4;
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -59,12 +58,13 @@ void quantize_q8(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64
       const __m256 id = _mm256_set1_ps(max_abs != 0.0f ? 127.0f / max_abs : 0.0f);
       __m256i iv[4];
       for (int i = 0; i < 4; ++i) {
-        iv[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        iv[i] =
+            _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
       }
       const __m256i p01 = _mm256_packs_epi32(iv[0], iv[1]);
       const __m256i p23 = _mm256_packs_epi32(iv[2], iv[3]);
-      const __m256i packed = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
-                                                         _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      const __m256i packed =
+          _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(qt + b * kQBlock), packed);
       dt[b] = f16_round_trip(dd);
       if (st != nullptr) {
@@ -91,8 +91,22 @@ struct Panel {
 };
 
 template <DType kType>
+struct BlockOf {
+  using type = std::conditional_t<
+      kType == DType::kQ4_0, BlockQ4_0,
+      std::conditional_t<kType == DType::kQ4_1, BlockQ4_1,
+                         std::conditional_t<kType == DType::kQ5_0, BlockQ5_0,
+                                            std::conditional_t<kType == DType::kQ5_1, BlockQ5_1, BlockQ8_0>>>>;
+};
+
+template <DType kType>
+constexpr bool has_min() {
+  return kType == DType::kQ4_1 || kType == DType::kQ5_1;
+}
+
+template <DType kType>
 constexpr int64_t panel_block_bytes() {
-  return kType == DType::kQ4_1 ? 32 : 64;
+  return has_min<kType>() ? 32 : 64;
 }
 
 template <DType kType>
@@ -102,6 +116,9 @@ void decode_row(const uint8_t* row, int64_t b0, int64_t nbc, const Panel& p, int
   float* mout = p.m + r * p.d_stride;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nbc; ++b) {
+    // Software prefetch ~6 KB ahead: short weight streams do not give the hardware prefetchers time to ramp up.
+    _mm_prefetch(reinterpret_cast<const char*>(row) + (b0 + b) * sizeof(typename BlockOf<kType>::type) + 6144,
+                 _MM_HINT_T0);
     __m256i qv;
     uint16_t dh = 0, mh = 0;
     if constexpr (kType == DType::kQ8_0) {
@@ -109,20 +126,32 @@ void decode_row(const uint8_t* row, int64_t b0, int64_t nbc, const Panel& p, int
       qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
       std::memcpy(&dh, &blk->d, 2);
     } else {
-      using Block = std::conditional_t<kType == DType::kQ4_0, BlockQ4_0, BlockQ4_1>;
+      using Block = typename BlockOf<kType>::type;
       const auto* blk = reinterpret_cast<const Block*>(row) + b0 + b;
       const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
       qv = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(a), _mm_srli_epi16(a, 4), 1), low4);
+      if constexpr (kType == DType::kQ5_0 || kType == DType::kQ5_1) {
+        // Spread qh's 32 bits over the 32 bytes (byte j gets 0x10 when bit j is set).
+        uint32_t qh;
+        std::memcpy(&qh, blk->qh, 4);
+        const __m256i spread =
+            _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
+                                _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+        const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+        qv = _mm256_or_si256(
+            qv, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10)));
+      }
       std::memcpy(&dh, &blk->d, 2);
-      if constexpr (kType == DType::kQ4_1) std::memcpy(&mh, &blk->m, 2);
+      if constexpr (has_min<kType>()) std::memcpy(&mh, &blk->m, 2);
       if constexpr (kType == DType::kQ4_0) qv = _mm256_sub_epi8(qv, _mm256_set1_epi8(8));
+      if constexpr (kType == DType::kQ5_0) qv = _mm256_sub_epi8(qv, _mm256_set1_epi8(16));
     }
     _mm256_store_si256(reinterpret_cast<__m256i*>(out + b * panel_block_bytes<kType>()), qv);
-    if constexpr (kType != DType::kQ4_1) {
+    if constexpr (!has_min<kType>()) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(out + b * 64 + 32), _mm256_sign_epi8(qv, qv));
     }
     dout[b] = _cvtsh_ss(dh);
-    if constexpr (kType == DType::kQ4_1) mout[b] = _cvtsh_ss(mh);
+    if constexpr (has_min<kType>()) mout[b] = _cvtsh_ss(mh);
   }
   for (int64_t b = nbc; b < (nbc + 7) / 8 * 8; ++b) {
     dout[b] = 0.0f;
@@ -140,22 +169,29 @@ struct TileArgs {
   const float* xs;
   int64_t xq_stride, xd_stride;
   int64_t blocks;
-  int64_t min8;
   float* y;
   int64_t y_stride;
-  bool accumulate;
 };
 
 template <DType kType, int R, int T>
 void compute_tile(const TileArgs& g) {
-  constexpr bool kSigned = kType != DType::kQ4_1;
+  constexpr bool kSigned = !has_min<kType>();
   constexpr int64_t kStep = panel_block_bytes<kType>();
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   }
+  float mins[R][T] = {};
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < g.blocks; ++b) {
+    if constexpr (has_min<kType>()) {
+      for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < T; ++t) {
+          mins[r][t] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(g.pm[r * g.pd_stride + b]),
+                                                  _mm_set_ss(g.xs[t * g.xd_stride + b]), _mm_set_ss(mins[r][t])));
+        }
+      }
+    }
     for (int t = 0; t < T; ++t) {
       const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(g.xq + t * g.xq_stride + b * 32));
       const __m256 dx = _mm256_broadcast_ss(g.xd + t * g.xd_stride + b);
@@ -174,22 +210,8 @@ void compute_tile(const TileArgs& g) {
       }
     }
   }
-  if constexpr (kType == DType::kQ4_1) {
-    for (int64_t k = 0; k < g.min8; ++k) {
-      for (int r = 0; r < R; ++r) {
-        const __m256 m = _mm256_load_ps(g.pm + r * g.pd_stride + 8 * k);
-        for (int t = 0; t < T; ++t) {
-          acc[r][t] = _mm256_fmadd_ps(m, _mm256_loadu_ps(g.xs + t * g.xd_stride + 8 * k), acc[r][t]);
-        }
-      }
-    }
-  }
   for (int t = 0; t < T; ++t) {
-    for (int r = 0; r < R; ++r) {
-      const float v = hsum(acc[r][t]);
-      float* out = g.y + t * g.y_stride + r;
-      *out = g.accumulate ? *out + v : v;
-    }
+    for (int r = 0; r < R; ++r) g.y[t * g.y_stride + r] = hsum(acc[r][t]) + (has_min<kType>() ? mins[r][t] : 0.0f);
   }
 }
 
@@ -197,18 +219,21 @@ using TileFn = void (*)(const TileArgs&);
 
 template <DType kType, int R>
 TileFn tile_for_tokens(int T) {
-  return T == 1 ? compute_tile<kType, R, 1>
-                : T == 2 ? compute_tile<kType, R, 2> : T == 3 ? compute_tile<kType, R, 3> : compute_tile<kType, R, 4>;
+  return T == 1   ? compute_tile<kType, R, 1>
+         : T == 2 ? compute_tile<kType, R, 2>
+         : T == 3 ? compute_tile<kType, R, 3>
+                  : compute_tile<kType, R, 4>;
 }
 
+// Rows in groups of kGroupRows decoded once (whole rows: the canonical lane sums run over all blocks), then every
+// 2-row × 4-token tile of the token range.
 template <DType kType>
 void quant_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, float* y,
                  int64_t y_stride) {
   const int64_t nb = a.nb;
-  const int64_t chunk = imin(kChunkBlocks, nb);
   Panel panel;
-  panel.q_stride = chunk * panel_block_bytes<kType>();
-  panel.d_stride = (chunk + 15) / 16 * 16;
+  panel.q_stride = nb * panel_block_bytes<kType>();
+  panel.d_stride = (nb + 15) / 16 * 16;
   const size_t panel_bytes = static_cast<size_t>(kGroupRows * (panel.q_stride + 2 * panel.d_stride * 4));
   auto* base = static_cast<uint8_t*>(thread_scratch(ScratchSlot::kPanel, panel_bytes));
   panel.q = base;
@@ -216,31 +241,26 @@ void quant_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1,
   panel.m = panel.d + kGroupRows * panel.d_stride;
   for (int64_t g0 = r0; g0 < r1; g0 += kGroupRows) {
     const int64_t rows = imin(kGroupRows, r1 - g0);
-    for (int64_t b0 = 0; b0 < nb; b0 += kChunkBlocks) {
-      const int64_t nbc = imin(kChunkBlocks, nb - b0);
-      for (int64_t r = 0; r < rows; ++r) decode_row<kType>(w.data + (g0 + r) * w.row_bytes, b0, nbc, panel, r);
-      TileArgs args;
-      args.pq_stride = panel.q_stride;
-      args.pd_stride = panel.d_stride;
-      args.xq_stride = a.q_stride;
-      args.xd_stride = a.d_stride;
-      args.blocks = nbc;
-      args.min8 = (nbc + 7) / 8;
-      args.y_stride = y_stride;
-      args.accumulate = b0 > 0;
-      for (int64_t t = t0; t < t1; t += kTokens) {
-        const int nt = static_cast<int>(imin(kTokens, t1 - t));
-        args.xq = a.q + t * a.q_stride + b0 * kQBlock;
-        args.xd = a.d + t * a.d_stride + b0;
-        args.xs = a.s != nullptr ? a.s + t * a.d_stride + b0 : nullptr;
-        for (int64_t r = 0; r < rows; r += kRows) {
-          const int nr = static_cast<int>(imin(kRows, rows - r));
-          args.pq = panel.q + r * panel.q_stride;
-          args.pd = panel.d + r * panel.d_stride;
-          args.pm = panel.m + r * panel.d_stride;
-          args.y = y + t * y_stride + g0 + r;
-          (nr == 1 ? tile_for_tokens<kType, 1>(nt) : tile_for_tokens<kType, 2>(nt))(args);
-        }
+    for (int64_t r = 0; r < rows; ++r) decode_row<kType>(w.data + (g0 + r) * w.row_bytes, 0, nb, panel, r);
+    TileArgs args;
+    args.pq_stride = panel.q_stride;
+    args.pd_stride = panel.d_stride;
+    args.xq_stride = a.q_stride;
+    args.xd_stride = a.d_stride;
+    args.blocks = nb;
+    args.y_stride = y_stride;
+    for (int64_t t = t0; t < t1; t += kTokens) {
+      const int nt = static_cast<int>(imin(kTokens, t1 - t));
+      args.xq = a.q + t * a.q_stride;
+      args.xd = a.d + t * a.d_stride;
+      args.xs = a.s != nullptr ? a.s + t * a.d_stride : nullptr;
+      for (int64_t r = 0; r < rows; r += kRows) {
+        const int nr = static_cast<int>(imin(kRows, rows - r));
+        args.pq = panel.q + r * panel.q_stride;
+        args.pd = panel.d + r * panel.d_stride;
+        args.pm = panel.m + r * panel.d_stride;
+        args.y = y + t * y_stride + g0 + r;
+        (nr == 1 ? tile_for_tokens<kType, 1>(nt) : tile_for_tokens<kType, 2>(nt))(args);
       }
     }
   }
@@ -252,6 +272,10 @@ RangeKernel kernel_for(DType type) {
       return quant_range<DType::kQ4_0>;
     case DType::kQ4_1:
       return quant_range<DType::kQ4_1>;
+    case DType::kQ5_0:
+      return quant_range<DType::kQ5_0>;
+    case DType::kQ5_1:
+      return quant_range<DType::kQ5_1>;
     case DType::kQ8_0:
       return quant_range<DType::kQ8_0>;
     default:
@@ -262,7 +286,8 @@ RangeKernel kernel_for(DType type) {
 }  // namespace
 
 const IsaKernels& avx2_kernels() {
-  static const IsaKernels kernels{quantize_q8, quantize_q8k_reference, avx2_round_f16, avx2_round_bf16, kernel_for};
+  static const IsaKernels kernels{quantize_q8, quantize_q8k_reference, avx2_round_f16, avx2_round_bf16, kernel_for,
+                                  nullptr};
   return kernels;
 }
 

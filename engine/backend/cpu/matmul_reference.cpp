@@ -1,7 +1,8 @@
 // Plain C++ matmul kernels: the numerics oracle (ggml-cpu x86 scheme, see matmul.h) and the dequantize-to-f32
-// fallback for weight types without dedicated kernels. One output at a time, blocks summed in order.
+// fallback for weight types without dedicated kernels. Quantized types use the canonical 8-lane arithmetic below.
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/matmul_internal.h"
 #include "core/half.h"
@@ -98,60 +99,83 @@ void bf16_kernel(const Weights& w, const Activations& a, int64_t r0, int64_t r1,
   });
 }
 
-// Sums d_w·d_x·isum(block) (+ m_w·s_x for Q4_1) over the blocks of one row and one token.
-template <class Block, class BlockDot>
+// One weight block as 32 integer quants in element order, its scale d and (Q4_1, Q5_1) min m.
+struct DecodedBlock {
+  int q[32];
+  float d;
+  float m;
+};
+
+// Fifth bits of a Q5 block: element j (0..31) gets bit j of qh as its value 16.
+int q5_high(const uint8_t* qh, int j) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  return static_cast<int>((bits >> j) & 1u) << 4;
+}
+
+template <DType kType>
+DecodedBlock decode_block(const uint8_t* src) {
+  DecodedBlock out{};
+  if constexpr (kType == DType::kQ8_0) {
+    BlockQ8_0 b;
+    std::memcpy(&b, src, sizeof b);
+    for (int j = 0; j < 32; ++j) out.q[j] = b.qs[j];
+    out.d = fp16_to_f32(b.d);
+  } else if constexpr (kType == DType::kQ4_0 || kType == DType::kQ4_1) {
+    using Block = std::conditional_t<kType == DType::kQ4_0, BlockQ4_0, BlockQ4_1>;
+    Block b;
+    std::memcpy(&b, src, sizeof b);
+    const int offset = kType == DType::kQ4_0 ? 8 : 0;
+    for (int j = 0; j < 16; ++j) {
+      out.q[j] = (b.qs[j] & 0x0F) - offset;
+      out.q[j + 16] = (b.qs[j] >> 4) - offset;
+    }
+    out.d = fp16_to_f32(b.d);
+    if constexpr (kType == DType::kQ4_1) out.m = fp16_to_f32(b.m);
+  } else {
+    using Block = std::conditional_t<kType == DType::kQ5_0, BlockQ5_0, BlockQ5_1>;
+    Block b;
+    std::memcpy(&b, src, sizeof b);
+    const int offset = kType == DType::kQ5_0 ? 16 : 0;
+    for (int j = 0; j < 16; ++j) {
+      out.q[j] = ((b.qs[j] & 0x0F) | q5_high(b.qh, j)) - offset;
+      out.q[j + 16] = ((b.qs[j] >> 4) | q5_high(b.qh, j + 16)) - offset;
+    }
+    out.d = fp16_to_f32(b.d);
+    if constexpr (kType == DType::kQ5_1) out.m = fp16_to_f32(b.m);
+  }
+  return out;
+}
+
+// The canonical arithmetic of every quantized kernel (ggml's x86 ggml_vec_dot_*_q8_*): eight f32 lanes, lane l
+// accumulating fma(d_w·d_x, Σ_{k<4} q_w[4l+k]·q_x[4l+k], lane) block by block; mins as a scalar fma chain
+// m_w·s_x; the result hsum8(lanes) (+ mins), hsum8 = ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+template <DType kType>
 void quant_kernel(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, float* y,
-                  int64_t y_stride, BlockDot block_dot) {
-  const int64_t nb = a.nb;
+                  int64_t y_stride) {
+  constexpr bool kHasMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;
+  const int64_t block_bytes = dtype_info(kType).type_size;
   for (int64_t r = r0; r < r1; ++r) {
-    Block blocks[1];
     const uint8_t* row = w.data + r * w.row_bytes;
     for (int64_t t = t0; t < t1; ++t) {
       const int8_t* qt = a.q + t * a.q_stride;
-      const float* dt = a.d + t * a.d_stride;
-      const float* st = a.s != nullptr ? a.s + t * a.d_stride : nullptr;
-      float sum = 0.0f;
-      float min_sum = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        std::memcpy(blocks, row + b * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
-        block_dot(blocks[0], qt + b * kQBlock, dt[b], st != nullptr ? st[b] : 0.0f, sum, min_sum);
+      float lanes[8] = {};
+      float mins = 0.0f;
+      for (int64_t b = 0; b < a.nb; ++b) {
+        const DecodedBlock blk = decode_block<kType>(row + b * block_bytes);
+        const float d = blk.d * a.d[t * a.d_stride + b];
+        if constexpr (kHasMin) mins = std::fma(blk.m, a.s[t * a.d_stride + b], mins);
+        for (int l = 0; l < 8; ++l) {
+          int partial = 0;
+          for (int k = 0; k < 4; ++k) partial += blk.q[4 * l + k] * qt[b * kQBlock + 4 * l + k];
+          lanes[l] = std::fma(d, static_cast<float>(partial), lanes[l]);
+        }
       }
-      y[t * y_stride + r] = sum + min_sum;
+      const float sum =
+          ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+      y[t * y_stride + r] = kHasMin ? sum + mins : sum;
     }
   }
-}
-
-void q4_0_kernel(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, float* y,
-                 int64_t y_stride) {
-  quant_kernel<BlockQ4_0>(w, a, r0, r1, t0, t1, y, y_stride,
-                          [](const BlockQ4_0& b, const int8_t* q, float dx, float, float& sum, float&) {
-                            int isum = 0;
-                            for (int j = 0; j < 16; ++j) {
-                              isum += ((b.qs[j] & 0x0F) - 8) * q[j] + ((b.qs[j] >> 4) - 8) * q[j + 16];
-                            }
-                            sum += (fp16_to_f32(b.d) * dx) * static_cast<float>(isum);
-                          });
-}
-
-void q4_1_kernel(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, float* y,
-                 int64_t y_stride) {
-  quant_kernel<BlockQ4_1>(w, a, r0, r1, t0, t1, y, y_stride,
-                          [](const BlockQ4_1& b, const int8_t* q, float dx, float sx, float& sum, float& min_sum) {
-                            int isum = 0;
-                            for (int j = 0; j < 16; ++j) isum += (b.qs[j] & 0x0F) * q[j] + (b.qs[j] >> 4) * q[j + 16];
-                            sum += (fp16_to_f32(b.d) * dx) * static_cast<float>(isum);
-                            min_sum += fp16_to_f32(b.m) * sx;
-                          });
-}
-
-void q8_0_kernel(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, float* y,
-                 int64_t y_stride) {
-  quant_kernel<BlockQ8_0>(w, a, r0, r1, t0, t1, y, y_stride,
-                          [](const BlockQ8_0& b, const int8_t* q, float dx, float, float& sum, float&) {
-                            int isum = 0;
-                            for (int j = 0; j < 32; ++j) isum += b.qs[j] * q[j];
-                            sum += (fp16_to_f32(b.d) * dx) * static_cast<float>(isum);
-                          });
 }
 
 RangeKernel reference_kernel_for(DType type) {
@@ -163,11 +187,15 @@ RangeKernel reference_kernel_for(DType type) {
     case DType::kBF16:
       return bf16_kernel;
     case DType::kQ4_0:
-      return q4_0_kernel;
+      return quant_kernel<DType::kQ4_0>;
     case DType::kQ4_1:
-      return q4_1_kernel;
+      return quant_kernel<DType::kQ4_1>;
+    case DType::kQ5_0:
+      return quant_kernel<DType::kQ5_0>;
+    case DType::kQ5_1:
+      return quant_kernel<DType::kQ5_1>;
     case DType::kQ8_0:
-      return q8_0_kernel;
+      return quant_kernel<DType::kQ8_0>;
     default:
       return reference_k_kernel_for(type);
   }
@@ -192,7 +220,7 @@ void dequant_kernel(const Weights& w, const Activations& a, int64_t r0, int64_t 
 
 const IsaKernels& reference_kernels() {
   static const IsaKernels kernels{quantize_q8_reference, quantize_q8k_reference, round_f16_reference,
-                                  round_bf16_reference, reference_kernel_for};
+                                  round_bf16_reference,  reference_kernel_for,   nullptr};
   return kernels;
 }
 

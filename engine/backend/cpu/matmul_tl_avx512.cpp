@@ -1,0 +1,187 @@
+// Token-lane AVX-512 VNNI GEMM for prefill (Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights, groups of 16 tokens): each zmm
+// lane is a token, and one vpdpbusd multiplies one broadcast weight quad (u8, offset form) by 16 tokens' activation
+// quads (s8). Quad k of a block is ggml's lane k, so each (row, token) keeps eight accumulators and follows ggml's
+// vec_dot arithmetic exactly, like every other quantized path (see matmul_q_avx512.cpp).
+#include <cstring>
+#include <type_traits>
+
+#include "backend/cpu/matmul_avx512.h"
+#include "backend/cpu/matmul_internal.h"
+#include "core/quant.h"
+
+namespace servetune::cpu::detail {
+namespace {
+
+using namespace avx512;
+
+constexpr int64_t kRowsPerPanel = 16;
+constexpr int kRows = 2;  // register tile: 2 rows × 16 tokens × 8 lanes
+
+template <DType kType>
+using BlockOf = std::conditional_t<
+    kType == DType::kQ4_0, BlockQ4_0,
+    std::conditional_t<kType == DType::kQ4_1, BlockQ4_1,
+                       std::conditional_t<kType == DType::kQ5_0, BlockQ5_0,
+                                          std::conditional_t<kType == DType::kQ5_1, BlockQ5_1, BlockQ8_0>>>>;
+
+// log2 of the u8 offset of signed weight codes (Q4_0: 8, Q5_0: 16, Q8_0: 128); -1: unsigned codes, no offset.
+template <DType kType>
+constexpr int kOffsetShift = kType == DType::kQ4_0   ? 3
+                             : kType == DType::kQ5_0 ? 4
+                             : kType == DType::kQ8_0 ? 7
+                                                     : -1;
+
+// Up to 16 rows decoded: u8 quants in offset form (32 per block, element order) and f32 d and (Q4_1, Q5_1) m per
+// block.
+struct TlPanel {
+  uint8_t* q;
+  float* d;
+  float* m;
+  int64_t nb;
+};
+
+template <DType kType>
+void decode_tl_row(const uint8_t* row, int64_t nb, const TlPanel& p, int64_t r) {
+  uint8_t* q = p.q + r * nb * 32;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const auto* blk = reinterpret_cast<const BlockOf<kType>*>(row) + b;
+    __m256i v;
+    if constexpr (kType == DType::kQ8_0) {
+      v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs)), _mm256_set1_epi8(-128));
+    } else {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
+      v = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1), low4);
+      if constexpr (kType == DType::kQ5_0 || kType == DType::kQ5_1) {
+        uint32_t qh;
+        std::memcpy(&qh, blk->qh, 4);
+        v = _mm256_or_si256(v, _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10)));
+      }
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q + b * 32), v);
+    p.d[r * nb + b] = _cvtsh_ss(blk->d);
+    if constexpr (kType == DType::kQ4_1 || kType == DType::kQ5_1) p.m[r * nb + b] = _cvtsh_ss(blk->m);
+  }
+}
+
+template <DType kType, int R>
+void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, float* y, int64_t y_stride) {
+  constexpr bool kHasMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;
+  constexpr int kShift = kOffsetShift<kType>;
+  const int64_t nb = p.nb;
+  const int8_t* xp = a.xp + group * a.q_stride * 16;
+  const int32_t* nxs = a.nxs != nullptr ? a.nxs + group * a.q_stride * 4 : nullptr;
+  const float* dt = a.dt + group * a.d_stride * 16;
+  const float* st = a.st != nullptr ? a.st + group * a.d_stride * 16 : nullptr;
+  __m512 acc[R][8], mins[R];
+  for (int i = 0; i < R; ++i) {
+    mins[i] = _mm512_setzero_ps();
+    for (int k = 0; k < 8; ++k) acc[i][k] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512 dx = _mm512_load_ps(dt + b * 16);
+    __m512 scale[R];
+    for (int i = 0; i < R; ++i) scale[i] = _mm512_mul_ps(dx, _mm512_set1_ps(p.d[(r + i) * nb + b]));
+    if constexpr (kHasMin) {
+      const __m512 sx = _mm512_load_ps(st + b * 16);
+      for (int i = 0; i < R; ++i) mins[i] = _mm512_fmadd_ps(_mm512_set1_ps(p.m[(r + i) * nb + b]), sx, mins[i]);
+    }
+    for (int k = 0; k < 8; ++k) {
+      const __m512i xv = _mm512_load_si512(xp + (b * 8 + k) * 64);
+      __m512i init = _mm512_setzero_si512();
+      if constexpr (kShift >= 0) init = _mm512_slli_epi32(_mm512_load_si512(nxs + (b * 8 + k) * 16), kShift);
+      for (int i = 0; i < R; ++i) {
+        int32_t quad;
+        std::memcpy(&quad, p.q + (r + i) * nb * 32 + b * 32 + 4 * k, 4);
+        const __m512i partial = _mm512_dpbusd_epi32(init, _mm512_set1_epi32(quad), xv);
+        acc[i][k] = _mm512_fmadd_ps(scale[i], _mm512_cvtepi32_ps(partial), acc[i][k]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    // ggml's hsum_float_8 order, per token lane: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+    const __m512 even = _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][4]), _mm512_add_ps(acc[i][2], acc[i][6]));
+    const __m512 odd = _mm512_add_ps(_mm512_add_ps(acc[i][1], acc[i][5]), _mm512_add_ps(acc[i][3], acc[i][7]));
+    __m512 sum = _mm512_add_ps(even, odd);
+    if constexpr (kHasMin) sum = _mm512_add_ps(sum, mins[i]);
+    alignas(64) float out[16];
+    _mm512_store_ps(out, sum);
+    for (int t = 0; t < 16; ++t) y[(group * 16 + t) * y_stride + r + i] = out[t];
+  }
+}
+
+template <DType kType>
+void tl_range_impl(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, float* y,
+                   int64_t y_stride) {
+  const int64_t nb = a.nb;
+  TlPanel p;
+  p.nb = nb;
+  const size_t bytes = static_cast<size_t>(kRowsPerPanel * nb * (32 + 2 * 4));
+  auto* base = static_cast<uint8_t*>(thread_scratch(ScratchSlot::kTokenLanePanel, bytes));
+  p.q = base;
+  p.d = reinterpret_cast<float*>(base + kRowsPerPanel * nb * 32);
+  p.m = p.d + kRowsPerPanel * nb;
+  for (int64_t rp = r0; rp < r1; rp += kRowsPerPanel) {
+    const int64_t rows = imin(kRowsPerPanel, r1 - rp);
+    for (int64_t i = 0; i < rows; ++i) decode_tl_row<kType>(w.data + (rp + i) * w.row_bytes, nb, p, i);
+    for (int64_t g = g0; g < g1; ++g) {
+      int64_t i = 0;
+      for (; i + kRows <= rows; i += kRows) tl_tile<kType, kRows>(p, i, a, g, y + rp, y_stride);
+      for (; i < rows; ++i) tl_tile<kType, 1>(p, i, a, g, y + rp, y_stride);
+    }
+  }
+}
+
+}  // namespace
+
+void avx512_pack_token_groups(const Activations& a, int64_t g0, int64_t g1, int8_t* xp, float* dt, float* st,
+                              int32_t* nxs) {
+  const int64_t xp_stride = a.q_stride * 16;
+  const int64_t dt_stride = a.d_stride * 16;
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i v[16];
+  for (int64_t g = g0; g < g1; ++g) {
+    // Activation quads: 16 tokens × 16 quads (64 bytes) per step → 16 quads × 16 tokens; with their negated sums
+    // when signed weight codes need the offset correction.
+    for (int64_t c = 0; c < a.q_stride; c += 64) {
+      for (int t = 0; t < 16; ++t) v[t] = _mm512_load_si512(a.q + (g * 16 + t) * a.q_stride + c);
+      transpose16(v);
+      for (int i = 0; i < 16; ++i) {
+        _mm512_store_si512(xp + g * xp_stride + (c / 4 + i) * 64, v[i]);
+        if (nxs != nullptr) {
+          const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v[i]);
+          _mm512_store_si512(nxs + g * a.q_stride * 4 + (c / 4 + i) * 16,
+                             _mm512_sub_epi32(_mm512_setzero_si512(), sum));
+        }
+      }
+    }
+    // Scales (and Q8_1 sums): 16 tokens × 16 blocks → 16 blocks × 16 tokens.
+    for (int pass = 0; pass < (a.s != nullptr ? 2 : 1); ++pass) {
+      const float* src = pass == 0 ? a.d : a.s;
+      float* dst = pass == 0 ? dt : st;
+      for (int64_t c = 0; c < a.d_stride; c += 16) {
+        for (int t = 0; t < 16; ++t) v[t] = _mm512_castps_si512(_mm512_load_ps(src + (g * 16 + t) * a.d_stride + c));
+        transpose16(v);
+        for (int i = 0; i < 16; ++i) _mm512_store_si512(dst + g * dt_stride + (c + i) * 16, v[i]);
+      }
+    }
+  }
+}
+
+void avx512_tl_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, float* y,
+                     int64_t y_stride) {
+  switch (w.type) {
+    case DType::kQ4_0:
+      return tl_range_impl<DType::kQ4_0>(w, a, r0, r1, g0, g1, y, y_stride);
+    case DType::kQ4_1:
+      return tl_range_impl<DType::kQ4_1>(w, a, r0, r1, g0, g1, y, y_stride);
+    case DType::kQ5_0:
+      return tl_range_impl<DType::kQ5_0>(w, a, r0, r1, g0, g1, y, y_stride);
+    case DType::kQ5_1:
+      return tl_range_impl<DType::kQ5_1>(w, a, r0, r1, g0, g1, y, y_stride);
+    default:
+      return tl_range_impl<DType::kQ8_0>(w, a, r0, r1, g0, g1, y, y_stride);
+  }
+}
+
+}  // namespace servetune::cpu::detail

@@ -1,0 +1,98 @@
+// External targets end to end: the mock OpenAI server swept over a flag, and servers that fail in each way the
+// launcher classifies (did not start, out of memory, timed out, crashed); logs land in raw/, the sweep goes on,
+// and no server process outlives its candidate.
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "test_paths.h"
+#include "tuner_cli.h"
+
+namespace servetune::testing {
+namespace {
+namespace fs = std::filesystem;
+
+// True while a process whose command line contains `needle` exists.
+bool process_running(const std::string& needle) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = read_text(e.path() / "cmdline");
+    for (char& c : cmd) c = c == '\0' ? ' ' : c;
+    if (cmd.find(needle) != std::string::npos && cmd.find("servetune_it_") == std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(TunerExternal, MockServerAndEveryFailureClass) {
+  const fs::path dir = scratch("external");
+  const std::string mock = SERVETUNE_MOCK_SERVER;
+  write_text(dir / "s.yaml", R"(name: external
+target:
+  engine: external
+  model: mock-model
+  tokenizer: )" + stories_path() + R"(
+  servers:
+    ok:
+      command: ")" + mock + R"( --port {port} {flags}"
+      health: /v1/models
+      startup_timeout_s: 20
+    nostart:
+      command: "echo starting on {port}; exit 3"
+    oom:
+      command: "echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1 # {port}"
+    slow:
+      command: "sleep 30.123 # {port}"
+      startup_timeout_s: 1
+      stop_timeout_s: 2
+    crash:
+      command: ")" + mock + R"( --port {port} --itl-us 20000 & pid=$!; sleep 1; kill -9 $pid; sleep 0.2"
+      health: /v1/models
+      startup_timeout_s: 20
+      flags: {itl-us: ""}
+space:
+  server: [ok, nostart, oom, slow, crash]
+  itl-us: [0, 500]
+constraints: ["server == 'ok' or itl_us == 0"]
+workloads:
+  - {name: w, dataset: random, input_len: 16, output_len: 100, num_prompts: 8}
+)");
+  const fs::path run = dir / "run";
+  const CliResult r = servetune("sweep " + (dir / "s.yaml").string() + " --output " + run.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::map<std::string, nlohmann::json> by_server;
+  for (const auto& e : fs::directory_iterator(run / "trials")) {
+    const auto m = read_json(e.path());
+    if (m["status"] == "skipped") continue;
+    by_server[m["candidate_info"]["settings"]["server"].get<std::string>() + "/" + m["candidate_info"]["settings"]["itl-us"].dump()] = m;
+  }
+  ASSERT_EQ(by_server.size(), 6u) << r.output;
+  EXPECT_EQ(by_server["ok/0"]["status"], "ok");
+  EXPECT_EQ(by_server["ok/500"]["status"], "ok");
+  EXPECT_NE(by_server["ok/500"]["candidate_info"]["command"].get<std::string>().find("--itl-us 500"), std::string::npos);
+  EXPECT_EQ(by_server["nostart/0"]["failure"], "did_not_start");
+  EXPECT_NE(by_server["nostart/0"]["reason"].get<std::string>().find("exit status 3"), std::string::npos);
+  EXPECT_EQ(by_server["oom/0"]["failure"], "oom");
+  EXPECT_EQ(by_server["slow/0"]["failure"], "timed_out");
+  EXPECT_EQ(by_server["crash/0"]["failure"], "crashed") << by_server["crash/0"].dump();
+  // Logs are kept per candidate, starting with the command.
+  const std::string log = read_text(run / by_server["nostart/0"]["log"].get<std::string>());
+  EXPECT_NE(log.find("$ echo starting on"), std::string::npos) << log;
+  EXPECT_NE(log.find("starting on"), std::string::npos);
+  // The fast server wins; the report says so and shows the failures with their class.
+  const std::string md = read_text(run / "report.md");
+  EXPECT_NE(md.find("failed (oom)"), std::string::npos) << md;
+  EXPECT_NE(md.find("failed (timed_out)"), std::string::npos);
+  EXPECT_NE(md.find("--itl-us 0"), std::string::npos);
+  // Teardown stopped the whole process group of every server.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(process_running("sleep 30.123"));
+  for (const char* key : {"ok/0", "ok/500"}) {
+    const std::string cmd = by_server[key]["candidate_info"]["command"];
+    EXPECT_FALSE(process_running(cmd)) << cmd;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace servetune::testing

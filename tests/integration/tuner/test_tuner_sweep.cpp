@@ -1,0 +1,178 @@
+// `servetune sweep | report` end to end on stories260K: a grid with a setting the engine rejects (skipped with the
+// reason), records and reports on disk, reports regenerated identically; kill -9 in the middle of a sweep and
+// --resume measure every candidate exactly once; bad sweep files exit 2 naming the key; committed configs dry-run.
+#include <signal.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "test_paths.h"
+#include "tuner_cli.h"
+
+namespace servetune::testing {
+namespace {
+namespace fs = std::filesystem;
+
+std::string stories_sweep(const std::string& name, const std::string& space, const std::string& workloads, int repeat = 1) {
+  return "name: " + name + "\ntarget: {engine: builtin, model: " + stories_path() + ", settings: {threads: 1}}\nspace:\n" + space +
+         "workloads:\n" + workloads + "repeat: " + std::to_string(repeat) + "\n";
+}
+
+TEST(TunerSweep, GridOnStoriesWritesRecordsAndReports) {
+  const fs::path dir = scratch("grid");
+  write_text(dir / "s.yaml", stories_sweep("grid", "  max_running_requests: [2, 8]\n  tp_size: [1, 2]\n",
+                                           "  - {name: short, dataset: random, input_len: 32, output_len: 8, num_prompts: 8, seed: 1}\n"
+                                           "  - {name: load, dataset: random, input_len: 16, output_len: 8, num_prompts: 8, max_concurrency: [1, 4]}\n"));
+  const fs::path run = dir / "run";
+  const CliResult r = servetune("sweep " + (dir / "s.yaml").string() + " --output " + run.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 trials run, 0 reused, 2 candidates skipped, 0 failed"), std::string::npos) << r.output;
+  size_t ok = 0, skipped = 0;
+  for (const auto& e : fs::directory_iterator(run / "trials")) {
+    const auto m = read_json(e.path());
+    if (m["status"] == "ok") ++ok;
+    if (m["status"] == "skipped") {
+      ++skipped;
+      EXPECT_NE(m["reason"].get<std::string>().find("tensor parallelism"), std::string::npos) << m.dump();
+    }
+  }
+  EXPECT_EQ(ok, 2u);
+  EXPECT_EQ(skipped, 2u);
+  ASSERT_EQ(count_files(run / "records"), 2u * 3u);
+  const auto rec = read_json(run / "records" / "c0" / "short.r0.json");
+  EXPECT_EQ(rec["schema"], "servetune.record.v1");
+  EXPECT_EQ(rec["candidate"]["settings"]["max_running_requests"], 2);
+  EXPECT_EQ(rec["workload"]["dataset"], "random");
+  EXPECT_EQ(rec["metrics"]["completed"], 8);
+  EXPECT_EQ(rec["metrics"]["total_output_tokens"], 64);
+  for (const char* k : {"total_token_throughput", "mean_tpot_ms", "p99_tpot_ms", "engine_steps", "cpu_ms_per_token"}) {
+    EXPECT_TRUE(rec["metrics"].contains(k)) << k;
+  }
+  EXPECT_EQ(rec["provenance"]["source"], "measured");
+  EXPECT_TRUE(rec["provenance"]["environment"].contains("cpu_model"));
+  EXPECT_EQ(read_json(run / "records" / "c2" / "load@c4.r0.json")["workload"]["max_concurrency"], 4);
+  EXPECT_NE(read_text(run / "summary.csv").find("c2,\"max_running_requests=8, tp_size=1\",ok"), std::string::npos);
+  const std::string md = read_text(run / "report.md");
+  EXPECT_NE(md.find("## Conclusion"), std::string::npos);
+  EXPECT_NE(md.find("servetune serve --model"), std::string::npos);
+  const CliResult again = servetune("report " + run.string());
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_EQ(again.output, md);  // regenerated from the stored results alone
+  const CliResult html = servetune("report " + run.string() + " --format html --output " + (dir / "r.html").string());
+  ASSERT_EQ(html.code, 0) << html.output;
+  EXPECT_NE(read_text(dir / "r.html").find("<svg"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(TunerSweep, KillNineThenResumeMeasuresEveryCandidateOnce) {
+  const fs::path dir = scratch("resume");
+  write_text(dir / "s.yaml", stories_sweep("resume", "  max_running_requests: [1, 2, 4, 8, 16]\n",
+                                           "  - {name: w, dataset: random, input_len: 64, output_len: 64, num_prompts: 64, seed: 3}\n", 2));
+  const fs::path run = dir / "run";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string file = (dir / "s.yaml").string(), out = run.string();
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    execl(SERVETUNE_BIN, SERVETUNE_BIN, "sweep", file.c_str(), "--output", out.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Kill the sweep once two candidates are complete and the third is in flight.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (count_files(run / "trials") < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the sweep finished before it could be killed";
+  const size_t done_before = count_files(run / "trials");
+  ASSERT_GE(done_before, 2u);
+  ASSERT_LT(done_before, 5u) << "the sweep finished before it could be killed";
+  std::map<std::string, std::string> launch_before;
+  for (const auto& e : fs::directory_iterator(run / "trials")) {
+    const auto m = read_json(e.path());
+    launch_before[m["candidate"]] = m["launch_id"];
+  }
+  // The engine process of the candidate in flight dies with the sweep: nothing is written after the kill.
+  const size_t records_at_kill = count_files(run / "records");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(count_files(run / "records"), records_at_kill);
+
+  const CliResult r = servetune("sweep --resume " + run.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(std::to_string(done_before) + " reused"), std::string::npos) << r.output;
+  std::map<std::string, std::string> launch_after;
+  for (const auto& e : fs::directory_iterator(run / "trials")) {
+    const auto m = read_json(e.path());
+    EXPECT_EQ(m["status"], "ok") << m.dump();
+    launch_after[m["candidate"]] = m["launch_id"];
+  }
+  ASSERT_EQ(launch_after.size(), 5u);
+  for (const auto& [cand, id] : launch_before) EXPECT_EQ(launch_after[cand], id) << cand << " was measured again";
+  // Exactly one record per (candidate, repeat), each from its candidate's completed launch.
+  size_t records = 0;
+  for (const auto& e : fs::recursive_directory_iterator(run / "records")) {
+    if (!e.is_regular_file()) continue;
+    ++records;
+    const auto rec = read_json(e.path());
+    EXPECT_EQ(rec["provenance"]["launch_id"], launch_after[rec["candidate"]["id"]]) << e.path();
+  }
+  EXPECT_EQ(records, 5u * 2u);
+  EXPECT_TRUE(fs::exists(run / "report.md"));
+  const CliResult again = servetune("sweep --resume " + run.string());
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("0 trials run, 5 reused"), std::string::npos) << again.output;
+  fs::remove_all(dir);
+}
+
+TEST(TunerSweep, BadInputsExitTwoWithOneMessage) {
+  const fs::path dir = scratch("bad");
+  auto expect_usage = [&](const std::string& args, const std::vector<std::string>& parts) {
+    const CliResult r = servetune(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    for (const auto& p : parts) EXPECT_NE(r.output.find(p), std::string::npos) << p << " not in: " << r.output;
+  };
+  const std::string ok_workloads = "  - {name: w, dataset: random, num_prompts: 2}\n";
+  write_text(dir / "unknown.yaml", stories_sweep("bad", "  max_running_requests: [2]\n  warp_speed: [9]\n", ok_workloads));
+  expect_usage("sweep " + (dir / "unknown.yaml").string(), {"unknown.yaml: space.warp_speed (line 5)", "unknown engine setting 'warp_speed'"});
+  write_text(dir / "nomodel.yaml", "name: x\ntarget: {engine: builtin, model: /no/such.gguf}\nworkloads:\n" + ok_workloads);
+  expect_usage("sweep " + (dir / "nomodel.yaml").string(), {"target.model", "/no/such.gguf"});
+  write_text(dir / "nodata.yaml", stories_sweep("x", "  max_running_requests: [2]\n", "  - {name: w, dataset: trace, dataset_path: /no/trace.jsonl}\n"));
+  expect_usage("sweep " + (dir / "nodata.yaml").string(), {"workload w", "/no/trace.jsonl"});
+  write_text(dir / "impossible.yaml",
+             stories_sweep("x", "  max_running_requests: [2, 4]\n", ok_workloads) + "constraints: [\"max_running_requests > 4\"]\n");
+  expect_usage("sweep " + (dir / "impossible.yaml").string(), {"impossible.yaml: constraints", "every candidate"});
+  expect_usage("sweep --resume " + dir.string(), {"not a sweep run folder"});
+  expect_usage("sweep " + (dir / "missing.yaml").string(), {"missing.yaml"});
+  expect_usage("report " + (dir / "nothing").string(), {"no such file or folder"});
+  expect_usage("check --baseline " + dir.string() + " --current " + dir.string() + " --tolerance tps", {"--tolerance 'tps'"});
+  EXPECT_EQ(count_files(dir / "results"), 0u);  // nothing ran, nothing was written
+  fs::remove_all(dir);
+}
+
+TEST(TunerSweep, CommittedConfigsDryRun) {
+  const auto dry = [](const std::string& config) { return servetune("sweep " + source_path("configs/" + config) + " --dry-run"); };
+  CliResult r = dry("deepseek-r1-h200.yaml");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* s : {"python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-R1-0528", "--tp 8", "vllm serve",
+                        "--tensor-parallel-size 8", "trtllm-serve", "stage speculative: speculative_algorithm",
+                        "random-32000-100", "--random-input-len 32000 --random-output-len 100"}) {
+    EXPECT_NE(r.output.find(s), std::string::npos) << s;
+  }
+  r = dry("mi300x-concurrency.yaml");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("random-3200-800@c128"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--max-concurrency 128"), std::string::npos);
+  EXPECT_NE(r.output.find("mean_tpot_ms <= 50"), std::string::npos);
+  for (const char* c : {"quickstart.yaml", "ci-perf.yaml"}) {
+    r = dry(c);
+    EXPECT_EQ(r.code, 0) << c << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace servetune::testing

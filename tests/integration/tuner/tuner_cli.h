@@ -1,0 +1,70 @@
+// Helpers for the tuner's end-to-end tests: run the servetune binary (exit code + output), scratch folders, files.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace servetune::testing {
+
+struct CliResult {
+  int code = -1;
+  std::string output;
+};
+
+// Runs `servetune ARGS` through the shell (ARGS may set env vars with `env K=V`), stdout + stderr captured.
+inline CliResult servetune(const std::string& args, const std::string& env = "") {
+  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(SERVETUNE_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  CliResult r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Runs a shell command; true when it exits 0.
+inline bool servetune_shell(const std::string& cmd) {
+  const int status = std::system(cmd.c_str());
+  return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+inline std::filesystem::path scratch(const std::string& name) {
+  const auto p = std::filesystem::temp_directory_path() / ("servetune_it_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+inline void write_text(const std::filesystem::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline nlohmann::json read_json(const std::filesystem::path& p) { return nlohmann::json::parse(read_text(p)); }
+
+inline size_t count_files(const std::filesystem::path& dir) {
+  size_t n = 0;
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec)) n += e.is_regular_file() ? 1 : 0;
+  return n;
+}
+
+}  // namespace servetune::testing

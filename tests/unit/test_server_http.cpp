@@ -1,0 +1,361 @@
+// The HTTP server in-process on stories260K over loopback, driven by a raw-socket client: routing and error statuses,
+// keep-alive and pipelining, chunked bodies, size limits, idle timeouts, API keys, queue limits, client disconnects
+// (the engine request is aborted and its KV blocks freed), HTTP/1.0 streaming and graceful shutdown.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <map>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "server/server.h"
+#include "servetune/engine.h"
+#include "test_paths.h"
+
+namespace servetune::server {
+namespace {
+
+using nlohmann::json;
+constexpr int kWaitMs = 30000;  // generous liveness bound, not a timing assertion
+
+struct Response {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+};
+
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) ADD_FAILURE() << "connect failed";
+  }
+  ~RawClient() { close(); }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  void send(const std::string& data) {
+    size_t off = 0;
+    while (off < data.size()) {
+      const ssize_t n = ::send(fd_, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      off += static_cast<size_t>(n);
+    }
+  }
+  // Reads more bytes into the buffer; false on EOF, error or timeout.
+  bool fill() {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, kWaitMs) <= 0) return false;
+    char buf[65536];
+    const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+    if (n <= 0) return false;
+    buf_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+  bool peer_closed() {
+    while (fill()) {
+    }
+    return true;
+  }
+  std::string line() {
+    size_t pos;
+    while ((pos = buf_.find("\r\n")) == std::string::npos) {
+      if (!fill()) return {};
+    }
+    std::string l = buf_.substr(0, pos);
+    buf_.erase(0, pos + 2);
+    return l;
+  }
+  std::string take(size_t n) {
+    while (buf_.size() < n) {
+      if (!fill()) break;
+    }
+    std::string out = buf_.substr(0, n);
+    buf_.erase(0, std::min(n, buf_.size()));
+    return out;
+  }
+  Response head() {
+    Response r;
+    const std::string status = line();
+    if (status.size() < 12) return r;
+    r.status = std::stoi(status.substr(9, 3));
+    for (std::string l = line(); !l.empty(); l = line()) {
+      const size_t colon = l.find(':');
+      std::string name = l.substr(0, colon);
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      r.headers[name] = l.substr(colon + 2);
+    }
+    return r;
+  }
+  // The next body chunk of a chunked response ("" at the end).
+  std::string chunk() {
+    const std::string size = line();
+    if (size.empty()) return {};
+    const size_t n = std::stoul(size, nullptr, 16);
+    std::string data = take(n);
+    line();
+    return data;
+  }
+  Response response() {
+    Response r = head();
+    if (r.headers.count("content-length")) {
+      r.body = take(std::stoul(r.headers["content-length"]));
+    } else if (r.headers.count("transfer-encoding") && r.headers["transfer-encoding"] == "chunked") {
+      for (std::string c = chunk(); !c.empty(); c = chunk()) r.body += c;
+    } else {
+      while (fill()) {
+      }
+      r.body = std::move(buf_);
+      buf_.clear();
+    }
+    return r;
+  }
+
+ private:
+  int fd_ = -1;
+  std::string buf_;
+};
+
+std::string post(const std::string& path, const std::string& body, const std::string& extra = "") {
+  return "POST " + path + " HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" + extra +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+std::string chunked(const std::string& data) {
+  char size[16];
+  std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
+  return size + data + "\r\n";
+}
+std::string get(const std::string& path, const std::string& extra = "") {
+  return "GET " + path + " HTTP/1.1\r\nHost: t\r\n" + extra + "\r\n";
+}
+
+class ServerHttp : public ::testing::Test {
+ protected:
+  void start(ServerOptions o = {}, int max_running = 8) {
+    EngineConfig c;
+    c.model = testing::stories_path();
+    c.threads = 1;
+    c.max_running_requests = max_running;
+    engine_ = std::make_unique<Engine>(c);
+    o.http.port = 0;
+    o.http.handle_signals = false;
+    server_ = std::make_unique<Server>(*engine_, o);
+    port_ = server_->port();
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  void TearDown() override {
+    if (server_) server_->shutdown();
+    if (thread_.joinable()) thread_.join();
+    server_.reset();
+    engine_.reset();
+  }
+  Response request(const std::string& raw) {
+    RawClient c(port_);
+    c.send(raw);
+    return c.response();
+  }
+  // Waits until the engine holds no request and no KV block.
+  bool engine_idle() {
+    for (int i = 0; i < kWaitMs / 10; ++i) {
+      const EngineStats s = engine_->stats();
+      if (s.running == 0 && s.waiting == 0 && s.kv_blocks_used == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Server> server_;
+  std::thread thread_;
+  uint16_t port_ = 0;
+};
+
+const std::string kLong = R"({"prompt":"Once upon a time","max_tokens":1500,"ignore_eos":true,"stream":true})";
+
+TEST_F(ServerHttp, RoutesAndErrorStatuses) {
+  start();
+  Response r = request(get("/health"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(r.body.empty());
+  r = request(get("/v1/models"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["data"][0]["id"], "stories260K.gguf");
+  r = request(get("/v1/models/nope"));
+  EXPECT_EQ(r.status, 404);
+  r = request(get("/nope?x=1"));
+  EXPECT_EQ(r.status, 404);
+  EXPECT_TRUE(json::parse(r.body)["error"].contains("message"));
+  r = request(get("/v1/completions"));
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.headers["allow"], "POST");
+  r = request(post("/v1/completions", "{not json"));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["type"], "invalid_request_error");
+  r = request(post("/v1/completions", R"({"model":"gpt-4","prompt":"x"})"));
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(json::parse(r.body)["error"]["code"], "model_not_found");
+  r = request(post("/v1/completions", R"({"prompt":"x","max_tokens":100000})"));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "max_tokens");
+  r = request(post("/v1/completions", R"({"prompt":[1,2,99999]})"));
+  EXPECT_EQ(r.status, 400);
+  r = request(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})"));
+  EXPECT_EQ(r.status, 400);  // stories260K has no chat template
+  EXPECT_NE(json::parse(r.body)["error"]["message"].get<std::string>().find("chat template"), std::string::npos);
+  r = request("BREW /pot HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_EQ(r.status, 404);
+  r = request("GARBAGE\r\n\r\n");
+  EXPECT_EQ(r.status, 400);
+  r = request(get("/metrics"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("vllm:num_requests_running{"), std::string::npos);
+  EXPECT_NE(r.body.find("servetune:http_responses_total{model_name=\"stories260K.gguf\",status=\"404\"}"), std::string::npos);
+}
+
+TEST_F(ServerHttp, KeepAlivePipeliningAndChunkedBodies) {
+  start();
+  RawClient c(port_);
+  c.send(get("/health") + get("/v1/models"));  // pipelined
+  EXPECT_EQ(c.response().status, 200);
+  EXPECT_EQ(c.response().status, 200);
+  const std::string body = R"({"prompt":"Once upon","max_tokens":3,"temperature":0})";
+  c.send("POST /v1/completions HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(body.substr(0, 10)) +
+         chunked(body.substr(10)) + "0\r\n\r\n");
+  Response r = c.response();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["usage"]["completion_tokens"], 3);
+  c.send(post("/v1/completions", body, "Expect: 100-continue\r\n"));
+  EXPECT_EQ(c.head().status, 100);
+  EXPECT_EQ(c.response().status, 200);
+  c.send(get("/health", "Connection: close\r\n"));
+  EXPECT_EQ(c.response().status, 200);
+  EXPECT_TRUE(c.peer_closed());
+}
+
+TEST_F(ServerHttp, SizeLimitsAndIdleTimeouts) {
+  ServerOptions o;
+  o.http.max_body_bytes = 4096;
+  o.http.max_header_bytes = 1024;
+  o.http.keep_alive_timeout = std::chrono::milliseconds(200);
+  o.http.header_timeout = std::chrono::milliseconds(200);
+  start(o);
+  Response r = request(post("/v1/completions", R"({"prompt":")" + std::string(5000, 'a') + "\"}"));
+  EXPECT_EQ(r.status, 413);
+  r = request("POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 999999999\r\n\r\n");
+  EXPECT_EQ(r.status, 413);
+  r = request("GET /health HTTP/1.1\r\nHost: t\r\nX-Big: " + std::string(2000, 'b') + "\r\n\r\n");
+  EXPECT_EQ(r.status, 431);
+  {
+    RawClient idle(port_);  // says nothing: closed after the keep-alive timeout
+    EXPECT_TRUE(idle.peer_closed());
+  }
+  {
+    RawClient slow(port_);  // half a header, then silence
+    slow.send("GET /health HTTP/1.1\r\nHost: t\r\n");
+    EXPECT_TRUE(slow.peer_closed());
+  }
+  EXPECT_EQ(request(get("/health")).status, 200);
+}
+
+TEST_F(ServerHttp, ApiKeyGuardsTheApiButNotHealthOrMetrics) {
+  ServerOptions o;
+  o.api_key = "sekrit";
+  start(o);
+  Response r = request(get("/v1/models"));
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(r.headers["www-authenticate"], "Bearer");
+  EXPECT_EQ(request(get("/v1/models", "Authorization: Bearer wrong\r\n")).status, 401);
+  EXPECT_EQ(request(post("/tokenize", R"({"prompt":"x"})")).status, 401);
+  EXPECT_EQ(request(get("/v1/models", "Authorization: Bearer sekrit\r\n")).status, 200);
+  r = request(post("/tokenize", R"({"prompt":"Once upon"})", "Authorization: Bearer sekrit\r\n"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["tokens"], json({1, 403, 407}));
+  EXPECT_EQ(request(get("/health")).status, 200);
+  EXPECT_EQ(request(get("/metrics")).status, 200);
+}
+
+TEST_F(ServerHttp, ClientDisconnectAbortsTheRequestAndFreesItsBlocks) {
+  start();
+  for (int i = 0; i < 3; ++i) {
+    RawClient c(port_);
+    c.send(post("/v1/completions", kLong));
+    ASSERT_EQ(c.head().status, 200);
+    EXPECT_NE(c.chunk().find("data: "), std::string::npos);
+    c.close();
+  }
+  {
+    RawClient c(port_);  // gone before the first token
+    c.send(post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":1500,"ignore_eos":true})"));
+  }
+  EXPECT_TRUE(engine_idle());
+  EXPECT_GE(engine_->stats().requests_aborted, 3);
+  const Response m = request(get("/metrics"));
+  EXPECT_NE(m.body.find("servetune:requests_in_flight{model_name=\"stories260K.gguf\"} 0\n"), std::string::npos);
+}
+
+TEST_F(ServerHttp, QueueFullIs503WithRetryAfter) {
+  ServerOptions o;
+  o.max_queued_requests = 0;
+  start(o, /*max_running=*/1);
+  RawClient first(port_);
+  first.send(post("/v1/completions", kLong));
+  ASSERT_EQ(first.head().status, 200);
+  Response r = request(post("/v1/completions", R"({"prompt":"x","max_tokens":2})"));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.headers["retry-after"], "1");
+  EXPECT_EQ(json::parse(r.body)["error"]["code"], "queue_full");
+  first.close();
+  EXPECT_TRUE(engine_idle());
+}
+
+TEST_F(ServerHttp, StreamingEqualsNonStreamingAndHttp10Works) {
+  start();
+  Response whole = request(post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":40,"temperature":0})"));
+  ASSERT_EQ(whole.status, 200);
+  const std::string text = json::parse(whole.body)["choices"][0]["text"];
+
+  RawClient c(port_);
+  const std::string body = R"({"prompt":"Once upon a time","max_tokens":40,"temperature":0,"stream":true})";
+  c.send("POST /v1/completions HTTP/1.0\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  Response s = c.response();  // no chunked encoding for HTTP/1.0: the body ends with the connection
+  ASSERT_EQ(s.status, 200);
+  EXPECT_EQ(s.headers.count("transfer-encoding"), 0u);
+  std::string streamed;
+  size_t pos = 0;
+  while ((pos = s.body.find("data: {", pos)) != std::string::npos) {
+    const size_t end = s.body.find("\n\n", pos);
+    streamed += json::parse(s.body.substr(pos + 6, end - pos - 6))["choices"][0]["text"].get<std::string>();
+    pos = end;
+  }
+  EXPECT_EQ(streamed, text);
+  EXPECT_NE(s.body.find("data: [DONE]\n\n"), std::string::npos);
+}
+
+TEST_F(ServerHttp, ShutdownLetsRequestsFinishThenAbortsStragglers) {
+  ServerOptions o;
+  o.http.shutdown_timeout = std::chrono::milliseconds(300);
+  start(o);
+  RawClient c(port_);
+  c.send(post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":2000,"ignore_eos":true,"stream":true})"));
+  ASSERT_EQ(c.head().status, 200);
+  server_->shutdown();
+  std::string all;
+  for (std::string ch = c.chunk(); !ch.empty(); ch = c.chunk()) all += ch;
+  EXPECT_NE(all.find("\"finish_reason\":"), std::string::npos);
+  EXPECT_NE(all.find("data: [DONE]"), std::string::npos);
+  thread_.join();  // run() returned
+  EXPECT_TRUE(engine_idle());
+}
+
+}  // namespace
+}  // namespace servetune::server

@@ -1,0 +1,385 @@
+// The server's request parsing and validation (every user mistake is a 400 naming the field, never an exception of
+// another kind), error bodies, JSON text helpers, response/chunk shapes (OpenAI schema) and the Prometheus text.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/gguf.h"
+#include "server/api_error.h"
+#include "server/json_text.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/prometheus.h"
+#include "test_paths.h"
+#include "tokenizer/tokenizer.h"
+
+namespace servetune::server {
+namespace {
+
+using nlohmann::json;
+
+// Runs `fn`, expecting ApiError(400) naming `param` ("" = any).
+template <typename Fn>
+void expect_400(Fn fn, const std::string& param, const std::string& needle = "") {
+  try {
+    fn();
+    ADD_FAILURE() << "no error (expected 400 on '" << param << "')";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400) << e.what();
+    if (!param.empty()) {
+      EXPECT_EQ(e.param(), param) << e.what();
+    }
+    if (!needle.empty()) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+void bad_completion(const std::string& body, const std::string& param, const std::string& needle = "") {
+  SCOPED_TRACE(body);
+  expect_400([&] { parse_completion_request(body); }, param, needle);
+}
+
+void bad_chat(const std::string& body, const std::string& param, const std::string& needle = "") {
+  SCOPED_TRACE(body);
+  expect_400([&] { parse_chat_request(body); }, param, needle);
+}
+
+TEST(ServerRequest, CompletionPromptForms) {
+  auto r = parse_completion_request(R"({"model":"m","prompt":"hello"})");
+  EXPECT_EQ(r.model, "m");
+  ASSERT_TRUE(r.prompt_text);
+  EXPECT_EQ(*r.prompt_text, "hello");
+  EXPECT_EQ(r.sampling.max_tokens, 16);  // OpenAI's default for completions
+  EXPECT_FALSE(r.stream);
+
+  r = parse_completion_request(R"({"prompt":[1,2,3]})");
+  EXPECT_FALSE(r.prompt_text);
+  EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  r = parse_completion_request(R"({"prompt":["only one"]})");
+  EXPECT_EQ(*r.prompt_text, "only one");
+  r = parse_completion_request(R"({"prompt":[[5,6]]})");
+  EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{5, 6}));
+
+  bad_completion(R"({"prompt":["a","b"]})", "prompt", "batched prompts are not supported");
+  bad_completion(R"({"prompt":[[1],[2]]})", "prompt", "batched");
+  bad_completion(R"({"prompt":[]})", "prompt");
+  bad_completion(R"({"prompt":[1,"x"]})", "prompt");
+  bad_completion(R"({"prompt":[-1]})", "prompt");
+  bad_completion(R"({"prompt":[99999999999]})", "prompt");
+  bad_completion(R"({"prompt":{"a":1}})", "prompt");
+  bad_completion(R"({"prompt":7})", "prompt");
+  bad_completion(R"({"max_tokens":3})", "prompt", "required");
+}
+
+TEST(ServerRequest, MalformedBodies) {
+  bad_completion("", "", "not valid JSON");
+  bad_completion("{\"prompt\": ", "", "not valid JSON");
+  bad_completion("[1,2]", "", "must be a JSON object");
+  bad_completion("\"text\"", "", "must be a JSON object");
+  bad_completion("{\"prompt\":\"\xff\"}", "", "not valid JSON");  // invalid UTF-8 in a string
+  bad_chat("nul", "");
+}
+
+TEST(ServerRequest, SamplingFieldsAndTypes) {
+  auto r = parse_completion_request(
+      R"({"prompt":"p","max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":-3,
+          "presence_penalty":0.5,"frequency_penalty":-0.5,"repetition_penalty":1.1,"ignore_eos":true,"min_tokens":2,
+          "stop":["a","bb"],"stop_token_ids":[2],"stream":true,"stream_options":{"include_usage":true},"logprobs":3,
+          "user":"u","some_future_field":{"x":1},"suffix":null,"n":1,"echo":false,"best_of":1})");
+  EXPECT_EQ(r.sampling.max_tokens, 7);
+  EXPECT_TRUE(r.max_tokens_given);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.05f);
+  EXPECT_EQ(r.sampling.seed, static_cast<uint64_t>(-3));
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.1f);
+  EXPECT_TRUE(r.sampling.ignore_eos);
+  EXPECT_EQ(r.sampling.min_tokens, 2);
+  EXPECT_EQ(r.sampling.stop, (std::vector<std::string>{"a", "bb"}));
+  EXPECT_EQ(r.sampling.stop_token_ids, (std::vector<int32_t>{2}));
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.sampling.logprobs, 3);
+
+  r = parse_completion_request(R"({"prompt":"p","max_tokens":10.0,"temperature":null,"stop":"x","seed":18446744073709551615})");
+  EXPECT_EQ(r.sampling.max_tokens, 10);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
+  EXPECT_EQ(r.sampling.stop, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(r.sampling.seed, 18446744073709551615ull);
+
+  bad_completion(R"({"prompt":"p","max_tokens":0})", "max_tokens", "at least 1");
+  bad_completion(R"({"prompt":"p","max_tokens":-5})", "max_tokens");
+  bad_completion(R"({"prompt":"p","max_tokens":"10"})", "max_tokens", "must be an integer");
+  bad_completion(R"({"prompt":"p","max_tokens":10.5})", "max_tokens");
+  bad_completion(R"({"prompt":"p","max_tokens":true})", "max_tokens");
+  bad_completion(R"({"prompt":"p","temperature":"hot"})", "temperature", "must be a number");
+  bad_completion(R"({"prompt":"p","temperature":-1})", "temperature");
+  bad_completion(R"({"prompt":"p","top_p":0})", "top_p");
+  bad_completion(R"({"prompt":"p","top_p":1.5})", "top_p");
+  bad_completion(R"({"prompt":"p","min_p":2})", "min_p");
+  bad_completion(R"({"prompt":"p","top_k":-2})", "top_k");
+  bad_completion(R"({"prompt":"p","presence_penalty":3})", "presence_penalty");
+  bad_completion(R"({"prompt":"p","frequency_penalty":-3})", "frequency_penalty");
+  bad_completion(R"({"prompt":"p","repetition_penalty":0})", "repetition_penalty");
+  bad_completion(R"({"prompt":"p","min_tokens":20})", "min_tokens");  // beyond the default max_tokens of 16
+  bad_completion(R"({"prompt":"p","stop":[1]})", "stop");
+  bad_completion(R"({"prompt":"p","stop":[""]})", "stop");
+  bad_completion(R"({"prompt":"p","stop":5})", "stop");
+  bad_completion(R"({"prompt":"p","logprobs":21})", "logprobs");
+  bad_completion(R"({"prompt":"p","logprobs":true})", "logprobs");
+  bad_completion(R"({"prompt":"p","seed":1.5})", "seed");
+  bad_completion(R"({"prompt":"p","stream":"yes"})", "stream");
+  bad_completion(R"({"prompt":"p","stream_options":{"include_usage":true}})", "stream_options", "only allowed");
+  bad_completion(R"({"prompt":"p","stream":true,"stream_options":{"include_usage":1}})", "include_usage");
+}
+
+TEST(ServerRequest, OptionsThatWouldChangeTheOutputAreRejected) {
+  bad_completion(R"({"prompt":"p","n":2})", "n");
+  bad_completion(R"({"prompt":"p","best_of":3})", "best_of");
+  bad_completion(R"({"prompt":"p","echo":true})", "echo");
+  bad_completion(R"({"prompt":"p","suffix":"end"})", "suffix");
+  bad_completion(R"({"prompt":"p","logit_bias":{"1":5}})", "logit_bias");
+  bad_completion(R"({"prompt":"p","guided_json":{}})", "guided_json");
+  bad_completion(R"({"prompt":"p","skip_special_tokens":false})", "skip_special_tokens");
+  bad_chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools");
+  bad_chat(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})", "response_format");
+  bad_chat(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", "tool_choice");
+  bad_chat(R"({"messages":[{"role":"user","content":"x"}],"modalities":["audio"]})", "modalities");
+  // No-op values pass.
+  EXPECT_NO_THROW(parse_chat_request(
+      R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}],"tool_choice":"none",
+          "response_format":{"type":"text"},"logit_bias":{},"n":1,"modalities":["text"],"parallel_tool_calls":true})"));
+}
+
+TEST(ServerRequest, ChatMessages) {
+  auto r = parse_chat_request(
+      R"({"model":"m","messages":[{"role":"developer","content":"be brief"},
+          {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+          {"role":"assistant","content":null},{"role":"user","content":"c","name":"bob"}],
+          "max_completion_tokens":5,"max_tokens":9,"logprobs":true,"top_logprobs":2})");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].content, "ab");
+  EXPECT_EQ(r.messages[2].content, "");
+  EXPECT_EQ(r.sampling.max_tokens, 5);  // max_completion_tokens wins
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.sampling.logprobs, 2);
+  EXPECT_FALSE(r.add_special_tokens);
+
+  r = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"min_tokens":100})");
+  EXPECT_FALSE(r.max_tokens_given);  // chat: max_tokens defaults to the rest of the context, checked later
+  r = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})");
+  EXPECT_EQ(r.sampling.logprobs, 0);
+
+  bad_chat(R"({"model":"m"})", "messages", "required");
+  bad_chat(R"({"messages":[]})", "messages");
+  bad_chat(R"({"messages":"hi"})", "messages");
+  bad_chat(R"({"messages":[{"content":"x"}]})", "messages", "role");
+  bad_chat(R"({"messages":[{"role":"wizard","content":"x"}]})", "messages", "wizard");
+  bad_chat(R"({"messages":[{"role":"user"}]})", "messages", "content");
+  bad_chat(R"({"messages":[{"role":"user","content":5}]})", "messages[0].content");
+  bad_chat(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})", "messages", "image_url");
+  bad_chat(R"({"messages":[{"role":"assistant","content":null,"tool_calls":[]}]})", "messages", "tool calls");
+  bad_chat(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs", "requires 'logprobs'");
+  bad_chat(R"({"messages":[{"role":"user","content":"x"}],"logprobs":1})", "logprobs");
+  bad_chat(R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":0})", "max_completion_tokens");
+}
+
+TEST(ServerRequest, TokenizeAndDetokenize) {
+  auto t = parse_tokenize_request(R"({"model":"m","prompt":"hi","return_token_strs":true})");
+  EXPECT_EQ(*t.prompt, "hi");
+  EXPECT_TRUE(t.add_special_tokens);
+  EXPECT_TRUE(t.return_token_strs);
+  t = parse_tokenize_request(R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false})");
+  EXPECT_FALSE(t.prompt);
+  EXPECT_FALSE(t.add_special_tokens);
+  EXPECT_FALSE(t.add_generation_prompt);
+  expect_400([] { parse_tokenize_request(R"({"model":"m"})"); }, "");
+  expect_400([] { parse_tokenize_request(R"({"prompt":"a","messages":[]})"); }, "");
+  expect_400([] { parse_tokenize_request(R"({"prompt":3})"); }, "prompt");
+  auto d = parse_detokenize_request(R"({"tokens":[1,2]})");
+  EXPECT_EQ(d.tokens, (std::vector<int32_t>{1, 2}));
+  expect_400([] { parse_detokenize_request(R"({"tokens":"12"})"); }, "tokens");
+  expect_400([] { parse_detokenize_request(R"({})"); }, "tokens");
+}
+
+TEST(ServerAuth, BearerComparison) {
+  EXPECT_TRUE(bearer_matches("Bearer sekrit", "sekrit"));
+  EXPECT_FALSE(bearer_matches("Bearer sekrix", "sekrit"));
+  EXPECT_FALSE(bearer_matches("Bearer sekri", "sekrit"));
+  EXPECT_FALSE(bearer_matches("Bearer sekrit2", "sekrit"));
+  EXPECT_FALSE(bearer_matches("sekrit", "sekrit"));
+  EXPECT_FALSE(bearer_matches("", "sekrit"));
+  EXPECT_FALSE(bearer_matches("Bearer ", ""));
+}
+
+TEST(ServerErrors, BodyShapeAndMapping) {
+  const json j = json::parse(ApiError(400, "bad \"x\"", "max_tokens").body());
+  EXPECT_EQ(j["error"]["message"], "bad \"x\"");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(j["error"]["param"], "max_tokens");
+  EXPECT_TRUE(j["error"]["code"].is_null());
+  const json k = json::parse(ApiError(404, "no", "model", "model_not_found").body());
+  EXPECT_EQ(k["error"]["code"], "model_not_found");
+  EXPECT_TRUE(json::parse(ApiError(503, "busy").body())["error"]["param"].is_null());
+
+  EXPECT_EQ(api_error_from(Error(ErrorKind::kInvalidRequest, "x")).status(), 400);
+  EXPECT_EQ(api_error_from(Error(ErrorKind::kUsage, "x")).status(), 400);
+  EXPECT_EQ(api_error_from(Error(ErrorKind::kUnsupported, "x")).status(), 400);
+  EXPECT_EQ(api_error_from(Error(ErrorKind::kInternal, "x")).status(), 500);
+  EXPECT_STREQ(status_reason(413), "Payload Too Large");
+}
+
+TEST(ServerJson, StringEscapingRepairsUtf8) {
+  std::string out;
+  const std::string valid = "a\"b\\c\n\t\x01 \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80";
+  append_json_string(out, valid);
+  EXPECT_EQ(json::parse(out).get<std::string>(), valid);
+  out.clear();
+  append_json_string(out, "x\xE2\x82y\xFFz\xED\xA0\x80");  // truncated, invalid byte, surrogate
+  EXPECT_EQ(json::parse(out).get<std::string>(), "x\xEF\xBF\xBDy\xEF\xBF\xBDz\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  out.clear();
+  append_json_number(out, -0.25);
+  append_json_number(out, 3.0);
+  EXPECT_EQ(out, "-0.253.0");
+  out.clear();
+  append_json_number(out, -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(json::parse(out).get<double>(), -9999.0);
+}
+
+class ServerResponse : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    gguf_ = std::make_unique<GgufFile>(testing::stories_path());
+    tok_ = Tokenizer::from_gguf(*gguf_);
+  }
+  static void TearDownTestSuite() {
+    tok_.reset();
+    gguf_.reset();
+  }
+  static std::vector<json> events(const std::string& sse) {
+    std::vector<json> out;
+    size_t pos = 0;
+    while ((pos = sse.find("data: ", pos)) != std::string::npos) {
+      const size_t end = sse.find("\n\n", pos);
+      out.push_back(json::parse(sse.substr(pos + 6, end - pos - 6)));
+      pos = end;
+    }
+    return out;
+  }
+  static TokenEvent event(std::vector<int32_t> ids, std::string text, FinishReason f = FinishReason::kNone) {
+    TokenEvent e;
+    e.token_ids = std::move(ids);
+    e.text = std::move(text);
+    e.finish = f;
+    e.usage = {5, 2, 1};
+    return e;
+  }
+  static inline std::unique_ptr<GgufFile> gguf_;
+  static inline std::unique_ptr<Tokenizer> tok_;
+};
+
+TEST_F(ServerResponse, ChatStreamChunks) {
+  auto req = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true}})");
+  ResponseBuilder b(req, "chatcmpl-1", 123, "m", *tok_);
+  std::string sse = b.stream_start() + b.stream_event(event({403}, " Once")) + b.stream_event(event({407}, " upon", FinishReason::kLength));
+  const auto ev = events(sse);
+  ASSERT_EQ(ev.size(), 4u);
+  EXPECT_EQ(ev[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(ev[0]["id"], "chatcmpl-1");
+  EXPECT_EQ(ev[0]["created"], 123);
+  EXPECT_EQ(ev[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(ev[0]["usage"].is_null());
+  EXPECT_EQ(ev[1]["choices"][0]["delta"]["content"], " Once");
+  EXPECT_TRUE(ev[1]["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(ev[2]["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(ev[3]["choices"].empty());
+  EXPECT_EQ(ev[3]["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(ev[3]["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(ev[3]["usage"]["total_tokens"], 7);
+  EXPECT_EQ(ev[3]["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
+}
+
+TEST_F(ServerResponse, CompletionWithLogprobs) {
+  auto req = parse_completion_request(R"({"prompt":"x","logprobs":1})");
+  ResponseBuilder b(req, "cmpl-1", 1, "m", *tok_);
+  TokenEvent e1 = event({403}, " Once");
+  e1.logprobs.push_back({403, -0.5f, {{403, -0.5f}, {407, -1.5f}}});
+  TokenEvent e2 = event({407}, " upon", FinishReason::kStop);
+  e2.logprobs.push_back({407, -0.25f, {{403, -0.1f}}});
+  b.add(e1);
+  b.add(e2);
+  const json r = json::parse(b.response(e2));
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["choices"][0]["text"], " Once upon");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  const json& lp = r["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], json({" Once", " upon"}));
+  EXPECT_EQ(lp["token_logprobs"], json({-0.5, -0.25}));
+  EXPECT_EQ(lp["text_offset"], json({0, 5}));
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);  // the sampled token is not repeated
+  EXPECT_EQ(lp["top_logprobs"][1][" upon"], -0.25);
+  EXPECT_EQ(lp["top_logprobs"][1][" Once"], -0.1);
+  EXPECT_EQ(r["usage"]["total_tokens"], 7);
+}
+
+TEST_F(ServerResponse, ChatLogprobsAndErrorEvent) {
+  auto req = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":1})");
+  ResponseBuilder b(req, "c", 1, "m", *tok_);
+  TokenEvent e = event({403}, " Once", FinishReason::kStop);
+  e.logprobs.push_back({403, -0.5f, {{403, -0.5f}}});
+  b.add(e);
+  const json r = json::parse(b.response(e));
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(r["choices"][0]["message"]["content"], " Once");
+  const json& c = r["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(c["token"], " Once");
+  EXPECT_EQ(c["bytes"], json({32, 79, 110, 99, 101}));
+  EXPECT_EQ(c["top_logprobs"][0]["logprob"], -0.5);
+  const auto err = events(ResponseBuilder::stream_error("boom", 500));
+  EXPECT_EQ(err[0]["error"]["message"], "boom");
+}
+
+TEST(ServerMetricsText, PrometheusFormat) {
+  ServerMetrics m;
+  m.ttft.observe(0.003);
+  m.ttft.observe(0.5);
+  m.ttft.observe(1e6);
+  m.count_finish(FinishReason::kStop);
+  m.count_response(200);
+  EngineStats s;
+  s.running = 2;
+  s.waiting = 1;
+  s.kv_usage = 0.25;
+  s.generation_tokens = 42;
+  const std::string text = render_metrics(m, s, "my \"model\"");
+  auto has = [&](const std::string& line) { EXPECT_NE(text.find(line + "\n"), std::string::npos) << line; };
+  has(R"(vllm:num_requests_running{model_name="my \"model\""} 2)");
+  has(R"(vllm:num_requests_waiting{model_name="my \"model\""} 1)");
+  has(R"(vllm:kv_cache_usage_perc{model_name="my \"model\""} 0.25)");
+  has(R"(vllm:generation_tokens_total{model_name="my \"model\""} 42)");
+  has("# TYPE vllm:time_to_first_token_seconds histogram");
+  has(R"(vllm:time_to_first_token_seconds_bucket{model_name="my \"model\"",le="0.001"} 0)");
+  has(R"(vllm:time_to_first_token_seconds_bucket{model_name="my \"model\"",le="0.005"} 1)");
+  has(R"(vllm:time_to_first_token_seconds_bucket{model_name="my \"model\"",le="0.5"} 2)");
+  has(R"(vllm:time_to_first_token_seconds_bucket{model_name="my \"model\"",le="+Inf"} 3)");
+  has(R"(vllm:time_to_first_token_seconds_count{model_name="my \"model\""} 3)");
+  has(R"(vllm:request_success_total{model_name="my \"model\"",finished_reason="stop"} 1)");
+  has(R"(servetune:http_responses_total{model_name="my \"model\"",status="200"} 1)");
+  // Every non-comment line is "name{labels} value".
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t end = text.find('\n', pos);
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.rfind("# ", 0) == 0) continue;
+    EXPECT_NE(line.find("} "), std::string::npos) << line;
+  }
+}
+
+}  // namespace
+}  // namespace servetune::server

@@ -1,0 +1,143 @@
+// Reports from a synthetic run folder: conclusion with the best settings, the % change against the baseline and
+// the command lines that reproduce it; stage gains; skipped candidates with reasons; HTML with inline SVG charts
+// (bars, Pareto front, concurrency lines) and no scripts; CSV; a folder of records without a sweep file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "tuner/report.h"
+#include "tuner/results_store.h"
+#include "tuner/space.h"
+#include "tuner/svg_chart.h"
+
+namespace servetune::tuner {
+namespace {
+namespace fs = std::filesystem;
+
+const char* kSweep = R"(name: demo
+description: A synthetic sweep.
+target: {engine: builtin, model: models/m.gguf, settings: {threads: 2}}
+space:
+  max_running_requests: [8, 32]
+  schedule_policy: [fcfs, lpm]
+  tp_size: [1, 2]
+strategy:
+  kind: staged
+  stages:
+    - {name: batching, dims: [max_running_requests]}
+    - {name: policy, dims: [schedule_policy]}
+    - {name: parallel, dims: [tp_size]}
+workloads:
+  - {name: chat, dataset: random, input_len: 64, output_len: 16, num_prompts: 10}
+  - {name: load, dataset: random, num_prompts: 10, max_concurrency: [1, 4]}
+)";
+
+nlohmann::ordered_json record(const Candidate& c, const SweepSpec& s, const std::string& w, double tps, double tpot) {
+  nlohmann::ordered_json r;
+  r["schema"] = kRecordSchema;
+  r["candidate"] = {{"id", c.id}, {"label", c.label}, {"settings", c.settings}, {"full_settings", SearchSpace(s).full_settings(c)}};
+  r["workload"] = s.workload(w)->to_json();
+  r["repeat"] = 0;
+  r["metrics"] = {{"completed", 10}, {"failed", 0}, {"total_token_throughput", tps}, {"output_throughput", tps / 4},
+                  {"mean_tpot_ms", tpot}, {"p99_tpot_ms", tpot * 1.5}};
+  r["provenance"] = {{"source", "measured"}, {"environment", {{"cpu_model", "Test CPU"}, {"git_commit", "abc123"}}}};
+  return r;
+}
+
+class TunerReport : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("servetune_report_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    const SpecFile f = parse_spec_text(kSweep, "demo.yaml");
+    spec_ = parse_sweep(f);
+    ResultsStore store(dir_.string());
+    store.create(f.root, "demo.yaml", kSweep);
+    SearchSpace space(spec_);
+    const Candidate base = space.baseline();
+    const Candidate big = space.find({{"max_running_requests", 32}});
+    const Candidate lpm = space.find({{"max_running_requests", 32}, {"schedule_policy", "lpm"}});
+    const Candidate tp2 = space.find({{"max_running_requests", 32}, {"tp_size", 2}});
+    const std::vector<std::pair<Candidate, double>> measured = {{base, 100}, {big, 150}, {lpm, 140}};
+    for (const auto& [c, tps] : measured) {
+      store.write_record(record(c, spec_, "chat", tps, 3000 / tps));
+      store.write_record(record(c, spec_, "load@c1", tps / 2, 10));
+      store.write_record(record(c, spec_, "load@c4", tps, 20));
+      store.write_trial({{"candidate", c.id}, {"tag", "main"}, {"status", "ok"}, {"candidate_info", {{"id", c.id}, {"label", c.label}, {"settings", c.settings}}}});
+    }
+    store.write_trial({{"candidate", tp2.id}, {"tag", "main"}, {"status", "skipped"}, {"reason", tp2.skip_reason},
+                       {"candidate_info", {{"id", tp2.id}, {"label", tp2.label}, {"settings", tp2.settings}}}});
+    base_ = base.id;
+    best_ = big.id;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path dir_;
+  SweepSpec spec_;
+  std::string base_, best_;
+};
+
+TEST_F(TunerReport, MarkdownLeadsWithTheConclusion) {
+  const ReportData d = load_report(dir_.string());
+  EXPECT_EQ(d.baseline, base_);
+  EXPECT_EQ(d.best, best_);
+  ASSERT_EQ(d.stages.size(), 3u);
+  EXPECT_EQ(d.stages[0].winner, best_);
+  const std::string md = render_markdown(d);
+  const size_t conclusion = md.find("## Conclusion"), table = md.find("## Baseline vs best"), stages = md.find("## Gain per stage"),
+               cands = md.find("## Candidates");
+  ASSERT_NE(conclusion, std::string::npos);
+  EXPECT_LT(conclusion, table);
+  EXPECT_LT(table, stages);
+  EXPECT_LT(stages, cands);
+  EXPECT_NE(md.find("**Best: `" + best_ + "`** (max_running_requests=32, schedule_policy=fcfs, tp_size=1)"), std::string::npos) << md;
+  EXPECT_NE(md.find("**+50.0%** over the baseline"), std::string::npos) << md;
+  EXPECT_NE(md.find("servetune serve --model models/m.gguf --threads 2 --max-running-requests 32"), std::string::npos) << md;
+  EXPECT_NE(md.find("servetune bench --backend builtin --model models/m.gguf --threads 2 --max-running-requests 32 --dataset-name random"), std::string::npos) << md;
+  EXPECT_NE(md.find("| chat | 100 | 150 | +50.0% |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 30 | 20 | -33.3% |"), std::string::npos) << md;  // mean TPOT baseline -> best
+  EXPECT_NE(md.find("| batching | max_running_requests | 2 | `" + base_ + "` | `" + best_ + "` | 100 | 150 | +50.0% | +50.0% |"), std::string::npos) << md;
+  EXPECT_NE(md.find("tensor parallelism"), std::string::npos);  // the skipped candidate's reason
+  EXPECT_NE(md.find("Test CPU"), std::string::npos);
+}
+
+TEST_F(TunerReport, HtmlIsSelfContainedWithCharts) {
+  const std::string html = render_html(load_report(dir_.string()));
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(html.find("<h2>Conclusion</h2>"), std::string::npos);
+  EXPECT_NE(html.find("Total token throughput on chat"), std::string::npos);
+  EXPECT_NE(html.find("Pareto front"), std::string::npos);
+  EXPECT_NE(html.find("Throughput vs concurrency on load"), std::string::npos);
+  EXPECT_NE(html.find("TPOT vs concurrency on load"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("<link"), std::string::npos);
+  EXPECT_EQ(html.find("src="), std::string::npos);
+}
+
+TEST_F(TunerReport, CsvAndBaselineOverride) {
+  const ReportData d = load_report(dir_.string(), best_);
+  EXPECT_EQ(d.baseline, best_);
+  const std::string csv = summary_csv(d);
+  EXPECT_EQ(csv.rfind("candidate,label,status,failure,reason,max_running_requests,schedule_policy,tp_size,workload", 0), 0u) << csv;
+  EXPECT_NE(csv.find(",skipped,,"), std::string::npos);
+  EXPECT_THROW(load_report(dir_.string(), "nope"), Error);
+}
+
+TEST_F(TunerReport, RecordsWithoutASweepFile) {
+  const fs::path only = dir_ / "records";
+  const ReportData d = load_report(only.string());
+  EXPECT_FALSE(d.spec);
+  EXPECT_EQ(d.best, best_);
+  const std::string md = render_markdown(d);
+  EXPECT_NE(md.find("## Baseline vs best"), std::string::npos);
+}
+
+TEST(TunerSvg, TicksCoverTheRange) {
+  EXPECT_EQ(nice_ticks(0, 23951), (std::vector<double>{0, 5000, 10000, 15000, 20000, 25000}));
+  EXPECT_EQ(nice_ticks(0, 1), (std::vector<double>{0, 0.2, 0.4, 0.6000000000000001, 0.8, 1}));
+  EXPECT_NE(bar_chart("t", "y", {{"a<b", 1.0, "#000"}}).find("a&lt;b"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace servetune::tuner

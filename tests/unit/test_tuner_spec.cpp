@@ -1,0 +1,193 @@
+// Sweep files: YAML and JSON read the same; defaults; concurrency levels expand; every bad file gives one message
+// naming the file, the key (with its line) and the problem; the committed configs/ all parse.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "test_paths.h"
+#include "tuner/sweep_spec.h"
+
+namespace servetune::tuner {
+namespace {
+
+const char* kMinimal = R"(name: t
+target: {engine: builtin, model: m.gguf}
+space:
+  max_running_requests: [8, 32]
+workloads:
+  - {name: short, dataset: random, input_len: 16, output_len: 4, num_prompts: 8}
+)";
+
+SweepSpec parse(const std::string& text, const std::string& name = "test.yaml") { return parse_sweep(parse_spec_text(text, name)); }
+
+std::string error_of(const std::string& text, const std::string& name = "test.yaml") {
+  try {
+    parse(text, name);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error for:\n" << text;
+  return "";
+}
+
+void expect_error(const std::string& text, const std::vector<std::string>& parts) {
+  const std::string msg = error_of(text);
+  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+}
+
+TEST(TunerSpec, MinimalFileAndDefaults) {
+  const SweepSpec s = parse(kMinimal);
+  EXPECT_EQ(s.name, "t");
+  EXPECT_TRUE(s.builtin());
+  ASSERT_EQ(s.space.size(), 1u);
+  EXPECT_EQ(s.space[0].values.size(), 2u);
+  EXPECT_EQ(s.baseline["max_running_requests"], 8);
+  EXPECT_EQ(s.strategy.kind, "grid");
+  EXPECT_EQ(s.objective.workload, "short");
+  EXPECT_EQ(s.objective.metric, "total_token_throughput");
+  EXPECT_TRUE(s.objective.maximize);
+  EXPECT_EQ(s.repeat, 1);
+  ASSERT_EQ(s.workloads.size(), 1u);
+  EXPECT_TRUE(s.workloads[0].ignore_eos);  // synthetic prompts generate their full length
+  EXPECT_TRUE(std::isinf(s.workloads[0].request_rate));
+  EXPECT_EQ(s.percentiles, (std::vector<double>{50, 90, 99}));
+}
+
+TEST(TunerSpec, JsonReadsLikeYaml) {
+  const std::string json = R"({"name": "t", "target": {"engine": "builtin", "model": "m.gguf"},
+    "space": {"max_running_requests": [8, 32]},
+    "workloads": [{"name": "short", "dataset": "random", "input_len": 16, "output_len": 4, "num_prompts": 8}]})";
+  const SweepSpec a = parse(kMinimal), b = parse(json, "test.json");
+  EXPECT_EQ(a.document, b.document);
+  EXPECT_EQ(a.workloads[0].to_json(), b.workloads[0].to_json());
+}
+
+TEST(TunerSpec, YamlScalarsFollowTheCoreSchema) {
+  const SweepSpec s = parse(R"(name: t
+target: {engine: external, model: m, command: "srv --port {port} {flags}", tokenizer: tok}
+space:
+  flag: [true, "true", 1.5, 2, null, "x"]
+workloads: [{name: w, dataset: random}]
+)");
+  const auto& v = s.space[0].values;
+  EXPECT_TRUE(v[0].is_boolean());
+  EXPECT_TRUE(v[1].is_string());
+  EXPECT_TRUE(v[2].is_number_float());
+  EXPECT_TRUE(v[3].is_number_integer());
+  EXPECT_TRUE(v[4].is_null());
+  EXPECT_EQ(v[5], "x");
+}
+
+TEST(TunerSpec, ConcurrencyAndRateListsExpandIntoLevels) {
+  const SweepSpec s = parse(R"(name: t
+target: {engine: builtin, model: m.gguf}
+workloads:
+  - {name: load, dataset: random, max_concurrency: [1, 4, 16]}
+  - {name: rate, dataset: random, request_rate: [2, inf]}
+objective: {workload: load, metric: output_throughput}
+slo: {p95_tpot_ms: 50}
+)");
+  ASSERT_EQ(s.workloads.size(), 5u);
+  EXPECT_EQ(s.workloads[0].name, "load@c1");
+  EXPECT_EQ(s.workloads[2].name, "load@c16");
+  EXPECT_EQ(*s.workloads[2].max_concurrency, 16);
+  EXPECT_EQ(s.workloads[2].group, "load");
+  EXPECT_EQ(s.workloads[3].name, "rate@r2");
+  EXPECT_EQ(s.workloads[4].name, "rate@rinf");
+  EXPECT_EQ(s.objective_workloads().size(), 3u);
+  EXPECT_EQ(s.percentiles, (std::vector<double>{50, 90, 95, 99}));  // p95 for the SLO
+}
+
+TEST(TunerSpec, BadFilesNameFileKeyLineAndProblem) {
+  expect_error(std::string(kMinimal) + "spacee: {}\n", {"test.yaml", "spacee (line 7)", "unknown key 'spacee'"});
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf}
+space:
+  max_batch: [1, 2]
+workloads: [{name: w, dataset: random}]
+)", {"test.yaml: space.max_batch (line 4)", "unknown engine setting 'max_batch'"});
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf}
+space: {max_running_requests: [8, "many"]}
+workloads: [{name: w, dataset: random}]
+)", {"space.max_running_requests", "wrong type"});
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf}
+constraints: ["tp_size * gpus <= 8"]
+workloads: [{name: w, dataset: random}]
+)", {"constraints[0]", "'gpus'", "not a setting"});
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf}
+constraints: ["tp_size *"]
+workloads: [{name: w, dataset: random}]
+)", {"test.yaml", "unexpected end of expression"});
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf}
+space: {max_running_requests: [8, 32], schedule_policy: [fcfs, lpm]}
+strategy: {kind: staged, stages: [{name: a, dims: [max_running_requests]}]}
+workloads: [{name: w, dataset: random}]
+)", {"strategy.stages", "schedule_policy has several values but is in no stage"});
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf}
+workloads: [{name: w, dataset: random}]
+objective: {workload: nope}
+)", {"objective.workload", "no workload is named 'nope'"});
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf}
+workloads: [{name: w, dataset: sharegpt, input_len: 5}]
+)", {"workloads[0].input_len", "does not apply to dataset sharegpt"});
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf}
+workloads: [{name: w, dataset: random}, {name: w, dataset: random}]
+)", {"workloads[1].name", "two workloads are named 'w'"});
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf}
+workloads: [{name: w, dataset: wiki}]
+)", {"workloads[0].dataset", "sharegpt, random, trace or prefix"});
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf}
+workloads: [{name: w, dataset: random, max_concurrency: [4, 0]}]
+)", {"max_concurrency", "positive integer"});
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf}
+workloads: [{name: w, dataset: random}]
+slo: {p99_latency: 5}
+)", {"slo.p99_latency", "unknown metric"});
+  expect_error("name: t\ntarget: {engine: builtin\n", {"test.yaml", "line", "not valid YAML"});
+  expect_error(R"(name: t
+target: {engine: external, model: m}
+workloads: [{name: w, dataset: random}]
+)", {"target", "either command"});
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf, port: 8000}
+workloads: [{name: w, dataset: random}]
+)", {"target.port", "unknown key 'port'"});
+  expect_error(R"(name: "a b"
+target: {engine: builtin, model: m.gguf}
+workloads: [{name: w, dataset: random}]
+)", {"name", "results folder"});
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf}
+space: {max_running_requests: [8, 32]}
+baseline: {max_running_requests: 16}
+workloads: [{name: w, dataset: random}]
+)", {"baseline.max_running_requests", "not one of"});
+}
+
+TEST(TunerSpec, CommittedConfigsParse) {
+  const std::filesystem::path dir = servetune::testing::source_path("configs");
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(e.path().string());
+    const SweepSpec s = load_sweep(e.path().string());
+    EXPECT_FALSE(s.workloads.empty());
+    ++n;
+  }
+  EXPECT_GE(n, 4);
+}
+
+}  // namespace
+}  // namespace servetune::tuner

@@ -1,0 +1,22 @@
+// `servetune sweep FILE [--output RUN_DIR] [--resume RUN_DIR] [--dry-run]`: the tuner (see tuner/sweep_runner.h).
+#include "commands.h"
+#include "tuner/sweep_runner.h"
+
+namespace servetune::cli {
+namespace {
+
+void add_sweep_command(CLI::App& app) {
+  auto o = std::make_shared<tuner::SweepOptions>();
+  CLI::App* cmd = app.add_subcommand("sweep", "Tune engine settings: run a sweep file's candidates x workloads, record results, write a report");
+  cmd->add_option("file", o->file, "Sweep file (YAML or JSON); optional with --resume");
+  cmd->add_option("--output,-o", o->output_dir, "Run folder (default: results/<name>/<timestamp>)");
+  cmd->add_option("--resume", o->resume_dir, "Continue the sweep in this run folder: runs only what is not complete");
+  cmd->add_flag("--dry-run", o->dry_run, "Validate the sweep file and print the resolved plan; run nothing");
+  cmd->callback([o] { tuner::run_sweep(*o); });
+}
+
+}  // namespace
+
+SERVETUNE_REGISTER_COMMAND(50, add_sweep_command);
+
+}  // namespace servetune::cli

@@ -1,0 +1,95 @@
+// Plan validation and the --dry-run listing (see plan.h, sweep_runner.h).
+#include "tuner/plan.h"
+
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "tuner/command_line.h"
+#include "tuner/results_table.h"
+#include "tuner/server_command.h"
+#include "tuner/strategy.h"
+#include "tuner/sweep_runner.h"
+
+namespace servetune::tuner {
+
+std::vector<Candidate> first_candidates(const SweepSpec& spec, const SearchSpace& space) {
+  std::unique_ptr<Strategy> strategy = Strategy::make(spec, space);
+  const auto batch = strategy->next(ResultsTable{});
+  std::vector<Candidate> out;
+  if (batch) {
+    for (const auto& t : batch->trials) out.push_back(t.candidate);
+  }
+  return out;
+}
+
+void validate_plan(const SweepSpec& spec, const SearchSpace& space) {
+  const std::vector<Candidate> cs = first_candidates(spec, space);
+  std::map<std::string, size_t> reasons;
+  for (const auto& c : cs) {
+    if (c.skip_reason.empty()) return;
+    ++reasons[c.skip_reason];
+  }
+  std::string why;
+  for (const auto& [r, n] : reasons) why += "\n  " + std::to_string(n) + " x " + r;
+  throw_usage(spec.source + ": constraints: every candidate of the " + (spec.strategy.kind == "staged" ? "first stage" : "space") +
+              " is excluded:" + why);
+}
+
+void print_plan(std::FILE* out, const SweepSpec& spec) {
+  SearchSpace space(spec);
+  validate_plan(spec, space);
+  std::fprintf(out, "Sweep %s (%s)\n", spec.name.c_str(), spec.source.c_str());
+  if (!spec.description.empty()) std::fprintf(out, "  %s\n", spec.description.c_str());
+  std::fprintf(out, "Target: %s, model %s\n", spec.target.engine.c_str(), spec.target.model.c_str());
+  if (!spec.target.settings.empty()) std::fprintf(out, "  fixed settings: %s\n", spec.target.settings.dump().c_str());
+  for (const auto& [name, s] : spec.target.servers) {
+    std::fprintf(out, "  server %s%s: %s (health %s, backend %s, startup timeout %.0fs)\n", name.c_str(),
+                 s.version.empty() ? "" : (" " + s.version).c_str(), s.command.c_str(), s.health.c_str(), s.backend.c_str(),
+                 s.startup_timeout_s);
+  }
+  std::fprintf(out, "Space: %zu candidates\n", space.size());
+  for (const auto& d : spec.space) {
+    std::string vals;
+    for (const auto& v : d.values) vals += (vals.empty() ? "" : ", ") + v.dump();
+    std::fprintf(out, "  %s: [%s]%s\n", d.name.c_str(), vals.c_str(), d.values.size() == 1 ? " (fixed)" : "");
+  }
+  for (const auto& c : spec.constraints) std::fprintf(out, "  constraint: %s\n", c.c_str());
+  std::fprintf(out, "  baseline: %s (%s)\n", space.baseline().id.c_str(), space.baseline().label.c_str());
+  std::fprintf(out, "Strategy: %s\n", spec.strategy.kind.c_str());
+  for (const auto& st : spec.strategy.stages) {
+    std::string dims;
+    for (const auto& d : st.dims) dims += (dims.empty() ? "" : ", ") + d;
+    std::fprintf(out, "  stage %s: %s\n", st.name.c_str(), dims.c_str());
+  }
+  if (spec.strategy.kind == "halving") {
+    std::string rungs;
+    for (auto n : spec.strategy.screen_prompts) rungs += (rungs.empty() ? "" : ", ") + std::to_string(n);
+    std::fprintf(out, "  screening rungs of %s prompts on %s, keep %.0f%% per rung\n", rungs.c_str(),
+                 spec.objective_workloads().front()->name.c_str(), spec.strategy.keep * 100.0);
+  }
+  std::fprintf(out, "Workloads (%zu; each run %d time%s per candidate):\n", spec.workloads.size(), spec.repeat, spec.repeat == 1 ? "" : "s");
+  for (const auto& w : spec.workloads) std::fprintf(out, "  %-24s servetune bench %s\n", w.name.c_str(), bench_flags(w.to_json()).c_str());
+  std::fprintf(out, "Objective: %s %s on %s", spec.objective.maximize ? "max" : "min", spec.objective.metric.c_str(),
+               spec.objective.workload.c_str());
+  for (const auto& [k, v] : spec.slo) std::fprintf(out, ", %s <= %g", k.c_str(), v);
+  std::fprintf(out, "\n");
+  const std::vector<Candidate> cs = first_candidates(spec, space);
+  std::fprintf(out, "%s (%zu):\n", spec.strategy.kind == "staged" ? "First stage" : "Candidates", cs.size());
+  for (const auto& c : cs) {
+    if (!c.skip_reason.empty()) {
+      std::fprintf(out, "  %s %s: skipped: %s\n", c.id.c_str(), c.label.c_str(), c.skip_reason.c_str());
+    } else if (spec.builtin()) {
+      std::fprintf(out, "  %s %s: servetune serve --model %s %s\n", c.id.c_str(), c.label.c_str(),
+                   shell_quote(spec.target.model).c_str(), engine_flags(space.full_settings(c)).c_str());
+    } else {
+      std::string why;
+      const int port = spec.target.port == 0 ? 8000 : spec.target.port;
+      const auto cmd = render_launch(spec, space.full_settings(c), port, why);
+      std::fprintf(out, "  %s %s: %s\n", c.id.c_str(), c.label.c_str(), cmd ? cmd->command.c_str() : why.c_str());
+    }
+  }
+  std::fflush(out);
+}
+
+}  // namespace servetune::tuner

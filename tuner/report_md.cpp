@@ -1,0 +1,198 @@
+// The Markdown report (see report.h): conclusion first, then baseline vs best, stage gains, candidates.
+#include <cmath>
+#include <sstream>
+
+#include "tuner/report.h"
+
+namespace servetune::tuner {
+namespace {
+
+std::string metric_cell(const ReportData& d, const std::string& c, const std::string& w, const std::string& key) {
+  const auto v = d.table.metric(c, w, key);
+  return v ? format_number(*v) : "-";
+}
+
+std::string workload_caption(const Cell& cell) {
+  const auto& w = cell.workload;
+  std::string s = w.value("dataset", std::string("?"));
+  if (w.contains("num_prompts")) s += ", " + w["num_prompts"].dump() + " prompts";
+  if (w.value("dataset", std::string()) == "random" && w.contains("input_len")) {
+    s += ", " + w["input_len"].dump() + " in / " + w["output_len"].dump() + " out";
+  }
+  if (w.contains("max_concurrency") && !w["max_concurrency"].is_null()) s += ", max concurrency " + w["max_concurrency"].dump();
+  if (w.contains("request_rate") && w["request_rate"] != "inf" && !w["request_rate"].is_null()) s += ", " + w["request_rate"].dump() + " req/s";
+  return s;
+}
+
+const Cell* any_cell(const ReportData& d, const std::string& w) {
+  for (const auto& c : d.table.candidates()) {
+    if (const Cell* cell = d.table.cell(c.id, w)) return cell;
+  }
+  return nullptr;
+}
+
+std::string label_of(const ReportData& d, const std::string& id) {
+  const CandidateRow* c = d.table.candidate(id);
+  return c == nullptr ? id : settings_text(c->settings, d.dims);
+}
+
+void conclusion(std::ostringstream& o, const ReportData& d) {
+  o << "## Conclusion\n\n";
+  if (d.best.empty()) {
+    o << "No candidate produced a measurement; see the candidate table for the reasons.\n\n";
+    return;
+  }
+  const Score best = score(d.table, d.best, d.goal);
+  const Score base = d.baseline.empty() ? Score{} : score(d.table, d.baseline, d.goal);
+  o << "**Best: `" << d.best << "`** (" << label_of(d, d.best) << "): **" << format_number(best.value) << "** "
+    << d.goal.metric << " on `" << best.workload << "`";
+  if (base.measured && d.baseline != d.best) {
+    o << ", **" << format_change(base.value, best.value) << "** over the baseline `" << d.baseline << "` ("
+      << label_of(d, d.baseline) << ": " << format_number(base.value) << ")";
+  } else if (d.baseline == d.best) {
+    o << "; the baseline itself is the best candidate";
+  } else if (!d.baseline.empty()) {
+    const CandidateRow* b = d.table.candidate(d.baseline);
+    o << "; the baseline `" << d.baseline << "` has no measurement to compare with";
+    if (b != nullptr && (b->status == "failed" || b->status == "skipped")) {
+      o << " (" << b->status << (b->failure.empty() ? "" : ", " + b->failure) << ")";
+    }
+  }
+  o << ".";
+  if (!d.goal.slo.empty()) {
+    o << (best.feasible ? " Meets every SLO (" : " **No candidate meets the SLOs** (");
+    bool first = true;
+    for (const auto& [k, v] : d.goal.slo) {
+      o << (first ? "" : ", ") << k << " <= " << format_number(v);
+      first = false;
+    }
+    o << (best.feasible ? ")." : "); shown is the best regardless.");
+  }
+  o << "\n\n";
+  const auto cmds = reproduce_commands(d, d.best);
+  if (!cmds.empty()) {
+    o << "Reproduce it:\n\n```bash\n";
+    for (const auto& c : cmds) o << c << "\n";
+    o << "```\n\n";
+  } else if (const CandidateRow* c = d.table.candidate(d.best)) {
+    o << "Settings: `" << c->settings.dump() << "`\n\n";
+  }
+}
+
+void baseline_vs_best(std::ostringstream& o, const ReportData& d) {
+  if (d.best.empty() || d.baseline.empty()) return;
+  o << "## Baseline vs best\n\n";
+  o << "Baseline `" << d.baseline << "` (" << label_of(d, d.baseline) << ") against best `" << d.best << "` ("
+    << label_of(d, d.best) << "). TPS is total tokens (input + output) per second; TPOT excludes the first token.\n\n";
+  o << "| workload | baseline TPS | best TPS | TPS change | baseline output tok/s | best output tok/s | baseline mean TPOT (ms) | best mean TPOT (ms) | TPOT change |\n";
+  o << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& w : d.table.workloads()) {
+    const auto bt = d.table.metric(d.baseline, w, "total_token_throughput"), xt = d.table.metric(d.best, w, "total_token_throughput");
+    const auto bo = d.table.metric(d.baseline, w, "output_throughput"), xo = d.table.metric(d.best, w, "output_throughput");
+    const auto bp = d.table.metric(d.baseline, w, "mean_tpot_ms"), xp = d.table.metric(d.best, w, "mean_tpot_ms");
+    if (!bt && !xt) continue;
+    auto f = [](const std::optional<double>& v) { return v ? format_number(*v) : std::string("-"); };
+    o << "| " << w << " | " << f(bt) << " | " << f(xt) << " | " << (bt && xt ? format_change(*bt, *xt) : "n/a") << " | " << f(bo)
+      << " | " << f(xo) << " | " << f(bp) << " | " << f(xp) << " | " << (bp && xp ? format_change(*bp, *xp) : "n/a") << " |\n";
+  }
+  o << "\n";
+}
+
+void stage_gains(std::ostringstream& o, const ReportData& d) {
+  if (d.stages.empty()) return;
+  o << "## Gain per stage\n\n";
+  o << "Objective: " << (d.goal.maximize ? "max " : "min ") << d.goal.metric << " on `" << d.goal.workload << "`";
+  for (const auto& [k, v] : d.goal.slo) o << ", " << k << " <= " << format_number(v);
+  o << ".\n\n| stage | varied | candidates | leader before | winner | before | after | stage gain | vs baseline |\n";
+  o << "|---|---|---:|---|---|---:|---:|---:|---:|\n";
+  const Score base = d.baseline.empty() ? Score{} : score(d.table, d.baseline, d.goal);
+  for (const auto& st : d.stages) {
+    Goal g = d.goal;
+    g.workload = st.workload;
+    const Score before = score(d.table, st.incumbent, g), after = score(d.table, st.winner, g);
+    std::string dims;
+    for (const auto& x : st.dims) dims += (dims.empty() ? "" : ", ") + x;
+    if (st.kept > 0) dims = "screening on " + st.workload + ", kept " + std::to_string(st.kept);
+    const Score after_full = score(d.table, st.winner, d.goal);
+    o << "| " << st.name << " | " << (dims.empty() ? "-" : dims) << " | " << st.candidates.size() << " | `" << st.incumbent
+      << "` | `" << (st.winner.empty() ? "-" : st.winner) << "` | " << (before.measured ? format_number(before.value) : "-")
+      << " | " << (after.measured ? format_number(after.value) : "-") << " | "
+      << (before.measured && after.measured ? format_change(before.value, after.value) : "n/a") << " | "
+      << (base.measured && after_full.measured && st.kept == 0 ? format_change(base.value, after_full.value) : "n/a") << " |\n";
+  }
+  o << "\n";
+}
+
+void candidate_tables(std::ostringstream& o, const ReportData& d) {
+  o << "## Candidates\n\n";
+  for (const auto& w : d.table.workloads()) {
+    const Cell* any = any_cell(d, w);
+    if (any == nullptr) continue;
+    o << "### `" << w << "` (" << workload_caption(*any) << ")\n\n| candidate |";
+    for (const auto& dim : d.dims) o << " " << dim << " |";
+    o << " req/s | output tok/s | total tok/s | mean TTFT (ms) | mean TPOT (ms) | p99 TPOT (ms) | failed | SLO |\n|---|";
+    for (size_t i = 0; i < d.dims.size(); ++i) o << "---|";
+    o << "---:|---:|---:|---:|---:|---:|---:|---|\n";
+    for (const auto& c : d.table.candidates()) {
+      if (d.table.cell(c.id, w) == nullptr) continue;
+      std::string mark = c.id == d.best ? " (best)" : (c.id == d.baseline ? " (baseline)" : "");
+      if (c.source == "imported") mark += " (imported)";
+      o << "| `" << c.id << "`" << mark << " |";
+      for (const auto& dim : d.dims) {
+        const auto& v = c.settings.contains(dim) ? c.settings[dim] : nlohmann::ordered_json("-");
+        o << " " << (v.is_string() ? v.get<std::string>() : v.dump()) << " |";
+      }
+      Goal g = d.goal;
+      g.workload = w;
+      const Score s = score(d.table, c.id, g);
+      o << " " << metric_cell(d, c.id, w, "request_throughput") << " | " << metric_cell(d, c.id, w, "output_throughput") << " | "
+        << metric_cell(d, c.id, w, "total_token_throughput") << " | " << metric_cell(d, c.id, w, "mean_ttft_ms") << " | "
+        << metric_cell(d, c.id, w, "mean_tpot_ms") << " | " << metric_cell(d, c.id, w, "p99_tpot_ms") << " | "
+        << metric_cell(d, c.id, w, "failed") << " | " << (d.goal.slo.empty() ? "-" : (s.feasible ? "ok" : s.violation)) << " |\n";
+    }
+    o << "\n";
+  }
+  bool header = false;
+  for (const auto& c : d.table.candidates()) {
+    if (c.status != "skipped" && c.status != "failed") continue;
+    if (!header) {
+      o << "### Skipped and failed candidates\n\n| candidate | settings | status | reason |\n|---|---|---|---|\n";
+      header = true;
+    }
+    std::string reason = c.reason;
+    for (char& ch : reason) ch = ch == '\n' || ch == '|' ? ' ' : ch;
+    if (reason.size() > 300) reason = reason.substr(0, 300) + "...";
+    o << "| `" << c.id << "` | " << settings_text(c.settings, d.dims) << " | " << c.status
+      << (c.failure.empty() ? "" : " (" + c.failure + ")") << " | " << reason << (c.log.empty() ? "" : " (log: " + c.log + ")") << " |\n";
+  }
+  if (header) o << "\n";
+}
+
+void environment(std::ostringstream& o, const ReportData& d) {
+  o << "## Method and environment\n\n";
+  o << "Metrics follow `vllm bench serve`'s definitions; each value is the median over " << d.repeat
+    << " repeat(s). Regenerate this report with `servetune report " << d.run_dir << "`.\n\n";
+  const auto& e = d.environment;
+  if (e.is_object()) {
+    auto v = [&](const char* k) { return e.contains(k) && !e[k].is_null() ? (e[k].is_string() ? e[k].get<std::string>() : e[k].dump()) : std::string("-"); };
+    o << "| | |\n|---|---|\n| CPU | " << v("cpu_model") << " (" << v("logical_cpus") << " logical) |\n| OS | " << v("os")
+      << " |\n| servetune | " << v("servetune_version") << " |\n| git commit | " << v("git_commit")
+      << (e.value("git_dirty", false) ? " (with local changes)" : "") << " |\n\n";
+  }
+}
+
+}  // namespace
+
+std::string render_markdown(const ReportData& d) {
+  std::ostringstream o;
+  o << "# Tuning report: " << d.title << "\n\n";
+  if (!d.description.empty()) o << d.description << "\n\n";
+  conclusion(o, d);
+  baseline_vs_best(o, d);
+  stage_gains(o, d);
+  candidate_tables(o, d);
+  environment(o, d);
+  return o.str();
+}
+
+}  // namespace servetune::tuner

@@ -1,0 +1,138 @@
+// Search space enumeration and candidate validity (see space.h).
+#include "tuner/space.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+#include "tuner/server_command.h"
+
+namespace servetune::tuner {
+namespace {
+
+std::string value_label(const nlohmann::ordered_json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+std::string underscored(std::string s) {
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+std::optional<int64_t> int_setting(const nlohmann::ordered_json& s, const std::string& key) {
+  const auto it = s.find(key);
+  if (it == s.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<int64_t>();
+}
+
+}  // namespace
+
+SearchSpace::SearchSpace(const SweepSpec& spec) : spec_(spec) {
+  for (const Dimension& d : spec.space) {
+    if (size_ > std::numeric_limits<size_t>::max() / d.values.size()) throw_usage(spec.source + ": space: too many combinations");
+    size_ *= d.values.size();
+  }
+  id_width_ = std::to_string(size_ > 0 ? size_ - 1 : 0).size();
+  for (size_t i = 0; i < spec.constraints.size(); ++i) {
+    try {
+      constraints_.push_back(Expr::parse(spec.constraints[i]));
+    } catch (const Error& e) {
+      throw_usage(spec.source + ": constraints[" + std::to_string(i) + "]: " + e.what());
+    }
+  }
+}
+
+Candidate SearchSpace::at(size_t index) const {
+  if (index >= size_) throw Error(ErrorKind::kInternal, "candidate index out of range");
+  Candidate c;
+  c.index = index;
+  std::string id = std::to_string(index);
+  c.id = "c" + std::string(id_width_ - id.size(), '0') + id;
+  size_t rest = index;
+  std::vector<size_t> digits(spec_.space.size());
+  for (size_t i = spec_.space.size(); i-- > 0;) {
+    digits[i] = rest % spec_.space[i].values.size();
+    rest /= spec_.space[i].values.size();
+  }
+  for (size_t i = 0; i < spec_.space.size(); ++i) {
+    const Dimension& d = spec_.space[i];
+    c.settings[d.name] = d.values[digits[i]];
+    if (d.values.size() > 1) c.label += (c.label.empty() ? "" : ", ") + d.name + "=" + value_label(d.values[digits[i]]);
+  }
+  if (c.label.empty()) c.label = "baseline";
+  c.skip_reason = check(c);
+  return c;
+}
+
+Candidate SearchSpace::find(const nlohmann::ordered_json& settings) const {
+  size_t index = 0;
+  for (const Dimension& d : spec_.space) {
+    const nlohmann::ordered_json& v = settings.contains(d.name) ? settings.at(d.name) : spec_.baseline.at(d.name);
+    const auto it = std::find(d.values.begin(), d.values.end(), v);
+    if (it == d.values.end()) throw Error(ErrorKind::kInternal, "value " + v.dump() + " is not in space." + d.name);
+    index = index * d.values.size() + static_cast<size_t>(it - d.values.begin());
+  }
+  return at(index);
+}
+
+nlohmann::ordered_json SearchSpace::full_settings(const Candidate& c) const {
+  nlohmann::ordered_json s = spec_.target.settings;
+  for (const auto& [k, v] : c.settings.items()) s[k] = v;
+  return s;
+}
+
+EngineConfig SearchSpace::engine_config(const Candidate& c) const {
+  EngineConfig config;
+  nlohmann::json j = nlohmann::json::parse(full_settings(c).dump());
+  j["model"] = spec_.target.model;
+  from_json(j, config);
+  return config;
+}
+
+std::string SearchSpace::check(const Candidate& c) const {
+  const nlohmann::ordered_json settings = full_settings(c);
+  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+  if (spec_.builtin()) {
+    nlohmann::json defaults;
+    to_json(defaults, EngineConfig{});
+    vars = nlohmann::ordered_json::parse(defaults.dump());
+    vars["model"] = spec_.target.model;
+  }
+  for (const auto& [k, v] : settings.items()) vars[underscored(k)] = v;
+  if (spec_.target.devices) vars["devices"] = *spec_.target.devices;
+  if (spec_.target.num_experts) vars["num_experts"] = *spec_.target.num_experts;
+  const auto lookup = [&](const std::string& name) -> std::optional<ExprValue> {
+    const auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return expr_value_of(*it);
+  };
+  for (size_t i = 0; i < constraints_.size(); ++i) {
+    bool ok = false;
+    try {
+      ok = constraints_[i].test(lookup);
+    } catch (const Error& e) {
+      throw_usage(spec_.source + ": constraints[" + std::to_string(i) + "]: for " + c.label + ": " + e.what());
+    }
+    if (!ok) return "constraint '" + constraints_[i].text() + "' is false";
+  }
+  const int64_t tp = int_setting(vars, "tp_size").value_or(1), dp = int_setting(vars, "dp_size").value_or(1);
+  if (spec_.target.devices && tp * dp > *spec_.target.devices) {
+    return "tp_size x dp_size = " + std::to_string(tp * dp) + " exceeds the " + std::to_string(*spec_.target.devices) + " devices";
+  }
+  const int64_t ep = int_setting(vars, "ep_size").value_or(1);
+  if (spec_.target.num_experts && ep > 0 && *spec_.target.num_experts % ep != 0) {
+    return "ep_size = " + std::to_string(ep) + " does not divide the " + std::to_string(*spec_.target.num_experts) + " experts";
+  }
+  if (spec_.builtin()) {
+    try {
+      engine_config(c).validate();
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kUnsupported) return std::string("the engine rejects it: ") + e.what();
+      throw_usage(spec_.source + ": space: the candidate " + c.label + " is not a valid engine config: " + e.what());
+    }
+    return "";
+  }
+  std::string why;
+  if (!render_launch(spec_, settings, spec_.target.port == 0 ? 8000 : spec_.target.port, why)) return why;
+  return "";
+}
+
+}  // namespace servetune::tuner

@@ -1,0 +1,38 @@
+// `servetune sweep`: validates the sweep file and everything it names before anything runs, then drives the
+// strategy: each trial launches its candidate once, runs its workloads x repeats, writes one record per run and a
+// completion marker, and tears the candidate down. --resume replays the strategy over the stored results and runs
+// only the trials without a marker. At the end: summary.csv, report.md and report.html in the run folder.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "tuner/sweep_spec.h"
+
+namespace servetune::tuner {
+
+struct SweepOptions {
+  std::string file;        // sweep file (optional with --resume)
+  std::string output_dir;  // --output
+  std::string resume_dir;  // --resume
+  bool dry_run = false;
+  std::FILE* out = stdout;       // plan and summary
+  std::FILE* progress = stderr;  // progress lines
+};
+
+struct SweepOutcome {
+  std::string run_dir;
+  size_t trials_run = 0;
+  size_t trials_reused = 0;
+  size_t skipped = 0;
+  size_t failed = 0;
+};
+
+SweepOutcome run_sweep(const SweepOptions& options);
+
+// The resolved plan (`--dry-run`, and plan.txt in the run folder): target, space, constraints and skipped
+// candidates, strategy, workloads, goal.
+void print_plan(std::FILE* out, const SweepSpec& spec);
+std::string plan_text(const SweepSpec& spec);
+
+}  // namespace servetune::tuner

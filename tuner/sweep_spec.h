@@ -1,0 +1,121 @@
+// The sweep file, parsed and validated: target (built-in engine or external server command), search space,
+// constraints, strategy, workloads (with max_concurrency / request_rate lists expanded into levels), objective,
+// SLOs, repeats. Everything that can be checked without running is checked here, with one message naming the
+// file, the key and the problem (Error(kUsage), exit code 2).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "datasets/dataset.h"
+#include "tuner/spec_file.h"
+
+namespace servetune::tuner {
+
+struct WorkloadSpec {
+  std::string name;   // unique; "<group>@c8" for an expanded concurrency level
+  std::string group;  // the workload's name in the sweep file
+  datasets::DatasetOptions data;
+  double request_rate = 0.0;  // +inf: all requests at t = 0
+  double burstiness = 1.0;
+  std::optional<int64_t> max_concurrency;
+  int64_t num_warmups = 0;
+  bool ignore_eos = false;
+  std::optional<double> temperature;
+
+  // The record's description of the workload: dataset parameters, traffic shape, group and level.
+  nlohmann::ordered_json to_json() const;
+};
+
+// How one external server is launched and how candidate settings become its flags.
+struct ServerSpec {
+  std::string name;     // label in reports ("vllm", "sglang", ...)
+  std::string version;  // informational
+  std::string command;  // shell command with {model} {port} {host} {flags}
+  std::string health = "/health";
+  std::string backend = "openai";  // load-generator backend
+  std::string endpoint;            // default: the backend's
+  std::string served_model_name;   // default: target.model
+  std::map<std::string, std::string> env;
+  // setting -> "--flag {}" template, null (the server has no such setting), or {value: template}.
+  nlohmann::ordered_json flags = nlohmann::ordered_json::object();
+  double startup_timeout_s = 900.0;
+  double stop_timeout_s = 30.0;
+  double request_timeout_s = 3600.0;
+};
+
+struct TargetSpec {
+  std::string engine = "builtin";  // builtin | external
+  std::string model;
+  nlohmann::ordered_json settings = nlohmann::ordered_json::object();  // fixed settings / flags
+  // external
+  std::map<std::string, ServerSpec> servers;  // one entry, or several chosen by the `server` setting
+  std::string host = "127.0.0.1";
+  int port = 0;                               // 0: a free port per launch
+  std::string tokenizer;                      // .gguf or HF directory for the datasets
+  double trial_timeout_s = 0.0;               // builtin: wall-clock limit of one candidate's trial (0: none)
+  // validity rules (both kinds)
+  std::optional<int64_t> devices;             // tp_size * dp_size must not exceed it
+  std::optional<int64_t> num_experts;         // ep_size must divide it
+};
+
+struct Dimension {
+  std::string name;
+  std::vector<nlohmann::ordered_json> values;
+};
+
+struct StageSpec {
+  std::string name;
+  std::vector<std::string> dims;
+};
+
+struct StrategySpec {
+  std::string kind = "grid";  // grid | staged | halving
+  std::vector<StageSpec> stages;           // staged
+  std::vector<int64_t> screen_prompts;     // halving: prompts per screening rung, increasing
+  double keep = 0.5;                       // halving: fraction kept after each rung
+};
+
+struct ObjectiveSpec {
+  std::string workload;  // a workload group (its best feasible level counts) or an expanded name
+  std::string metric = "total_token_throughput";
+  bool maximize = true;
+};
+
+struct SweepSpec {
+  std::string name;
+  std::string description;
+  std::string source;  // the file it came from
+  TargetSpec target;
+  std::vector<Dimension> space;
+  std::vector<std::string> constraints;
+  nlohmann::ordered_json baseline = nlohmann::ordered_json::object();  // dim -> value (default: first values)
+  StrategySpec strategy;
+  std::vector<WorkloadSpec> workloads;  // expanded, in file order
+  ObjectiveSpec objective;
+  std::map<std::string, double> slo;    // metric -> upper bound (latencies, ms)
+  int repeat = 1;
+  std::vector<std::string> check_tolerances;  // `servetune check` defaults ("total_output_tokens=0", ...)
+  std::vector<double> percentiles;            // computed for every run (50, 90, 99 + those named above)
+  nlohmann::ordered_json document;            // the file's content as JSON (stored as sweep.json)
+
+  bool builtin() const { return target.engine == "builtin"; }
+  const Dimension* dimension(const std::string& name) const;
+  const WorkloadSpec* workload(const std::string& name) const;
+  std::vector<const WorkloadSpec*> objective_workloads() const;  // the objective's group, or the one workload
+};
+
+SweepSpec parse_sweep(const SpecFile& file);
+SweepSpec load_sweep(const std::string& path);
+
+// Metric keys a sweep file may name (objective, slo): vLLM's result keys and servetune's additions.
+bool is_known_metric(const std::string& key);
+// True for metrics where lower is better (latencies, failures, CPU time per token).
+bool lower_is_better(const std::string& key);
+
+}  // namespace servetune::tuner

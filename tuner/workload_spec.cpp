@@ -1,0 +1,174 @@
+// Workloads of a sweep file: dataset, size, traffic shape; a list under max_concurrency or request_rate expands
+// into one workload per level ("<name>@c8", "<name>@r2.5") sharing the group name.
+#include <cmath>
+#include <limits>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "tuner/spec_section.h"
+
+namespace servetune::tuner {
+namespace {
+
+std::string number_text(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+std::vector<nlohmann::ordered_json> levels(const nlohmann::ordered_json* v) {
+  if (v == nullptr) return {nullptr};
+  if (v->is_array()) {
+    if (v->empty()) return {};
+    return std::vector<nlohmann::ordered_json>(v->begin(), v->end());
+  }
+  return {*v};
+}
+
+double parse_rate(const Section& s, const nlohmann::ordered_json& v) {
+  if (v.is_null()) return std::numeric_limits<double>::infinity();
+  if (v.is_string() && (v == "inf" || v == "Inf")) return std::numeric_limits<double>::infinity();
+  if (v.is_number() && v.get<double>() > 0) return v.get<double>();
+  s.fail("request_rate", "must be a number > 0 or inf (or a list of them), got " + v.dump());
+}
+
+WorkloadSpec parse_one(const SpecFile& f, const nlohmann::ordered_json& j, const std::string& path,
+                       std::vector<WorkloadSpec>& out) {
+  Section s(f, j, path);
+  WorkloadSpec w;
+  w.group = s.str("name", "", true);
+  if (!std::regex_match(w.group, std::regex("[A-Za-z0-9][A-Za-z0-9._-]*"))) {
+    s.fail("name", "use letters, digits, '.', '_' and '-' (it names result files)");
+  }
+  auto& d = w.data;
+  d.name = s.str("dataset", "", true);
+  d.num_prompts = s.int_in("num_prompts", 100, 1, 10'000'000);
+  d.seed = static_cast<uint64_t>(s.int_in("seed", 0, 0, INT64_MAX));
+  w.num_warmups = s.int_in("num_warmups", 0, 0, 100000);
+  w.burstiness = s.dbl("burstiness", 1.0);
+  if (!(w.burstiness > 0)) s.fail("burstiness", "must be > 0");
+  w.temperature = s.opt_dbl("temperature");
+  const std::set<std::string> per_dataset_keys = {"dataset_path", "input_len", "output_len", "range_ratio", "range_mode",
+                                                  "prefix_len", "min_len", "max_prompt_len", "max_total_len",
+                                                  "disable_shuffle", "time_scale", "block_size", "num_groups",
+                                                  "system_prompt_len", "question_len"};
+  std::set<std::string> allowed;
+  if (d.name == "random") {
+    d.random_input_len = s.int_in("input_len", 1024, 1, 10'000'000);
+    d.random_output_len = s.int_in("output_len", 128, 1, 10'000'000);
+    d.random_range_ratio = s.dbl("range_ratio", 0.0);
+    d.random_range_mode = s.str("range_mode", "vllm");
+    if (d.random_range_mode != "vllm" && d.random_range_mode != "sglang") s.fail("range_mode", "must be vllm or sglang");
+    d.random_prefix_len = s.int_in("prefix_len", 0, 0, 10'000'000);
+    allowed = {"input_len", "output_len", "range_ratio", "range_mode", "prefix_len"};
+  } else if (d.name == "sharegpt") {
+    d.path = s.str("dataset_path", "");
+    if (const auto o = s.opt_int("output_len", 1)) d.sharegpt_output_len = *o;
+    d.sharegpt_min_len = s.int_in("min_len", 4, 0, 10'000'000);
+    d.sharegpt_max_prompt_len = s.int_in("max_prompt_len", 1024, 1, 10'000'000);
+    d.sharegpt_max_total_len = s.int_in("max_total_len", 2048, 1, 10'000'000);
+    d.disable_shuffle = s.boolean("disable_shuffle", false);
+    allowed = {"dataset_path", "output_len", "min_len", "max_prompt_len", "max_total_len", "disable_shuffle"};
+  } else if (d.name == "trace") {
+    d.path = s.str("dataset_path", "", true);
+    d.trace_time_scale = s.dbl("time_scale", 1.0);
+    d.trace_block_size = s.int_in("block_size", 512, 1, 1'000'000);
+    allowed = {"dataset_path", "time_scale", "block_size"};
+  } else if (d.name == "prefix") {
+    d.prefix_num_groups = s.int_in("num_groups", 64, 1, 1'000'000);
+    d.prefix_system_prompt_len = s.int_in("system_prompt_len", 2048, 1, 10'000'000);
+    d.prefix_question_len = s.int_in("question_len", 128, 1, 10'000'000);
+    d.prefix_output_len = s.int_in("output_len", 256, 1, 10'000'000);
+    allowed = {"num_groups", "system_prompt_len", "question_len", "output_len"};
+  } else {
+    s.fail("dataset", "must be sharegpt, random, trace or prefix, got '" + d.name + "'");
+  }
+  for (const auto& k : per_dataset_keys) {
+    if (!allowed.count(k) && s.has(k)) s.fail(k, "does not apply to dataset " + d.name);
+    s.get(k);
+  }
+  // As `servetune bench` (and vLLM): synthetic prompts generate their full length.
+  w.ignore_eos = s.boolean("ignore_eos", d.name != "sharegpt");
+  const auto rates = levels(s.get("request_rate"));
+  const auto concs = levels(s.get("max_concurrency"));
+  if (rates.empty()) s.fail("request_rate", "an empty list");
+  if (concs.empty()) s.fail("max_concurrency", "an empty list");
+  if (d.name == "trace" && s.has("request_rate")) s.fail("request_rate", "a trace replays its own arrival times");
+  s.done();
+  const bool rate_levels = rates.size() > 1, conc_levels = concs.size() > 1;
+  std::set<std::string> seen;
+  for (const auto& c : concs) {
+    if (!c.is_null() && (!c.is_number_integer() || c.get<int64_t>() < 1)) {
+      s.fail("max_concurrency", "must be a positive integer (or a list of them), got " + c.dump());
+    }
+    for (const auto& r : rates) {
+      WorkloadSpec level = w;
+      level.request_rate = parse_rate(s, r);
+      if (!c.is_null()) level.max_concurrency = c.get<int64_t>();
+      level.name = w.group;
+      if (conc_levels || rate_levels) level.name += "@";
+      if (conc_levels) level.name += "c" + (c.is_null() ? std::string("none") : std::to_string(c.get<int64_t>()));
+      if (rate_levels) level.name += "r" + (std::isinf(level.request_rate) ? std::string("inf") : number_text(level.request_rate));
+      if (!seen.insert(level.name).second) s.fail(conc_levels ? "max_concurrency" : "request_rate", "lists a value twice");
+      out.push_back(level);
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+std::vector<WorkloadSpec> parse_workloads(const SpecFile& f, const nlohmann::ordered_json& list) {
+  std::vector<WorkloadSpec> out;
+  std::set<std::string> groups;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string path = "workloads[" + std::to_string(i) + "]";
+    const WorkloadSpec w = parse_one(f, list[i], path, out);
+    if (!groups.insert(w.group).second) f.fail(path + ".name", "two workloads are named '" + w.group + "'");
+  }
+  std::set<std::string> names;
+  for (const auto& w : out) {
+    if (!names.insert(w.name).second) f.fail("workloads", "two workloads end up named '" + w.name + "'");
+  }
+  return out;
+}
+
+nlohmann::ordered_json WorkloadSpec::to_json() const {
+  nlohmann::ordered_json j;
+  j["name"] = name;
+  j["group"] = group;
+  j["dataset"] = data.name;
+  j["num_prompts"] = data.num_prompts;
+  j["seed"] = data.seed;
+  if (data.name == "random") {
+    j["input_len"] = data.random_input_len;
+    j["output_len"] = data.random_output_len;
+    j["range_ratio"] = data.random_range_ratio;
+    j["range_mode"] = data.random_range_mode;
+    j["prefix_len"] = data.random_prefix_len;
+  } else if (data.name == "sharegpt") {
+    if (!data.path.empty()) j["dataset_path"] = data.path;
+    j["output_len"] = data.sharegpt_output_len ? nlohmann::ordered_json(*data.sharegpt_output_len) : nlohmann::ordered_json();
+    j["min_len"] = data.sharegpt_min_len;
+    j["max_prompt_len"] = data.sharegpt_max_prompt_len;
+    j["max_total_len"] = data.sharegpt_max_total_len;
+    j["disable_shuffle"] = data.disable_shuffle;
+  } else if (data.name == "trace") {
+    j["dataset_path"] = data.path;
+    j["time_scale"] = data.trace_time_scale;
+  } else if (data.name == "prefix") {
+    j["num_groups"] = data.prefix_num_groups;
+    j["system_prompt_len"] = data.prefix_system_prompt_len;
+    j["question_len"] = data.prefix_question_len;
+    j["output_len"] = data.prefix_output_len;
+  }
+  j["request_rate"] = std::isinf(request_rate) ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(request_rate);
+  j["burstiness"] = burstiness;
+  j["max_concurrency"] = max_concurrency ? nlohmann::ordered_json(*max_concurrency) : nlohmann::ordered_json();
+  j["num_warmups"] = num_warmups;
+  j["ignore_eos"] = ignore_eos;
+  return j;
+}
+
+}  // namespace servetune::tuner
