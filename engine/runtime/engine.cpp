@@ -105,7 +105,7 @@ class Engine::Impl {
 
   ~Impl() { shutdown(); }
 
-  std::shared_ptr<RequestStream> submit(Request request) {
+  std::shared_ptr<RequestStream> submit(Request request, std::function<void()> notify) {
     validate_sampling_params(request.sampling);
     std::vector<int32_t> ids;
     if (!request.prompt_ids.empty()) {
@@ -135,6 +135,7 @@ class Engine::Impl {
     if (stopping_) throw_usage("the engine is shut down");
     const uint64_t id = next_id_++;
     auto stream = std::make_shared<RequestStream>(id);
+    if (notify) stream->set_notifier(std::move(notify));
     const uint64_t seed = config_.seed * 0x9e3779b97f4a7c15ull + id;
     auto state = std::make_unique<RequestState>(id, *tokenizer_, request.sampling, seed, std::move(ids), stream);
     state->detokenize = request.detokenize;
@@ -398,7 +399,9 @@ class Engine::Impl {
 
 Engine::Engine(const EngineConfig& config) : impl_(std::make_unique<Impl>(config)) {}
 Engine::~Engine() { shutdown(); }
-std::shared_ptr<RequestStream> Engine::submit(Request request) { return impl_->submit(std::move(request)); }
+std::shared_ptr<RequestStream> Engine::submit(Request request, std::function<void()> notify) {
+  return impl_->submit(std::move(request), std::move(notify));
+}
 bool Engine::abort(uint64_t id) { return impl_->abort(id); }
 EngineStats Engine::stats() const { return impl_->stats(); }
 const EngineConfig& Engine::config() const { return impl_->config_; }

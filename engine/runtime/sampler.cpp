@@ -104,6 +104,20 @@ int32_t Sampler::draw(std::span<const float> logits) {
   candidates_.resize(static_cast<size_t>(vocab));
   std::iota(candidates_.begin(), candidates_.end(), 0);
   const float inv_t = 1.0f / params_.temperature;
+  if (params_.top_k <= 0 && params_.top_p >= 1.0f && params_.min_p <= 0.0f) {
+    // Plain temperature sampling needs no ordering: one pass for the normaliser, one to find the draw.
+    const float best = *std::max_element(logits.begin(), logits.end());
+    probs_.resize(logits.size());
+    double total = 0.0;
+    for (size_t i = 0; i < logits.size(); ++i) total += probs_[i] = std::exp((logits[i] - best) * inv_t);
+    std::uniform_real_distribution<double> uniform(0.0, total);
+    double r = uniform(rng_);
+    for (size_t i = 0; i < logits.size(); ++i) {
+      r -= probs_[i];
+      if (r < 0.0) return static_cast<int32_t>(i);
+    }
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
   // Tokens whose tempered probability is below e^-40 of the best one carry < 1e-12 of the mass in any
   // vocabulary size used in practice; dropping them before sorting keeps full-vocabulary sampling cheap.
   const float best = *std::max_element(logits.begin(), logits.end());

@@ -7,3 +7,6 @@ if(TARGET servetune_backend AND EXISTS ${CMAKE_CURRENT_LIST_DIR}/test_cpu_matmul
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_matmul.cpp
     LIBS servetune_backend)
 endif()
+servetune_test(test_cpu_ops LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_ops.cpp
+  LIBS servetune_backend)

@@ -6,7 +6,9 @@
 #include <new>
 #include <thread>
 
+#include "backend/cpu/attention_simd.h"
 #include "backend/cpu/matmul.h"
+#include "core/cpu_features.h"
 #include "backend/cpu/ops_reference.h"
 #include "core/error.h"
 
@@ -92,12 +94,18 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
     if (static_cast<int64_t>(s.size()) < max_ctx) s.resize(static_cast<size_t>(max_ctx));
   }
   const int64_t hd = kv.head_dim;
+  auto head_kernel = &ref::attention_head;
+  if (kv.dtype == DType::kF32 && hd <= 512) {
+    const CpuIsa isa = cpu_selected_isa();
+    if (isa == CpuIsa::kAvx512 && hd % 16 == 0) head_kernel = &detail::attention_head_f32_avx512;
+    else if (isa >= CpuIsa::kAvx2 && hd % 8 == 0) head_kernel = &detail::attention_head_f32_avx2;
+  }
   pool_.run([&](int thread, int n_threads) {
     float* scratch = scratch_[static_cast<size_t>(thread)].data();
     const int64_t total = batch.n_tokens * n_heads;
     for (int64_t i = thread; i < total; i += n_threads) {
       const int64_t t = i / n_heads, h = i % n_heads;
-      ref::attention_head(kv, batch, q, n_heads, scale, t, h, scratch, out + (t * n_heads + h) * hd);
+      head_kernel(kv, batch, q, n_heads, scale, t, h, scratch, out + (t * n_heads + h) * hd);
     }
   });
 }

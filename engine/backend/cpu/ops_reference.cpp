@@ -12,12 +12,6 @@
 namespace servetune::cpu::ref {
 namespace {
 
-// Reads element `i` of a cache row stored as f32 or f16.
-inline float load(const void* base, DType t, int64_t i) {
-  if (t == DType::kF16) return fp16_to_f32(static_cast<const uint16_t*>(base)[i]);
-  return static_cast<const float*>(base)[i];
-}
-
 }  // namespace
 
 void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) {
@@ -93,14 +87,23 @@ void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const fl
   const int64_t n_ctx = batch.positions[t] + 1;
   const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
   const float* qh = q + (t * n_heads + h) * hd;
-  const size_t elem = kv.dtype == DType::kF16 ? 2 : 4;
+  const bool f16 = kv.dtype == DType::kF16;
+  const int64_t elem = f16 ? 2 : 4;
+  auto row = [&](const void* base, int64_t j) {
+    const int64_t slot = static_cast<int64_t>(table[j / kv.page_size]) * kv.page_size + j % kv.page_size;
+    return static_cast<const uint8_t*>(base) + (slot * width + kv_head * hd) * elem;
+  };
 
   float max_score = -INFINITY;
   for (int64_t j = 0; j < n_ctx; ++j) {
-    const int64_t slot = static_cast<int64_t>(table[j / kv.page_size]) * kv.page_size + j % kv.page_size;
-    const void* krow = static_cast<const uint8_t*>(kv.k) + (slot * width + kv_head * hd) * static_cast<int64_t>(elem);
     float dot = 0.0f;
-    for (int64_t d = 0; d < hd; ++d) dot += qh[d] * load(krow, kv.dtype, d);
+    if (f16) {
+      const auto* k = reinterpret_cast<const uint16_t*>(row(kv.k, j));
+      for (int64_t d = 0; d < hd; ++d) dot += qh[d] * fp16_to_f32(k[d]);
+    } else {
+      const auto* k = reinterpret_cast<const float*>(row(kv.k, j));
+      for (int64_t d = 0; d < hd; ++d) dot += qh[d] * k[d];
+    }
     scratch[j] = dot * scale;
     max_score = std::max(max_score, scratch[j]);
   }
@@ -112,10 +115,14 @@ void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const fl
   const float inv = static_cast<float>(1.0 / sum);
   std::fill(out, out + hd, 0.0f);
   for (int64_t j = 0; j < n_ctx; ++j) {
-    const int64_t slot = static_cast<int64_t>(table[j / kv.page_size]) * kv.page_size + j % kv.page_size;
-    const void* vrow = static_cast<const uint8_t*>(kv.v) + (slot * width + kv_head * hd) * static_cast<int64_t>(elem);
     const float wj = scratch[j] * inv;
-    for (int64_t d = 0; d < hd; ++d) out[d] += wj * load(vrow, kv.dtype, d);
+    if (f16) {
+      const auto* v = reinterpret_cast<const uint16_t*>(row(kv.v, j));
+      for (int64_t d = 0; d < hd; ++d) out[d] += wj * fp16_to_f32(v[d]);
+    } else {
+      const auto* v = reinterpret_cast<const float*>(row(kv.v, j));
+      for (int64_t d = 0; d < hd; ++d) out[d] += wj * v[d];
+    }
   }
 }
 

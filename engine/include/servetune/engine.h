@@ -30,7 +30,8 @@ class RequestStream {
   // Takes every event available now without waiting.
   std::deque<TokenEvent> drain();
   bool finished() const;  // the final event has been produced (it may still be queued)
-  // Called on the engine thread after events are pushed (e.g. to wake an event loop); set before events flow.
+  // Called on the engine thread after events are pushed (e.g. to wake an event loop). Events pushed before it is
+  // set do not call it: pass the notifier to Engine::submit, or drain() once after setting it.
   void set_notifier(std::function<void()> notify);
 
   // Engine side.
@@ -78,7 +79,8 @@ class Engine {
 
   // Validates and queues a request. Throws Error(kInvalidRequest) for a bad request (empty prompt, max_tokens <= 0,
   // prompt + max_tokens beyond the context or the KV capacity) and Error(kUsage) after shutdown.
-  std::shared_ptr<RequestStream> submit(Request request);
+  // `notify` (optional) becomes the stream's notifier before the request is queued, so no event is missed.
+  std::shared_ptr<RequestStream> submit(Request request, std::function<void()> notify = {});
   // Aborts a request; its stream ends with FinishReason::kAbort and its KV blocks are freed within one step.
   // False when the id is unknown or the request already finished.
   bool abort(uint64_t id);
