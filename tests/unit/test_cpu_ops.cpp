@@ -6,6 +6,7 @@
 #include <numeric>
 #include <random>
 
+#include "backend/cpu/activation_simd.h"
 #include "backend/cpu/attention_simd.h"
 #include "backend/cpu/ops_reference.h"
 #include "core/cpu_features.h"
@@ -13,14 +14,13 @@
 namespace servetune::cpu {
 namespace {
 
-using HeadKernel = void (*)(const KvLayerView&, const AttentionBatch&, const float*, int64_t, float, int64_t, int64_t,
-                            float*, float*);
-
-void check_attention(HeadKernel kernel, int64_t multiple) {
+// Every head is checked three ways: alone, within its whole GQA group, and within a partial group starting at it;
+// all three must give the same bits (a head's result may not depend on the grouping the scheduler picked).
+void check_attention(detail::AttentionGroupKernel kernel, int64_t width) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t hd : {8, 16, 32, 64, 128}) {
-    if (hd % multiple != 0) continue;
+  for (int64_t hd : {8, 16, 24, 32, 64, 128}) {
+    if (!detail::attention_simd_supports(hd, width)) continue;
     for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {9, 3}}) {
       for (int64_t page : {1, 5, 16}) {
         const int64_t n_ctx = 1 + static_cast<int64_t>(rng() % 300);
@@ -33,21 +33,35 @@ void check_attention(HeadKernel kernel, int64_t multiple) {
         std::iota(table.begin(), table.end(), 0);
         std::shuffle(table.begin(), table.end(), rng);  // blocks scattered in the cache
         KvLayerView kv{k.data(), v.data(), DType::kF32, num_blocks, page, n_kv, hd};
-        // Two tokens of one sequence: the last position and one in the middle.
-        std::vector<int32_t> positions = {static_cast<int32_t>(n_ctx - 1), static_cast<int32_t>((n_ctx - 1) / 2)};
-        std::vector<int32_t> seq = {0, 0};
-        AttentionBatch batch{2, positions.data(), seq.data(), table.data(), blocks};
-        std::vector<float> q(static_cast<size_t>(2 * n_heads * hd));
+        // Three tokens of one sequence: the last position, one in the middle, and the first.
+        std::vector<int32_t> positions = {static_cast<int32_t>(n_ctx - 1), static_cast<int32_t>((n_ctx - 1) / 2), 0};
+        std::vector<int32_t> seq = {0, 0, 0};
+        AttentionBatch batch{3, positions.data(), seq.data(), table.data(), blocks};
+        std::vector<float> q(static_cast<size_t>(3 * n_heads * hd));
         for (auto& x : q) x = normal(rng);
-        std::vector<float> scratch(static_cast<size_t>(n_ctx)), want(static_cast<size_t>(hd)), got(want.size());
+        const int64_t group = n_heads / n_kv;
+        std::vector<float> ref_scratch(static_cast<size_t>(n_ctx)), want(static_cast<size_t>(hd));
+        std::vector<float> scratch(static_cast<size_t>(detail::attention_scratch_floats(group, n_ctx)));
+        std::vector<float> alone(q.size()), grouped(q.size()), partial(q.size());
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        for (int64_t t = 0; t < 2; ++t) {
+        for (int64_t t = 0; t < 3; ++t) {
           for (int64_t h = 0; h < n_heads; ++h) {
-            ref::attention_head(kv, batch, q.data(), n_heads, scale, t, h, scratch.data(), want.data());
-            kernel(kv, batch, q.data(), n_heads, scale, t, h, scratch.data(), got.data());
+            kernel(kv, batch, q.data(), n_heads, scale, t, h, 1, scratch.data(), alone.data());
+          }
+          for (int64_t h = 0; h < n_heads; h += group) {
+            kernel(kv, batch, q.data(), n_heads, scale, t, h, group, scratch.data(), grouped.data());
+            kernel(kv, batch, q.data(), n_heads, scale, t, h, 1, scratch.data(), partial.data());
+            if (group > 1) kernel(kv, batch, q.data(), n_heads, scale, t, h + 1, group - 1, scratch.data(), partial.data());
+          }
+          for (int64_t h = 0; h < n_heads; ++h) {
+            ref::attention_head(kv, batch, q.data(), n_heads, scale, t, h, ref_scratch.data(), want.data());
             for (int64_t d = 0; d < hd; ++d) {
-              ASSERT_NEAR(got[static_cast<size_t>(d)], want[static_cast<size_t>(d)], 1e-5f)
-                  << "hd " << hd << " heads " << n_heads << "/" << n_kv << " page " << page << " ctx " << n_ctx;
+              const auto i = static_cast<size_t>((t * n_heads + h) * hd + d);
+              ASSERT_NEAR(alone[i], want[static_cast<size_t>(d)], 1e-5f)
+                  << "hd " << hd << " heads " << n_heads << "/" << n_kv << " page " << page << " ctx " << n_ctx
+                  << " token " << t << " head " << h;
+              ASSERT_EQ(grouped[i], alone[i]) << "head " << h << " differs when computed with its group";
+              ASSERT_EQ(partial[i], alone[i]) << "head " << h << " differs when computed in a partial group";
             }
           }
         }
@@ -58,12 +72,43 @@ void check_attention(HeadKernel kernel, int64_t multiple) {
 
 TEST(CpuOps, AttentionAvx512MatchesReference) {
   if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
-  check_attention(&detail::attention_head_f32_avx512, 16);
+  check_attention(&detail::attention_group_f32_avx512, 16);
 }
 
 TEST(CpuOps, AttentionAvx2MatchesReference) {
   if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2";
-  check_attention(&detail::attention_head_f32_avx2, 8);
+  check_attention(&detail::attention_group_f32_avx2, 8);
+}
+
+using SiluMulKernel = void (*)(const float*, const float*, int64_t, int64_t, int64_t, float*);
+
+// Gates span the range where exp over- and underflows; rows are strided and widths not multiples of the vector.
+void check_silu_mul(SiluMulKernel kernel) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> gate_value(-120.0f, 120.0f);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (int64_t ffn : {1, 7, 16, 37, 1536}) {
+    const int64_t n = 3, stride = ffn * 2 + 5;
+    std::vector<float> gate(static_cast<size_t>(n * stride)), up(gate.size());
+    for (size_t i = 0; i < gate.size(); ++i) gate[i] = (i % 3 == 0) ? gate_value(rng) : normal(rng);
+    for (auto& x : up) x = normal(rng);
+    std::vector<float> want(static_cast<size_t>(n * ffn)), got(want.size());
+    ref::silu_mul(gate.data(), up.data(), stride, n, ffn, want.data());
+    kernel(gate.data(), up.data(), stride, n, ffn, got.data());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-6f * std::max(1.0f, std::fabs(want[i]))) << "ffn " << ffn << " at " << i;
+    }
+  }
+}
+
+TEST(CpuOps, SiluMulAvx512MatchesReference) {
+  if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  check_silu_mul(&detail::silu_mul_f32_avx512);
+}
+
+TEST(CpuOps, SiluMulAvx2MatchesReference) {
+  if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2";
+  check_silu_mul(&detail::silu_mul_f32_avx2);
 }
 
 TEST(CpuOps, RopeIsARotation) {

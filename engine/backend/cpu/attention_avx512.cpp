@@ -1,65 +1,13 @@
-// AVX-512 attention over an f32 paged KV cache for one (token, head): scores, softmax, weighted sum of values.
-#include <immintrin.h>
-
-// GCC 12 reports the undefined pass-through operand inside the AVX-512 shuffle intrinsics as uninitialised.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#include <algorithm>
-#include <cmath>
-
-#include "backend/cpu/attention_simd.h"
+// Avx512 instantiation of the grouped attention kernel (see attention_group_impl.h).
+#include "backend/cpu/attention_group_impl.h"
+#include "backend/cpu/simd_avx512.h"
 
 namespace servetune::cpu::detail {
-namespace {
 
-inline float hsum(__m512 v) {
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
-  v = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));
-  v = _mm512_add_ps(v, _mm512_movehdup_ps(v));
-  return _mm512_cvtss_f32(v);
-}
-
-}  // namespace
-
-void attention_head_f32_avx512(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
-                           float scale, int64_t t, int64_t h, float* scratch, float* out) {
-  constexpr int64_t kW = 16;
-  const int64_t hd = kv.head_dim;
-  const int64_t kv_head = h / (n_heads / kv.n_kv_heads);
-  const int64_t width = kv.n_kv_heads * hd;
-  const int64_t n_ctx = batch.positions[t] + 1;
-  const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
-  const float* qh = q + (t * n_heads + h) * hd;
-  auto row = [&](const void* base, int64_t j) {
-    const int64_t slot = static_cast<int64_t>(table[j / kv.page_size]) * kv.page_size + j % kv.page_size;
-    return static_cast<const float*>(base) + slot * width + kv_head * hd;
-  };
-
-  float max_score = -INFINITY;
-  for (int64_t j = 0; j < n_ctx; ++j) {
-    const float* k = row(kv.k, j);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t d = 0; d < hd; d += kW) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh + d), _mm512_loadu_ps(k + d), acc);
-    scratch[j] = hsum(acc) * scale;
-    max_score = std::max(max_score, scratch[j]);
-  }
-  double sum = 0.0;
-  for (int64_t j = 0; j < n_ctx; ++j) {
-    scratch[j] = std::exp(scratch[j] - max_score);
-    sum += scratch[j];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  constexpr int64_t kMaxHead = 512;
-  __m512 acc[kMaxHead / kW];
-  const int64_t nv = hd / kW;
-  for (int64_t i = 0; i < nv; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t j = 0; j < n_ctx; ++j) {
-    const float* v = row(kv.v, j);
-    const __m512 w = _mm512_set1_ps(scratch[j] * inv);
-    for (int64_t i = 0; i < nv; ++i) acc[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + i * kW), acc[i]);
-  }
-  for (int64_t i = 0; i < nv; ++i) _mm512_storeu_ps(out + i * kW, acc[i]);
+void attention_group_f32_avx512(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
+                                float scale, int64_t t, int64_t head_begin, int64_t head_count, float* scratch,
+                                float* out) {
+  attention_impl::attention_group<simd::Avx512>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);
 }
 
 }  // namespace servetune::cpu::detail

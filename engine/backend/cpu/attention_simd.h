@@ -1,5 +1,6 @@
-// SIMD versions of the reference attention for f32 KV caches (runtime-dispatched; same math as
-// ops_reference.h's attention_head up to float summation order).
+// SIMD attention for f32 paged KV caches (runtime-dispatched; same math as ops_reference.h's attention_head up to
+// float summation order). One call handles a group of query heads that share a KV head, so each K/V row is read
+// once for all of them; a head's result does not depend on which group it was computed in.
 #pragma once
 
 #include <cstdint>
@@ -8,10 +9,25 @@
 
 namespace servetune::cpu::detail {
 
-// Requires kv.dtype == f32 and kv.head_dim % 16 == 0 (AVX-512) or % 8 == 0 (AVX2).
-void attention_head_f32_avx512(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
-                               float scale, int64_t t, int64_t h, float* scratch, float* out);
-void attention_head_f32_avx2(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
-                             float scale, int64_t t, int64_t h, float* scratch, float* out);
+// Heads [head_begin, head_begin + head_count) of token t; they must map to the same KV head. `out` is the batch's
+// output ([n_tokens, n_heads, head_dim]); `scratch` holds attention_scratch_floats(head_count, n_ctx) floats.
+// Requires kv.dtype == f32 and attention_simd_supports(head_dim) for the ISA.
+using AttentionGroupKernel = void (*)(const KvLayerView& kv, const AttentionBatch& batch, const float* q,
+                                      int64_t n_heads, float scale, int64_t t, int64_t head_begin, int64_t head_count,
+                                      float* scratch, float* out);
+
+void attention_group_f32_avx512(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
+                                float scale, int64_t t, int64_t head_begin, int64_t head_count, float* scratch,
+                                float* out);
+void attention_group_f32_avx2(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
+                              float scale, int64_t t, int64_t head_begin, int64_t head_count, float* scratch,
+                              float* out);
+
+// Head dims the kernels are instantiated for: a multiple of the vector width, at most 8 vectors, or 16 vectors.
+inline bool attention_simd_supports(int64_t head_dim, int64_t vector_width) {
+  const int64_t nv = head_dim / vector_width;
+  return head_dim % vector_width == 0 && ((nv >= 1 && nv <= 8) || nv == 16);
+}
+inline int64_t attention_scratch_floats(int64_t head_count, int64_t n_ctx) { return head_count * (n_ctx + 16); }
 
 }  // namespace servetune::cpu::detail

@@ -6,6 +6,7 @@
 #include <new>
 #include <thread>
 
+#include "backend/cpu/activation_simd.h"
 #include "backend/cpu/attention_simd.h"
 #include "backend/cpu/matmul.h"
 #include "core/cpu_features.h"
@@ -90,29 +91,48 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
                            float scale, float* out) {
   int64_t max_ctx = 0;
   for (int64_t t = 0; t < batch.n_tokens; ++t) max_ctx = std::max<int64_t>(max_ctx, batch.positions[t] + 1);
-  for (auto& s : scratch_) {
-    if (static_cast<int64_t>(s.size()) < max_ctx) s.resize(static_cast<size_t>(max_ctx));
-  }
   const int64_t hd = kv.head_dim;
-  auto head_kernel = &ref::attention_head;
-  if (kv.dtype == DType::kF32 && hd <= 512) {
+  const int64_t group_size = n_heads / kv.n_kv_heads;
+  detail::AttentionGroupKernel group_kernel = nullptr;
+  if (kv.dtype == DType::kF32) {
     const CpuIsa isa = cpu_selected_isa();
-    if (isa == CpuIsa::kAvx512 && hd % 16 == 0) head_kernel = &detail::attention_head_f32_avx512;
-    else if (isa >= CpuIsa::kAvx2 && hd % 8 == 0) head_kernel = &detail::attention_head_f32_avx2;
+    if (isa == CpuIsa::kAvx512 && detail::attention_simd_supports(hd, 16)) {
+      group_kernel = &detail::attention_group_f32_avx512;
+    } else if (isa >= CpuIsa::kAvx2 && detail::attention_simd_supports(hd, 8)) {
+      group_kernel = &detail::attention_group_f32_avx2;
+    }
   }
+  // A task is one token's group of query heads sharing a KV head (each K/V row read once for the group), or one
+  // head when there are too few groups to keep every thread busy (single-sequence decode).
+  const int64_t heads_per_task = (group_kernel != nullptr && batch.n_tokens * kv.n_kv_heads >= 2 * pool_.size())
+                                     ? group_size : 1;
+  const int64_t scratch_floats =
+      group_kernel != nullptr ? detail::attention_scratch_floats(heads_per_task, max_ctx) : max_ctx;
+  for (auto& s : scratch_) {
+    if (static_cast<int64_t>(s.size()) < scratch_floats) s.resize(static_cast<size_t>(scratch_floats));
+  }
+  const int64_t tasks_per_token = n_heads / heads_per_task;
   pool_.run([&](int thread, int n_threads) {
     float* scratch = scratch_[static_cast<size_t>(thread)].data();
-    const int64_t total = batch.n_tokens * n_heads;
+    const int64_t total = batch.n_tokens * tasks_per_token;
     for (int64_t i = thread; i < total; i += n_threads) {
-      const int64_t t = i / n_heads, h = i % n_heads;
-      head_kernel(kv, batch, q, n_heads, scale, t, h, scratch, out + (t * n_heads + h) * hd);
+      const int64_t t = i / tasks_per_token, h = (i % tasks_per_token) * heads_per_task;
+      if (group_kernel != nullptr) {
+        group_kernel(kv, batch, q, n_heads, scale, t, h, heads_per_task, scratch, out);
+      } else {
+        ref::attention_head(kv, batch, q, n_heads, scale, t, h, scratch, out + (t * n_heads + h) * hd);
+      }
     }
   });
 }
 
 void CpuBackend::silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) {
+  const CpuIsa isa = cpu_selected_isa();
+  const auto kernel = isa == CpuIsa::kAvx512 ? &detail::silu_mul_f32_avx512
+                      : isa >= CpuIsa::kAvx2 ? &detail::silu_mul_f32_avx2
+                                             : &ref::silu_mul;
   pool_.parallel_for(n, grain_for(ffn), [&](int64_t begin, int64_t end) {
-    ref::silu_mul(gate + begin * in_stride, up + begin * in_stride, in_stride, end - begin, ffn, out + begin * ffn);
+    kernel(gate + begin * in_stride, up + begin * in_stride, in_stride, end - begin, ffn, out + begin * ffn);
   });
 }
 

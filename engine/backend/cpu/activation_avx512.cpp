@@ -1,0 +1,12 @@
+// Avx512 instantiation of the activations (see activation_impl.h).
+#include "backend/cpu/activation_impl.h"
+#include "backend/cpu/activation_simd.h"
+#include "backend/cpu/simd_avx512.h"
+
+namespace servetune::cpu::detail {
+
+void silu_mul_f32_avx512(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) {
+  activation_impl::silu_mul<simd::Avx512>(gate, up, in_stride, n, ffn, out);
+}
+
+}  // namespace servetune::cpu::detail

@@ -1,0 +1,13 @@
+// SIMD versions of the reference activations (runtime-dispatched; same math as ops_reference.h up to the
+// polynomial exp, within a few ulp).
+#pragma once
+
+#include <cstdint>
+
+namespace servetune::cpu::detail {
+
+// out[t, i] = silu(gate[t, i]) * up[t, i] for t < n, i < ffn; gate/up rows are in_stride apart.
+void silu_mul_f32_avx512(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out);
+void silu_mul_f32_avx2(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out);
+
+}  // namespace servetune::cpu::detail

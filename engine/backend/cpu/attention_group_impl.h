@@ -1,0 +1,130 @@
+// The grouped attention kernel written once over a vector-ISA traits type (S): included only by the per-ISA
+// translation units (attention_avx512.cpp, attention_avx2.cpp), which are compiled with that ISA enabled.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/attention_simd.h"
+
+namespace servetune::cpu::detail::attention_impl {
+
+// Walks a sequence's positions 0, 1, 2, ... as cache slots through its block table, without dividing.
+struct SlotWalker {
+  const int32_t* table;
+  int64_t page;
+  int64_t block = 0, within = 0;
+  int64_t next() {
+    const int64_t slot = static_cast<int64_t>(table[block]) * page + within;
+    if (++within == page) within = 0, ++block;
+    return slot;
+  }
+};
+
+template <class S, int NV>
+void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* q, int64_t n_group, float scale,
+           float* scores, float* out) {
+  using V = typename S::V;
+  constexpr int W = S::kWidth;
+  constexpr int64_t kHd = int64_t{NV} * W;
+  const int64_t width = kv.n_kv_heads * kHd;
+  const int64_t stride = (n_ctx + W - 1) / W * W;
+  const float* k_base = static_cast<const float*>(kv.k);
+  const float* v_base = static_cast<const float*>(kv.v);
+
+  // Scores: W keys at a time, each dot product reduced to one lane of a vector.
+  SlotWalker keys{table, kv.page_size};
+  for (int64_t j0 = 0; j0 < n_ctx; j0 += W) {
+    const int m = static_cast<int>(std::min<int64_t>(W, n_ctx - j0));
+    const float* rows[W];
+    for (int i = 0; i < m; ++i) rows[i] = k_base + keys.next() * width;
+    for (int64_t g = 0; g < n_group; ++g) {
+      const float* qg = q + g * kHd;
+      V qv[NV];
+      for (int v = 0; v < NV; ++v) qv[v] = S::load(qg + v * W);
+      V acc[W];
+      for (int i = 0; i < W; ++i) {
+        if (i < m) {
+          V a = S::mul(qv[0], S::load(rows[i]));
+          for (int v = 1; v < NV; ++v) a = S::fmadd(qv[v], S::load(rows[i] + v * W), a);
+          acc[i] = a;
+        } else {
+          acc[i] = S::zero();
+        }
+      }
+      S::store(scores + g * stride + j0, S::mul(S::reduce(acc), S::set1(scale)));
+    }
+  }
+
+  // Softmax per head (the padding past n_ctx is -inf, so its exp is 0).
+  float inv[64];
+  for (int64_t g = 0; g < n_group; ++g) {
+    float* s = scores + g * stride;
+    for (int64_t j = n_ctx; j < stride; ++j) s[j] = -INFINITY;
+    V mx = S::set1(-INFINITY);
+    for (int64_t j = 0; j < stride; j += W) mx = S::max(mx, S::load(s + j));
+    const V shift = S::set1(S::hmax(mx));
+    V sum = S::zero();
+    for (int64_t j = 0; j < stride; j += W) {
+      const V e = S::exp(S::sub(S::load(s + j), shift));
+      S::store(s + j, e);
+      sum = S::add(sum, e);
+    }
+    inv[g] = 1.0f / S::hsum(sum);
+  }
+
+  // Weighted sum of values, for as many heads at a time as the accumulators fit in registers.
+  constexpr int kHeadsPerPass = std::max(1, S::kAccRegs / NV);
+  for (int64_t g0 = 0; g0 < n_group; g0 += kHeadsPerPass) {
+    const int gc = static_cast<int>(std::min<int64_t>(kHeadsPerPass, n_group - g0));
+    V acc[kHeadsPerPass * NV];
+    for (auto& a : acc) a = S::zero();
+    SlotWalker values{table, kv.page_size};
+    for (int64_t j = 0; j < n_ctx; ++j) {
+      const float* v = v_base + values.next() * width;
+      for (int g = 0; g < kHeadsPerPass; ++g) {
+        if (g < gc) {
+          const V w = S::set1(scores[(g0 + g) * stride + j] * inv[g0 + g]);
+          for (int i = 0; i < NV; ++i) acc[g * NV + i] = S::fmadd(w, S::load(v + i * W), acc[g * NV + i]);
+        }
+      }
+    }
+    for (int g = 0; g < gc; ++g) {
+      for (int i = 0; i < NV; ++i) S::store(out + (g0 + g) * kHd + i * W, acc[g * NV + i]);
+    }
+  }
+}
+
+template <class S>
+void attention_group(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
+                     int64_t t, int64_t head_begin, int64_t head_count, float* scratch, float* out) {
+  const int64_t hd = kv.head_dim;
+  const int64_t group_size = n_heads / kv.n_kv_heads;
+  const int64_t kv_head = head_begin / group_size;
+  const int64_t n_ctx = batch.positions[t] + 1;
+  const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
+  KvLayerView head_kv = kv;  // point K/V at this KV head's columns; rows stay n_kv_heads * hd apart
+  head_kv.k = static_cast<float*>(kv.k) + kv_head * hd;
+  head_kv.v = static_cast<float*>(kv.v) + kv_head * hd;
+  const float* qh = q + (t * n_heads + head_begin) * hd;
+  float* oh = out + (t * n_heads + head_begin) * hd;
+  for (int64_t done = 0; done < head_count; done += 64) {  // `inv` holds 64 heads
+    const int64_t n = std::min<int64_t>(64, head_count - done);
+    const float* qg = qh + done * hd;
+    float* og = oh + done * hd;
+    switch (hd / S::kWidth) {
+      case 1: group<S, 1>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 2: group<S, 2>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 3: group<S, 3>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 4: group<S, 4>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 5: group<S, 5>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 6: group<S, 6>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 7: group<S, 7>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 8: group<S, 8>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 16: group<S, 16>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      default: break;  // excluded by attention_simd_supports
+    }
+  }
+}
+
+}  // namespace servetune::cpu::detail::attention_impl

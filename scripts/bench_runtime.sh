@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Does batching pay? In-process total token throughput of the built-in engine at concurrency 1 and 32 (random
+# 128 in / 128 out, ignore_eos), against llama.cpp's llama-server (continuous batching, --parallel 32, same
+# threads) on the same workload through HTTP; then a shared-prefix workload with the prefix cache on and off
+# (hit rate and mean TTFT). Runs alternate REPEAT times and medians are reported, so load from other processes
+# on a shared machine hits every side alike.
+# Usage: scripts/bench_runtime.sh [BUILD_DIR]   env: MODEL THREADS REPEAT PROMPTS_C1 PROMPTS_C32 LLAMA_SERVER OUT
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build/cpu}
+BIN=$BUILD/tuner/servetune
+MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+THREADS=${THREADS:-2}
+REPEAT=${REPEAT:-3}
+PROMPTS_C1=${PROMPTS_C1:-4}
+PROMPTS_C32=${PROMPTS_C32:-64}
+LLAMA_SERVER=${LLAMA_SERVER:-/tmp/llama-build/bin/llama-server}
+OUT=${OUT:-results/bench_runtime/raw}
+PORT=${PORT:-18093}
+[ -x "$BIN" ] || { echo "bench_runtime: build $BIN first (cmake --build $BUILD --target servetune)" >&2; exit 2; }
+[ -f "$MODEL" ] || { echo "bench_runtime: $MODEL not found (scripts/setup.sh fetches it)" >&2; exit 2; }
+mkdir -p "$OUT"
+
+SERVER_PID=""
+cleanup() { [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null; true; }
+trap cleanup EXIT
+
+RANDOM_WL=(--dataset-name random --random-input-len 128 --random-output-len 128 --ignore-eos --seed 1)
+run_builtin() {  # NAME CONCURRENCY PROMPTS [ENGINE FLAGS...]
+  local name=$1 conc=$2 n=$3
+  shift 3
+  "$BIN" bench --backend builtin --model "$MODEL" --threads "$THREADS" --max-concurrency "$conc" --num-prompts "$n" \
+    --save-result --result-dir "$OUT" --result-filename "$name.json" "$@" >"$OUT/$name.txt"
+}
+
+HAVE_LLAMA=0
+if [ -x "$LLAMA_SERVER" ]; then
+  HAVE_LLAMA=1
+  # 32 slots of 256 tokens each (128 in + 128 out).
+  "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -tb "$THREADS" --parallel 32 -c 8192 --cont-batching --port "$PORT" \
+    >"$OUT/llama-server.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 300); do
+    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
+    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$OUT/llama-server.log" >&2; exit 1; }
+    sleep 0.2
+  done
+else
+  echo "bench_runtime: $LLAMA_SERVER not found; skipping the llama-server comparison (see README to build it)" >&2
+fi
+
+echo "=== $MODEL, $THREADS threads, random 128/128, $REPEAT alternating rounds"
+for i in $(seq "$REPEAT"); do
+  run_builtin "c1_$i" 1 "$PROMPTS_C1" "${RANDOM_WL[@]}"
+  run_builtin "c32_$i" 32 "$PROMPTS_C32" "${RANDOM_WL[@]}"
+  if [ "$HAVE_LLAMA" = 1 ]; then
+    "$BIN" bench --backend llama.cpp --port "$PORT" --model "$MODEL" --max-concurrency 32 --num-prompts "$PROMPTS_C32" \
+      "${RANDOM_WL[@]}" --save-result --result-dir "$OUT" --result-filename "llama_$i.json" >"$OUT/llama_$i.txt"
+  fi
+  PREFIX_WL=(--dataset-name prefix --prefix-num-groups 4 --prefix-system-prompt-len 384 --prefix-question-len 32
+    --prefix-output-len 16 --seed 1)
+  run_builtin "prefix_on_$i" 8 64 "${PREFIX_WL[@]}"
+  run_builtin "prefix_off_$i" 8 64 "${PREFIX_WL[@]}" --disable-radix-cache
+  echo "round $i done"
+done
+
+python3 - "$OUT" "$REPEAT" "$HAVE_LLAMA" <<'PY'
+import json, statistics, sys
+out, n, have_llama = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+def med(name, key):
+    return statistics.median(json.load(open(f"{out}/{name}_{i}.json"))[key] for i in range(1, n + 1))
+c1, c32 = med("c1", "total_token_throughput"), med("c32", "total_token_throughput")
+print(f"in-process total token throughput: concurrency 1 {c1:.1f} tok/s, concurrency 32 {c32:.1f} tok/s "
+      f"-> {c32 / c1:.2f}x (target >= 5x)")
+if have_llama:
+    ll = med("llama", "total_token_throughput")
+    print(f"llama-server --parallel 32, concurrency 32: {ll:.1f} tok/s -> servetune/llama.cpp {c32 / ll:.2f}x (target >= 2x)")
+for mode in ("on", "off"):
+    print(f"shared prefix, prefix cache {mode:3}: hit rate {med('prefix_' + mode, 'engine_prefix_cache_hit_rate'):.3f}, "
+          f"mean TTFT {med('prefix_' + mode, 'mean_ttft_ms'):.1f} ms, "
+          f"total {med('prefix_' + mode, 'total_token_throughput'):.1f} tok/s")
+PY
