@@ -77,20 +77,21 @@ std::vector<Job> mixed_jobs(const Tokenizer& tok) {
   return jobs;
 }
 
-EngineConfig base_config(const std::string& model) {
+EngineConfig base_config(const std::string& model, const std::string& kv_cache_dtype = "auto") {
   EngineConfig c;
   c.model = model;
+  c.kv_cache_dtype = kv_cache_dtype;
   c.threads = 2;
   c.max_total_tokens = 32768;
   return c;
 }
 
-void check_model(const std::string& model) {
+void check_model(const std::string& model, const std::string& kv = "auto") {
   SERVETUNE_REQUIRE_FILE(model);
   std::vector<Job> jobs;
   std::vector<std::vector<int32_t>> alone;
   {
-    EngineConfig c = base_config(model);
+    EngineConfig c = base_config(model, kv);
     c.disable_radix_cache = true;
     Engine engine(c);
     jobs = mixed_jobs(engine.tokenizer());
@@ -101,13 +102,13 @@ void check_model(const std::string& model) {
     EngineConfig config;
   };
   std::vector<Variant> variants;
-  variants.push_back({"batched, prefix cache on, chunked prefill", base_config(model)});
+  variants.push_back({"batched, prefix cache on, chunked prefill", base_config(model, kv)});
   variants.back().config.chunked_prefill_size = 64;
   variants.back().config.max_prefill_tokens = 256;
-  variants.push_back({"batched, prefix cache off, no chunking", base_config(model)});
+  variants.push_back({"batched, prefix cache off, no chunking", base_config(model, kv)});
   variants.back().config.disable_radix_cache = true;
   variants.back().config.chunked_prefill_size = -1;
-  variants.push_back({"tiny KV cache (forces preemption), lpm", base_config(model)});
+  variants.push_back({"tiny KV cache (forces preemption), lpm", base_config(model, kv)});
   variants.back().config.max_total_tokens = 512;
   variants.back().config.page_size = 8;
   variants.back().config.schedule_policy = "lpm";
@@ -132,6 +133,7 @@ void check_model(const std::string& model) {
 
 TEST(EngineRuntime, Stories260KOutputsIndependentOfScheduling) { check_model(testing::stories_path()); }
 TEST(EngineRuntime, SmolLM2OutputsIndependentOfScheduling) { check_model(testing::smollm2_path()); }
+TEST(EngineRuntime, Stories260KF16KvOutputsIndependentOfScheduling) { check_model(testing::stories_path(), "f16"); }
 
 ErrorKind submit_error(Engine& engine, Request r) {
   try {

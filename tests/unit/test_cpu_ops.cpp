@@ -10,13 +10,14 @@
 #include "backend/cpu/attention_simd.h"
 #include "backend/cpu/ops_reference.h"
 #include "core/cpu_features.h"
+#include "core/half.h"
 
 namespace servetune::cpu {
 namespace {
 
 // Every head is checked three ways: alone, within its whole GQA group, and within a partial group starting at it;
 // all three must give the same bits (a head's result may not depend on the grouping the scheduler picked).
-void check_attention(detail::AttentionGroupKernel kernel, int64_t width) {
+void check_attention(detail::AttentionGroupKernel kernel, int64_t width, DType kv_dtype) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t hd : {8, 16, 24, 32, 64, 128}) {
@@ -29,10 +30,14 @@ void check_attention(detail::AttentionGroupKernel kernel, int64_t width) {
         std::vector<float> k(static_cast<size_t>(num_blocks * page * n_kv * hd)), v(k.size());
         for (auto& x : k) x = normal(rng);
         for (auto& x : v) x = normal(rng);
+        std::vector<uint16_t> k16(k.size()), v16(v.size());
+        for (size_t i = 0; i < k.size(); ++i) k16[i] = f32_to_fp16(k[i]), v16[i] = f32_to_fp16(v[i]);
+        void* k_data = kv_dtype == DType::kF16 ? static_cast<void*>(k16.data()) : k.data();
+        void* v_data = kv_dtype == DType::kF16 ? static_cast<void*>(v16.data()) : v.data();
         std::vector<int32_t> table(static_cast<size_t>(blocks));
         std::iota(table.begin(), table.end(), 0);
         std::shuffle(table.begin(), table.end(), rng);  // blocks scattered in the cache
-        KvLayerView kv{k.data(), v.data(), DType::kF32, num_blocks, page, n_kv, hd};
+        KvLayerView kv{k_data, v_data, kv_dtype, num_blocks, page, n_kv, hd};
         // Three tokens of one sequence: the last position, one in the middle, and the first.
         std::vector<int32_t> positions = {static_cast<int32_t>(n_ctx - 1), static_cast<int32_t>((n_ctx - 1) / 2), 0};
         std::vector<int32_t> seq = {0, 0, 0};
@@ -72,12 +77,14 @@ void check_attention(detail::AttentionGroupKernel kernel, int64_t width) {
 
 TEST(CpuOps, AttentionAvx512MatchesReference) {
   if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
-  check_attention(&detail::attention_group_f32_avx512, 16);
+  check_attention(&detail::attention_group_avx512, 16, DType::kF32);
+  check_attention(&detail::attention_group_avx512, 16, DType::kF16);
 }
 
 TEST(CpuOps, AttentionAvx2MatchesReference) {
   if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2";
-  check_attention(&detail::attention_group_f32_avx2, 8);
+  check_attention(&detail::attention_group_avx2, 8, DType::kF32);
+  check_attention(&detail::attention_group_avx2, 8, DType::kF16);
 }
 
 using SiluMulKernel = void (*)(const float*, const float*, int64_t, int64_t, int64_t, float*);

@@ -4,7 +4,7 @@
 
 namespace servetune::cpu::detail {
 
-void attention_group_f32_avx512(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
+void attention_group_avx512(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
                                 float scale, int64_t t, int64_t head_begin, int64_t head_count, float* scratch,
                                 float* out) {
   attention_impl::attention_group<simd::Avx512>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);

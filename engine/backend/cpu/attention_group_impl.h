@@ -21,7 +21,7 @@ struct SlotWalker {
   }
 };
 
-template <class S, int NV>
+template <class S, int NV, class KvT>
 void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* q, int64_t n_group, float scale,
            float* scores, float* out) {
   using V = typename S::V;
@@ -29,14 +29,14 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
   constexpr int64_t kHd = int64_t{NV} * W;
   const int64_t width = kv.n_kv_heads * kHd;
   const int64_t stride = (n_ctx + W - 1) / W * W;
-  const float* k_base = static_cast<const float*>(kv.k);
-  const float* v_base = static_cast<const float*>(kv.v);
+  const KvT* k_base = static_cast<const KvT*>(kv.k);
+  const KvT* v_base = static_cast<const KvT*>(kv.v);
 
   // Scores: W keys at a time, each dot product reduced to one lane of a vector.
   SlotWalker keys{table, kv.page_size};
   for (int64_t j0 = 0; j0 < n_ctx; j0 += W) {
     const int m = static_cast<int>(std::min<int64_t>(W, n_ctx - j0));
-    const float* rows[W];
+    const KvT* rows[W];
     for (int i = 0; i < m; ++i) rows[i] = k_base + keys.next() * width;
     for (int64_t g = 0; g < n_group; ++g) {
       const float* qg = q + g * kHd;
@@ -81,7 +81,7 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     for (auto& a : acc) a = S::zero();
     SlotWalker values{table, kv.page_size};
     for (int64_t j = 0; j < n_ctx; ++j) {
-      const float* v = v_base + values.next() * width;
+      const KvT* v = v_base + values.next() * width;
       for (int g = 0; g < kHeadsPerPass; ++g) {
         if (g < gc) {
           const V w = S::set1(scores[(g0 + g) * stride + j] * inv[g0 + g]);
@@ -95,17 +95,17 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
   }
 }
 
-template <class S>
-void attention_group(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
-                     int64_t t, int64_t head_begin, int64_t head_count, float* scratch, float* out) {
+template <class S, class KvT>
+void attention_group_typed(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
+                           float scale, int64_t t, int64_t head_begin, int64_t head_count, float* scratch, float* out) {
   const int64_t hd = kv.head_dim;
   const int64_t group_size = n_heads / kv.n_kv_heads;
   const int64_t kv_head = head_begin / group_size;
   const int64_t n_ctx = batch.positions[t] + 1;
   const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
   KvLayerView head_kv = kv;  // point K/V at this KV head's columns; rows stay n_kv_heads * hd apart
-  head_kv.k = static_cast<float*>(kv.k) + kv_head * hd;
-  head_kv.v = static_cast<float*>(kv.v) + kv_head * hd;
+  head_kv.k = static_cast<KvT*>(kv.k) + kv_head * hd;
+  head_kv.v = static_cast<KvT*>(kv.v) + kv_head * hd;
   const float* qh = q + (t * n_heads + head_begin) * hd;
   float* oh = out + (t * n_heads + head_begin) * hd;
   for (int64_t done = 0; done < head_count; done += 64) {  // `inv` holds 64 heads
@@ -113,17 +113,28 @@ void attention_group(const KvLayerView& kv, const AttentionBatch& batch, const f
     const float* qg = qh + done * hd;
     float* og = oh + done * hd;
     switch (hd / S::kWidth) {
-      case 1: group<S, 1>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 2: group<S, 2>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 3: group<S, 3>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 4: group<S, 4>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 5: group<S, 5>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 6: group<S, 6>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 7: group<S, 7>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 8: group<S, 8>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 16: group<S, 16>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 1: group<S, 1, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 2: group<S, 2, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 3: group<S, 3, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 4: group<S, 4, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 5: group<S, 5, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 6: group<S, 6, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 7: group<S, 7, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 8: group<S, 8, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 16: group<S, 16, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
       default: break;  // excluded by attention_simd_supports
     }
+  }
+}
+
+// KV rows of f32, or of f16 (IEEE half, as ref::store_kv_row writes them) widened on load.
+template <class S>
+void attention_group(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
+                     int64_t t, int64_t head_begin, int64_t head_count, float* scratch, float* out) {
+  if (kv.dtype == DType::kF16) {
+    attention_group_typed<S, uint16_t>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);
+  } else {
+    attention_group_typed<S, float>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);
   }
 }
 

@@ -94,12 +94,12 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
   const int64_t hd = kv.head_dim;
   const int64_t group_size = n_heads / kv.n_kv_heads;
   detail::AttentionGroupKernel group_kernel = nullptr;
-  if (kv.dtype == DType::kF32) {
+  if (kv.dtype == DType::kF32 || kv.dtype == DType::kF16) {
     const CpuIsa isa = cpu_selected_isa();
     if (isa == CpuIsa::kAvx512 && detail::attention_simd_supports(hd, 16)) {
-      group_kernel = &detail::attention_group_f32_avx512;
+      group_kernel = &detail::attention_group_avx512;
     } else if (isa >= CpuIsa::kAvx2 && detail::attention_simd_supports(hd, 8)) {
-      group_kernel = &detail::attention_group_f32_avx2;
+      group_kernel = &detail::attention_group_avx2;
     }
   }
   // A task is one token's group of query heads sharing a KV head (each K/V row read once for the group), or one
