@@ -29,6 +29,8 @@ struct ReportData {
   std::vector<std::string> dims;  // settings that differ between candidates (table columns)
   nlohmann::ordered_json environment;
   int repeat = 1;
+  // Records made by `servetune import`: {candidate, workload, repeat, format, file, line, locator, model} each.
+  std::vector<nlohmann::ordered_json> imports;
 };
 
 // `baseline` overrides the sweep's baseline (a candidate id or label). Throws Error(kUsage) for a folder without
@@ -46,6 +48,8 @@ void write_reports(const std::string& run_dir);
 std::string format_number(double v);  // 3 significant digits below 100, else no decimals ("0.123", "45.6", "1234")
 std::string format_change(double from, double to);  // "+12.3%", "-4.0%", "n/a"
 std::string settings_text(const nlohmann::ordered_json& settings, const std::vector<std::string>& dims);
+// " (imported)" for a candidate whose results came from `servetune import`, else "".
+std::string source_mark(const ReportData& data, const std::string& candidate);
 // Command lines that reproduce a candidate on a workload (empty when the data cannot say, e.g. imported records).
 std::vector<std::string> reproduce_commands(const ReportData& data, const std::string& candidate);
 

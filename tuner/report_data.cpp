@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "tuner/command_line.h"
+#include "tuner/importer.h"
 #include "tuner/report.h"
 #include "tuner/results_store.h"
 #include "tuner/server_command.h"
@@ -41,6 +42,11 @@ std::string settings_text(const nlohmann::ordered_json& settings, const std::vec
   return out.empty() ? "(defaults)" : out;
 }
 
+std::string source_mark(const ReportData& d, const std::string& id) {
+  const CandidateRow* c = d.table.candidate(id);
+  return c != nullptr && c->source == "imported" ? " (imported)" : "";
+}
+
 ReportData load_report(const std::string& run_dir, const std::string& baseline) {
   ReportData d;
   d.run_dir = run_dir;
@@ -50,9 +56,15 @@ ReportData load_report(const std::string& run_dir, const std::string& baseline) 
   if (store.exists()) trials = store.trials();
   d.table = ResultsTable::build(records, trials);
   for (const auto& r : records) {
-    if (r.contains("provenance") && r["provenance"].contains("environment")) {
+    if (d.environment.is_null() && r.contains("provenance") && r["provenance"].contains("environment")) {
       d.environment = r["provenance"]["environment"];
-      break;
+    }
+    if (r.contains("provenance") && r["provenance"].value("source", std::string()) == "imported") {
+      const auto& p = r["provenance"];
+      d.imports.push_back({{"candidate", r["candidate"].value("id", std::string())}, {"workload", r["workload"].value("name", std::string())},
+                           {"repeat", r.value("repeat", 0)}, {"format", p.value("format", std::string())},
+                           {"file", p.value("file", p.value("path", std::string()))}, {"line", p.value("line", 0)},
+                           {"locator", p.value("locator", std::string())}, {"model", p.value("model", nlohmann::ordered_json())}});
     }
   }
   if (store.exists()) {
@@ -78,8 +90,11 @@ ReportData load_report(const std::string& run_dir, const std::string& baseline) 
   } else {
     d.title = fs::path(run_dir).filename().string();
     if (d.title.empty()) d.title = run_dir;
+    const ImportManifest imported = read_import_manifest(run_dir);  // a folder built by `servetune import`
+    d.table.order_workloads(imported.workloads);
     d.goal.workload = d.table.groups().empty() ? "" : d.table.groups().front();
     if (!d.table.candidates().empty()) d.baseline = d.table.candidates().front().id;
+    if (!imported.baseline.empty() && d.table.candidate(imported.baseline) != nullptr) d.baseline = imported.baseline;
   }
   if (!baseline.empty()) {
     d.baseline.clear();
@@ -153,7 +168,7 @@ std::string summary_csv(const ReportData& d) {
   for (const auto& dim : d.dims) out += "," + csv(dim);
   out += ",workload,max_concurrency,request_rate,repeats";
   for (const char* m : kMetrics) out += std::string(",") + m;
-  out += ",feasible\n";
+  out += ",feasible,source\n";  // source: measured | imported (servetune import)
   for (const auto& c : d.table.candidates()) {
     std::string head = csv(c.id) + "," + csv(c.label) + "," + c.status + "," + c.failure + "," + csv(c.reason);
     for (const auto& dim : d.dims) {
@@ -175,12 +190,12 @@ std::string summary_csv(const ReportData& d) {
       }
       Goal g = d.goal;
       g.workload = w;
-      out += std::string(",") + (score(d.table, c.id, g).feasible ? "yes" : "no") + "\n";
+      out += std::string(",") + (score(d.table, c.id, g).feasible ? "yes" : "no") + "," + c.source + "\n";
     }
     if (!any) {
       out += head + ",,,,0";
       for (size_t i = 0; i < std::size(kMetrics); ++i) out += ",";
-      out += ",no\n";
+      out += ",no," + c.source + "\n";
     }
   }
   return out;

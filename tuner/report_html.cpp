@@ -103,11 +103,15 @@ std::string color_for(const ReportData& d, const std::string& id, size_t i) {
   return i % 2 == 0 ? "#1f77b4" : "#4a98c9";
 }
 
+// A candidate's name in charts: "id*" when its results were imported (explained above the charts).
+std::string chart_label(const ReportData& d, const std::string& id) { return id + (source_mark(d, id).empty() ? "" : "*"); }
+
 bool has_levels(const ReportData& d, const std::string& group) { return d.table.group(group).size() > 1; }
 
 std::string charts(const ReportData& d) {
   std::ostringstream o;
   o << "<h2>Charts</h2>\n";
+  if (!d.imports.empty()) o << "<p>* imported from another tool's output (<code>servetune import</code>), not measured here.</p>\n";
   // Throughput per candidate, one chart per workload without levels.
   for (const auto& g : d.table.groups()) {
     if (has_levels(d, g)) continue;
@@ -115,7 +119,7 @@ std::string charts(const ReportData& d) {
     size_t i = 0;
     for (const auto& c : d.table.candidates()) {
       const auto v = d.table.metric(c.id, g, "total_token_throughput");
-      if (v && bars.size() < 60) bars.push_back({c.id, *v, color_for(d, c.id, i++)});
+      if (v && bars.size() < 60) bars.push_back({chart_label(d, c.id), *v, color_for(d, c.id, i++)});
     }
     if (!bars.empty()) o << "<figure>" << bar_chart("Total token throughput on " + g, "tokens/s", bars) << "</figure>\n";
   }
@@ -129,7 +133,8 @@ std::string charts(const ReportData& d) {
     for (const auto& c : d.table.candidates()) {
       for (const auto& w : d.table.group(d.goal.workload)) {
         const auto t = d.table.metric(c.id, w, "mean_tpot_ms"), x = d.table.metric(c.id, w, "total_token_throughput");
-        if (t && x) pts.push_back({*t, *x, has_levels(d, d.goal.workload) ? c.id + "@" + w.substr(w.find('@') + 1) : c.id});
+        const std::string id = chart_label(d, c.id);
+        if (t && x) pts.push_back({*t, *x, has_levels(d, d.goal.workload) ? id + "@" + w.substr(w.find('@') + 1) : id});
       }
     }
     if (!pts.empty()) {
@@ -154,7 +159,7 @@ std::string charts(const ReportData& d) {
     std::vector<Series> tps, tpot;
     size_t i = 0;
     for (const auto& c : d.table.candidates()) {
-      Series a{c.id, {}, palette(i), true, true, false, {}}, b = a;
+      Series a{chart_label(d, c.id), {}, palette(i), true, true, false, {}}, b = a;
       for (const auto& w : d.table.group(g)) {
         const Cell* cell = d.table.cell(c.id, w);
         if (cell == nullptr || !cell->workload.contains("max_concurrency") || !cell->workload["max_concurrency"].is_number()) continue;

@@ -44,10 +44,10 @@ void conclusion(std::ostringstream& o, const ReportData& d) {
   }
   const Score best = score(d.table, d.best, d.goal);
   const Score base = d.baseline.empty() ? Score{} : score(d.table, d.baseline, d.goal);
-  o << "**Best: `" << d.best << "`** (" << label_of(d, d.best) << "): **" << format_number(best.value) << "** "
+  o << "**Best: `" << d.best << "`**" << source_mark(d, d.best) << " (" << label_of(d, d.best) << "): **" << format_number(best.value) << "** "
     << d.goal.metric << " on `" << best.workload << "`";
   if (base.measured && d.baseline != d.best) {
-    o << ", **" << format_change(base.value, best.value) << "** over the baseline `" << d.baseline << "` ("
+    o << ", **" << format_change(base.value, best.value) << "** over the baseline `" << d.baseline << "`" << source_mark(d, d.baseline) << " ("
       << label_of(d, d.baseline) << ": " << format_number(base.value) << ")";
   } else if (d.baseline == d.best) {
     o << "; the baseline itself is the best candidate";
@@ -82,8 +82,9 @@ void conclusion(std::ostringstream& o, const ReportData& d) {
 void baseline_vs_best(std::ostringstream& o, const ReportData& d) {
   if (d.best.empty() || d.baseline.empty()) return;
   o << "## Baseline vs best\n\n";
-  o << "Baseline `" << d.baseline << "` (" << label_of(d, d.baseline) << ") against best `" << d.best << "` ("
-    << label_of(d, d.best) << "). TPS is total tokens (input + output) per second; TPOT excludes the first token.\n\n";
+  o << "Baseline `" << d.baseline << "`" << source_mark(d, d.baseline) << " (" << label_of(d, d.baseline) << ") against best `"
+    << d.best << "`" << source_mark(d, d.best) << " (" << label_of(d, d.best)
+    << "). TPS is total tokens (input + output) per second; TPOT excludes the first token.\n\n";
   o << "| workload | baseline TPS | best TPS | TPS change | baseline output tok/s | best output tok/s | baseline mean TPOT (ms) | best mean TPOT (ms) | TPOT change |\n";
   o << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& w : d.table.workloads()) {
@@ -136,7 +137,7 @@ void candidate_tables(std::ostringstream& o, const ReportData& d) {
     for (const auto& c : d.table.candidates()) {
       if (d.table.cell(c.id, w) == nullptr) continue;
       std::string mark = c.id == d.best ? " (best)" : (c.id == d.baseline ? " (baseline)" : "");
-      if (c.source == "imported") mark += " (imported)";
+      mark += source_mark(d, c.id);
       o << "| `" << c.id << "`" << mark << " |";
       for (const auto& dim : d.dims) {
         const auto& v = c.settings.contains(dim) ? c.settings[dim] : nlohmann::ordered_json("-");
@@ -168,6 +169,24 @@ void candidate_tables(std::ostringstream& o, const ReportData& d) {
   if (header) o << "\n";
 }
 
+// Where each imported record came from, so its numbers can be traced back to the tool's output.
+void imported_sources(std::ostringstream& o, const ReportData& d) {
+  if (d.imports.empty()) return;
+  o << "## Imported results\n\n";
+  o << "Records marked (imported) were not measured by servetune: `servetune import` read them from another tool's output "
+       "(numbers as that tool reported them, mapped onto vLLM's metric names).\n\n";
+  o << "| candidate | workload | repeat | format | source |\n|---|---|---:|---|---|\n";
+  for (const auto& i : d.imports) {
+    std::string where = i.value("file", std::string()) + ":" + std::to_string(i.value("line", 0));
+    const std::string loc = i.value("locator", std::string());
+    if (!loc.empty() && loc.rfind("line ", 0) != 0) where += " (" + loc + ")";
+    for (char& ch : where) ch = ch == '|' ? '/' : ch;
+    o << "| `" << i.value("candidate", std::string()) << "` | `" << i.value("workload", std::string()) << "` | "
+      << i.value("repeat", 0) << " | " << i.value("format", std::string()) << " | " << where << " |\n";
+  }
+  o << "\n";
+}
+
 void environment(std::ostringstream& o, const ReportData& d) {
   o << "## Method and environment\n\n";
   o << "Metrics follow `vllm bench serve`'s definitions; each value is the median over " << d.repeat
@@ -191,6 +210,7 @@ std::string render_markdown(const ReportData& d) {
   baseline_vs_best(o, d);
   stage_gains(o, d);
   candidate_tables(o, d);
+  imported_sources(o, d);
   environment(o, d);
   return o.str();
 }

@@ -5,5 +5,6 @@ if(TARGET servetune_tuner)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tuner_expr.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_spec.cpp
             ${CMAKE_CURRENT_LIST_DIR}/test_tuner_space.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_strategy.cpp
             ${CMAKE_CURRENT_LIST_DIR}/test_tuner_results.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_report.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/test_tuner_import.cpp
     LIBS servetune_tuner)
 endif()
