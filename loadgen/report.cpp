@@ -86,6 +86,20 @@ std::string cat(const Parts&... parts) {
   return s;
 }
 
+double acceptance_rate(const SpecDecodeStats& s) {
+  return s.draft_tokens > 0 ? 100.0 * static_cast<double>(s.accepted_tokens) / static_cast<double>(s.draft_tokens) : 0.0;
+}
+double acceptance_length(const SpecDecodeStats& s) {
+  return s.num_drafts > 0 ? 1.0 + static_cast<double>(s.accepted_tokens) / static_cast<double>(s.num_drafts) : 1.0;
+}
+std::vector<double> per_position_rates(const SpecDecodeStats& s) {
+  std::vector<double> rates;
+  for (int64_t a : s.accepted_per_position) {
+    rates.push_back(s.num_drafts > 0 ? static_cast<double>(a) / static_cast<double>(s.num_drafts) : 0.0);
+  }
+  return rates;
+}
+
 bool selected(const ReportOptions& o, const std::string& key) {
   return std::find(o.percentile_metrics.begin(), o.percentile_metrics.end(), key) != o.percentile_metrics.end();
 }
@@ -196,6 +210,20 @@ void print_result_block(std::FILE* out, const BenchmarkMetrics& m, double durati
     line_f(out, cat("Median ", info.name, " (ms):"), s.median);
     for (const auto& [p, v] : s.percentiles) line_f(out, cat("P", percentile_word(p), " ", info.name, " (ms):"), v);
   }
+  if (o.spec_decode) {
+    const SpecDecodeStats& sd = *o.spec_decode;
+    std::fprintf(out, "%s\n", centered("Speculative Decoding", '-').c_str());
+    line_f(out, "Acceptance rate (%):", acceptance_rate(sd));
+    line_f(out, "Acceptance length:", acceptance_length(sd));
+    line_int(out, "Drafts:", sd.num_drafts);
+    line_int(out, "Draft tokens:", sd.draft_tokens);
+    line_int(out, "Accepted tokens:", sd.accepted_tokens);
+    const std::vector<double> rates = per_position_rates(sd);
+    if (!rates.empty()) {
+      std::fprintf(out, "Per-position acceptance (%%):\n");
+      for (size_t i = 0; i < rates.size(); ++i) line_f(out, cat("  Position ", std::to_string(i), ":"), rates[i] * 100.0);
+    }
+  }
   std::fprintf(out, "%s\n", std::string(50, '=').c_str());
 }
 
@@ -241,6 +269,15 @@ nlohmann::ordered_json metrics_json(const BenchmarkMetrics& m, const RunResult& 
     j[cat("median_", k, "_ms")] = s.median;
     j[cat("std_", k, "_ms")] = s.std;
     for (const auto& [p, v] : s.percentiles) j[cat("p", percentile_word(p), "_", k, "_ms")] = v;
+  }
+  if (o.spec_decode) {
+    const SpecDecodeStats& sd = *o.spec_decode;
+    j["spec_decode_acceptance_rate"] = acceptance_rate(sd);
+    j["spec_decode_acceptance_length"] = acceptance_length(sd);
+    j["spec_decode_num_drafts"] = sd.num_drafts;
+    j["spec_decode_draft_tokens"] = sd.draft_tokens;
+    j["spec_decode_accepted_tokens"] = sd.accepted_tokens;
+    j["spec_decode_per_position_acceptance_rates"] = per_position_rates(sd);
   }
   nlohmann::ordered_json reasons = nlohmann::ordered_json::object();
   for (const auto& [reason, count] : m.failure_reasons) reasons[reason] = count;

@@ -15,6 +15,14 @@
 
 namespace servetune::loadgen {
 
+// Speculative-decoding counters of the measured run (engine stats after minus before), for vLLM's section.
+struct SpecDecodeStats {
+  int64_t num_drafts = 0;
+  int64_t draft_tokens = 0;
+  int64_t accepted_tokens = 0;
+  std::vector<int64_t> accepted_per_position;
+};
+
 struct ReportOptions {
   std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl", "client_lag"};
   std::vector<double> percentiles = {99.0};
@@ -22,6 +30,7 @@ struct ReportOptions {
   double request_rate = 0.0;    // inf allowed
   double burstiness = 1.0;
   GoodputSlo slo;
+  std::optional<SpecDecodeStats> spec_decode;  // set when the engine speculates: "Speculative Decoding" section + keys
 };
 
 // Metric names --percentile-metrics accepts: vLLM's plus client_lag and per_token_itl.

@@ -40,6 +40,20 @@ void add_engine_deltas(nlohmann::ordered_json& m, const EngineStats& a, const En
 
 }  // namespace
 
+std::optional<loadgen::SpecDecodeStats> spec_decode_delta(const Engine& engine, const EngineStats& before,
+                                                          const EngineStats& after) {
+  if (engine.config().speculative_algorithm.empty()) return std::nullopt;
+  loadgen::SpecDecodeStats s;
+  s.num_drafts = after.spec_num_drafts - before.spec_num_drafts;
+  s.draft_tokens = after.spec_draft_tokens - before.spec_draft_tokens;
+  s.accepted_tokens = after.spec_accepted_tokens - before.spec_accepted_tokens;
+  for (size_t i = 0; i < after.spec_accepted_per_position.size(); ++i) {
+    const int64_t b = i < before.spec_accepted_per_position.size() ? before.spec_accepted_per_position[i] : 0;
+    s.accepted_per_position.push_back(after.spec_accepted_per_position[i] - b);
+  }
+  return s;
+}
+
 RunOutput run_workload(loadgen::Client& client, const datasets::Workload& workload, const WorkloadSpec& spec,
                        const std::vector<double>& percentiles, const Tokenizer& tokenizer, Engine* engine) {
   loadgen::RunSpec run_spec;
@@ -75,6 +89,7 @@ RunOutput run_workload(loadgen::Client& client, const datasets::Workload& worklo
   ro.max_concurrency = spec.max_concurrency.value_or(0);
   ro.request_rate = workload.timed ? std::numeric_limits<double>::infinity() : spec.request_rate;
   ro.burstiness = spec.burstiness;
+  if (engine != nullptr) ro.spec_decode = spec_decode_delta(*engine, before, after);
   nlohmann::ordered_json all = loadgen::metrics_json(m, run, ro, false);
 
   RunOutput out;
@@ -86,7 +101,7 @@ RunOutput run_workload(loadgen::Client& client, const datasets::Workload& worklo
   out.metrics = nlohmann::ordered_json::object();
   out.per_request = nlohmann::ordered_json::object();
   for (const auto& [k, v] : all.items()) {
-    (v.is_array() ? out.per_request : out.metrics)[k] = v;
+    (v.is_array() && k != "spec_decode_per_position_acceptance_rates" ? out.per_request : out.metrics)[k] = v;
   }
   out.per_request["output_lens"] = m.actual_output_lens;
   if (engine != nullptr) {

@@ -11,9 +11,12 @@
 #include "loadgen/client.h"
 #include "tuner/sweep_spec.h"
 
+#include "loadgen/report.h"
+
 namespace servetune {
 class Engine;
 class Tokenizer;
+struct EngineStats;
 }  // namespace servetune
 
 namespace servetune::tuner {
@@ -30,5 +33,10 @@ struct RunOutput {
 // server reports no usage.
 RunOutput run_workload(loadgen::Client& client, const datasets::Workload& workload, const WorkloadSpec& spec,
                        const std::vector<double>& percentiles, const Tokenizer& tokenizer, Engine* engine);
+
+// The speculative-decoding counters of a measured run on the built-in engine (after minus before), or nullopt
+// when the engine does not speculate.
+std::optional<loadgen::SpecDecodeStats> spec_decode_delta(const Engine& engine, const EngineStats& before,
+                                                          const EngineStats& after);
 
 }  // namespace servetune::tuner

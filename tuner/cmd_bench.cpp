@@ -26,6 +26,7 @@
 #include "loadgen/report.h"
 #include "servetune/engine.h"
 #include "tokenizer/tokenizer.h"
+#include "tuner/bench_runner.h"
 
 namespace servetune::cli {
 namespace {
@@ -232,7 +233,9 @@ void run_bench(BenchOptions& o) {
   std::printf("Maximum request concurrency: %s\n", o.max_concurrency ? std::to_string(*o.max_concurrency).c_str() : "None");
   std::fflush(stdout);
   const double cpu_before = process_cpu_s();
+  const EngineStats stats_before = builtin ? engine->stats() : EngineStats{};
   const loadgen::RunResult run = client->run(spec);
+  const EngineStats stats_after = builtin ? engine->stats() : EngineStats{};
   const double run_cpu_s = process_cpu_s() - cpu_before;
 
   const auto count_tokens = [&](const std::string& text) {
@@ -246,6 +249,7 @@ void run_bench(BenchOptions& o) {
   ro.request_rate = workload.timed ? std::numeric_limits<double>::infinity() : rate;
   ro.burstiness = o.burstiness;
   ro.slo = slo;
+  if (builtin) ro.spec_decode = tuner::spec_decode_delta(*engine, stats_before, stats_after);
   loadgen::print_failures(stdout, run, m);
   loadgen::print_result_block(stdout, m, run.duration_s, ro);
   std::fflush(stdout);

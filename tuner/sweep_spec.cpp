@@ -300,7 +300,8 @@ bool is_known_metric(const std::string& key) {
       "max_concurrent_requests", "process_cpu_s", "cpu_ms_per_token", "engine_steps", "engine_batched_tokens",
       "engine_mean_batch_tokens", "engine_mean_running", "engine_prompt_tokens", "engine_generation_tokens",
       "engine_preemptions", "engine_prefix_hit_tokens", "engine_prefix_cache_hit_rate", "calibration_ms",
-      "calibrated_cpu_per_token"};
+      "calibrated_cpu_per_token", "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
+      "spec_decode_draft_tokens", "spec_decode_accepted_tokens"};
   if (plain.count(key)) return true;
   return std::regex_match(key, std::regex("(mean|median|std|p[0-9]+(\\.[0-9]+)?)_(ttft|tpot|itl|e2el|client_lag|per_token_itl)_ms"));
 }

@@ -165,6 +165,24 @@ void BlockManager::commit(Sequence& seq) {
   }
 }
 
+void BlockManager::truncate(Sequence& seq, int64_t n_tokens) {
+  const auto keep = static_cast<size_t>(std::max<int64_t>(0, (n_tokens + page_size_ - 1) / page_size_));
+  if (seq.block_hashes.size() > keep) throw Error(ErrorKind::kInternal, "KV truncation below registered blocks");
+  while (seq.block_table.size() > keep) {
+    const int32_t b = seq.block_table.back();
+    seq.block_table.pop_back();
+    Block& blk = blocks_[static_cast<size_t>(b)];
+    if (blk.ref <= 0) throw Error(ErrorKind::kInternal, "KV block released twice");
+    if (--blk.ref == 0) push_free_back(b);
+  }
+}
+
+std::span<const int32_t> BlockManager::cached_tokens(int32_t block) const {
+  if (!blocks_[static_cast<size_t>(block)].hashed) return {};
+  return std::span<const int32_t>(block_tokens_).subspan(static_cast<size_t>(block) * static_cast<size_t>(page_size_),
+                                                         static_cast<size_t>(page_size_));
+}
+
 void BlockManager::release(Sequence& seq) {
   // Last blocks first, so a sequence's prefix blocks are the last of its blocks to be evicted.
   for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) {

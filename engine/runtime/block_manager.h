@@ -34,6 +34,9 @@ class BlockManager {
   int64_t blocks_needed(const Sequence& seq, int64_t n_tokens) const;
   // Grows seq's block table to hold `n_tokens` tokens; false (and no change) when there are not enough free blocks.
   bool allocate(Sequence& seq, int64_t n_tokens);
+  // Releases the blocks of seq beyond those holding its first `n_tokens` tokens (speculative rollback); the
+  // released blocks hold no registered hash (only blocks within num_computed are ever registered).
+  void truncate(Sequence& seq, int64_t n_tokens);
   // Registers the hashes of seq's full blocks among its first `seq.num_computed` tokens, so others can share them.
   void commit(Sequence& seq);
   // Releases every block of seq (finished, aborted or preempted) and resets its cache state.
@@ -46,6 +49,8 @@ class BlockManager {
   // For tests: every block's ref count and the consistency of the free queue and the hash table.
   int32_t ref_count(int32_t block) const { return blocks_[static_cast<size_t>(block)].ref; }
   bool check_invariants() const;
+  // For tests: the tokens a block is registered with in the prefix cache (empty when it is not registered).
+  std::span<const int32_t> cached_tokens(int32_t block) const;
 
  private:
   struct Block {

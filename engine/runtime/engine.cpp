@@ -19,6 +19,7 @@
 #include "runtime/output_text.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
+#include "runtime/speculator.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servetune {
@@ -55,6 +56,7 @@ struct RequestState {
   bool admitted = false;
   int64_t cached_tokens = 0;
   int64_t output_tokens = 0;
+  int64_t spec_num_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
 };
 
 }  // namespace
@@ -100,6 +102,8 @@ class Engine::Impl {
     sc.policy = parse_schedule_policy(config_.schedule_policy);
     scheduler_ = std::make_unique<Scheduler>(sc, *blocks_);
     runner_ = std::make_unique<ModelRunner>(*model_, *kv_);
+    speculator_ = make_speculator(config_);
+    num_draft_tokens_ = speculative_draft_tokens(config_);
     thread_ = std::thread([this] { loop(); });
   }
 
@@ -197,33 +201,36 @@ class Engine::Impl {
   }
 
   Usage usage_of(const RequestState& st) const {
-    return Usage{st.seq.prompt_len, st.output_tokens, st.cached_tokens};
+    return Usage{st.seq.prompt_len, st.output_tokens, st.cached_tokens, st.spec_num_drafts, st.spec_draft_tokens,
+                 st.spec_accepted_tokens};
   }
 
-  // Samples the next token of a request and streams it; returns true when the request is finished.
-  bool emit_token(RequestState& st, std::span<float> logits, EngineClock::time_point now) {
+  // Tokens the sampler must not pick now: end-of-generation and stop ids before min_tokens.
+  std::vector<int32_t> banned_tokens(const RequestState& st) const {
     std::vector<int32_t> banned;
     if (st.output_tokens < st.params.min_tokens) {
       if (!st.params.ignore_eos) banned = tokenizer_->eog_ids();
       banned.insert(banned.end(), st.params.stop_token_ids.begin(), st.params.stop_token_ids.end());
     }
-    SampleResult r = st.sampler.sample(logits, banned);
-    st.sampler.accept(r.token);
+    return banned;
+  }
+
+  // Appends a sampled token to the request and to this step's event for it (several tokens when speculation
+  // accepts a burst); true when the request is finished (stop token, stop string, max_tokens, context).
+  bool push_token(RequestState& st, SampleResult& r, TokenEvent& e) {
     st.seq.tokens.push_back(r.token);
     ++st.output_tokens;
+    e.token_ids.push_back(r.token);
+    if (st.output_tokens == 1) e.first_token = true;
 
     FinishReason reason = FinishReason::kNone;
     const bool eog = !st.params.ignore_eos && tokenizer_->is_eog(r.token);
     const bool stop_id = std::find(st.params.stop_token_ids.begin(), st.params.stop_token_ids.end(), r.token) !=
                          st.params.stop_token_ids.end();
-    TokenEvent e;
-    e.request_id = static_cast<uint64_t>(st.seq.id);
-    e.token_ids = {r.token};
-    e.first_token = st.output_tokens == 1;
     if (eog || stop_id) {
       reason = FinishReason::kStop;
     } else if (st.detokenize) {
-      e.text = st.text.push(r.token);
+      e.text += st.text.push(r.token);
       if (st.text.stopped()) reason = FinishReason::kStop;
     }
     if (reason == FinishReason::kNone && (st.output_tokens >= st.params.max_tokens || st.seq.size() >= context_length_)) {
@@ -231,11 +238,54 @@ class Engine::Impl {
     }
     if (reason != FinishReason::kNone && st.detokenize) e.text += st.text.finish();
     if (st.params.logprobs >= 0) e.logprobs.push_back(std::move(r));
-    e.time = now;
     e.finish = reason;
+    return reason != FinishReason::kNone;
+  }
+
+  // Samples (and, with drafts, verifies) the tokens of one sampling sequence from its logits rows starting at
+  // `row`, streams them as one event, and rolls back rejected drafts; returns true when the request is finished.
+  bool emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, EngineClock::time_point now) {
+    Sequence& seq = st.seq;
+    std::vector<int32_t> draft;
+    if (s.num_draft > 0) {
+      draft.assign(seq.tokens.end() - s.num_draft, seq.tokens.end());
+      seq.tokens.resize(seq.tokens.size() - static_cast<size_t>(s.num_draft));
+    }
+    TokenEvent e;
+    e.request_id = static_cast<uint64_t>(seq.id);
+    bool finished = false;
+    const int64_t accepted = verify_draft(
+        st.sampler, draft, [&](size_t j) { return runner_->logits(row + j); }, [&] { return banned_tokens(st); },
+        [&](SampleResult& r) { return finished = push_token(st, r, e); });
+    generation_tokens_ += static_cast<int64_t>(e.token_ids.size());
+    if (s.num_draft > 0) {
+      ++st.spec_num_drafts;
+      st.spec_draft_tokens += s.num_draft;
+      st.spec_accepted_tokens += accepted;
+      ++spec_num_drafts_;
+      spec_draft_tokens_ += s.num_draft;
+      spec_accepted_tokens_ += accepted;
+      if (spec_accepted_per_position_.size() < static_cast<size_t>(s.num_draft)) {
+        spec_accepted_per_position_.resize(static_cast<size_t>(s.num_draft), 0);
+      }
+      for (int64_t i = 0; i < accepted; ++i) ++spec_accepted_per_position_[static_cast<size_t>(i)];
+      if (!finished) scheduler_->accept_draft(&seq, accepted);
+    }
+    e.time = now;
     e.usage = usage_of(st);
     outbox_.emplace_back(st.stream, std::move(e));
-    return reason != FinishReason::kNone;
+    return finished;
+  }
+
+  // Proposes speculative drafts for every decoding sequence (the scheduler takes what fits this step).
+  void propose_drafts() {
+    if (!speculator_) return;
+    for (auto& [id, st] : states_) {
+      Sequence& seq = st->seq;
+      if (seq.status != SeqStatus::kRunning || seq.num_uncomputed() != 1) continue;
+      const int64_t room = std::min(num_draft_tokens_, seq.max_total_len - seq.size() - 1);
+      speculator_->propose(seq.tokens, room, seq.draft);
+    }
   }
 
   void remove(uint64_t id) {
@@ -289,6 +339,7 @@ class Engine::Impl {
   }
 
   void step() {
+    propose_drafts();
     SchedulerOutput out = scheduler_->schedule();
     preemptions_ += static_cast<int64_t>(out.preempted.size());
     if (out.empty()) {
@@ -324,17 +375,16 @@ class Engine::Impl {
         st.cached_tokens = s.seq->num_prefix_hit;
         st.admitted = true;
       }
-      const int64_t first = s.seq->num_computed - s.num_tokens;
+      const int64_t first = s.seq->num_computed - (s.num_tokens - s.num_draft);
       prompt_tokens_ += std::clamp<int64_t>(s.seq->prompt_len - first, 0, s.num_tokens);
       if (!s.samples) continue;
       try {
-        if (emit_token(st, runner_->logits(row), now)) done.push_back(static_cast<uint64_t>(s.seq->id));
+        if (emit_tokens(st, s, row, now)) done.push_back(static_cast<uint64_t>(s.seq->id));
       } catch (const std::exception& ex) {
         finish(st, FinishReason::kError, std::string("sampling failed: ") + ex.what());
         done.push_back(static_cast<uint64_t>(s.seq->id));
       }
-      ++row;
-      ++generation_tokens_;
+      row += 1 + static_cast<size_t>(s.num_draft);
     }
     for (uint64_t id : done) {
       remove(id);
@@ -371,6 +421,12 @@ class Engine::Impl {
     s.requests_finished = finished_;
     s.requests_aborted = aborted_;
     s.preemptions = preemptions_;
+    s.spec_num_drafts = spec_num_drafts_;
+    s.spec_draft_tokens = spec_draft_tokens_;
+    s.spec_accepted_tokens = spec_accepted_tokens_;
+    s.spec_accepted_per_position = spec_accepted_per_position_;
+    s.spec_acceptance_rate = spec_draft_tokens_ > 0 ? static_cast<double>(spec_accepted_tokens_) / static_cast<double>(spec_draft_tokens_) : 0.0;
+    s.spec_mean_accepted_length = spec_num_drafts_ > 0 ? 1.0 + static_cast<double>(spec_accepted_tokens_) / static_cast<double>(spec_num_drafts_) : 0.0;
     std::lock_guard lock(stats_mutex_);
     stats_ = s;
   }
@@ -379,6 +435,8 @@ class Engine::Impl {
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Speculator> speculator_;
+  int64_t num_draft_tokens_ = 0;
 
   std::mutex mutex_;  // guards the fields below up to thread_
   std::condition_variable cv_;
@@ -393,6 +451,8 @@ class Engine::Impl {
   std::vector<std::pair<std::shared_ptr<RequestStream>, TokenEvent>> outbox_;
   int64_t steps_ = 0, batched_tokens_ = 0, running_sum_ = 0, max_batch_ = 0;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0, finished_ = 0, aborted_ = 0, preemptions_ = 0;
+  int64_t spec_num_drafts_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
+  std::vector<int64_t> spec_accepted_per_position_;
   mutable std::mutex stats_mutex_;
   EngineStats stats_;
 };

@@ -2,6 +2,7 @@
 #include "servetune/engine_config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -37,7 +38,8 @@ const std::vector<std::string>& engine_config_keys() {
       "enable_dp_attention", "compile", "cuda_graph_max_bs", "max_total_tokens", "mem_fraction_static", "page_size",
       "kv_cache_dtype", "max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy",
       "disable_radix_cache", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-      "speculative_num_draft_tokens", "speculative_draft_model", "seed"};
+      "speculative_num_draft_tokens", "speculative_draft_model", "speculative_ngram_min_match_window_size",
+      "speculative_ngram_max_match_window_size", "seed"};
   return keys;
 }
 
@@ -67,6 +69,8 @@ void to_json(nlohmann::json& j, const EngineConfig& c) {
                      {"speculative_eagle_topk", c.speculative_eagle_topk},
                      {"speculative_num_draft_tokens", c.speculative_num_draft_tokens},
                      {"speculative_draft_model", c.speculative_draft_model},
+                     {"speculative_ngram_min_match_window_size", c.speculative_ngram_min_match_window_size},
+                     {"speculative_ngram_max_match_window_size", c.speculative_ngram_max_match_window_size},
                      {"seed", c.seed}};
 }
 
@@ -101,6 +105,8 @@ void from_json(const nlohmann::json& j, EngineConfig& c) {
   read(j, "speculative_eagle_topk", c.speculative_eagle_topk);
   read(j, "speculative_num_draft_tokens", c.speculative_num_draft_tokens);
   read(j, "speculative_draft_model", c.speculative_draft_model);
+  read(j, "speculative_ngram_min_match_window_size", c.speculative_ngram_min_match_window_size);
+  read(j, "speculative_ngram_max_match_window_size", c.speculative_ngram_max_match_window_size);
   read(j, "seed", c.seed);
 }
 
@@ -128,9 +134,25 @@ void EngineConfig::validate() const {
   usage(chunked_prefill_size == -1 || chunked_prefill_size >= 1, "chunked_prefill_size must be positive, or -1 to disable chunking");
   usage(max_prefill_tokens >= 1, "max_prefill_tokens must be at least 1");
   usage(schedule_policy == "fcfs" || schedule_policy == "lpm", "schedule_policy must be fcfs or lpm");
-  usage(speculative_algorithm.empty() || speculative_algorithm == "ngram" || speculative_algorithm == "draft" ||
-            speculative_algorithm == "eagle" || speculative_algorithm == "mtp",
-        "speculative_algorithm must be one of ngram, draft, eagle, mtp (or empty)");
+  std::string algo = speculative_algorithm;
+  std::transform(algo.begin(), algo.end(), algo.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  usage(algo.empty() || algo == "ngram" || algo == "draft" || algo == "eagle" || algo == "mtp",
+        "speculative_algorithm must be one of ngram, draft, eagle, mtp (or empty), got '" + speculative_algorithm + "'");
+  usage(speculative_num_steps >= 0 && speculative_eagle_topk >= 0 && speculative_num_draft_tokens >= 0,
+        "speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens must be non-negative");
+  usage(!algo.empty() || (speculative_num_steps == 0 && speculative_eagle_topk == 0 && speculative_num_draft_tokens == 0 &&
+                          speculative_draft_model.empty()),
+        "speculative_* settings need speculative_algorithm (--speculative-algorithm ngram)");
+  usage(speculative_num_draft_tokens <= 64, "speculative_num_draft_tokens must be at most 64");
+  usage(speculative_ngram_min_match_window_size >= 1 &&
+            speculative_ngram_max_match_window_size >= speculative_ngram_min_match_window_size &&
+            speculative_ngram_max_match_window_size <= 1024,
+        "speculative_ngram_*_match_window_size need 1 <= min <= max <= 1024");
+  if (algo == "ngram") {
+    usage(speculative_num_steps == 0 && speculative_eagle_topk == 0 && speculative_draft_model.empty(),
+          "speculative_num_steps, speculative_eagle_topk and speculative_draft_model do not apply to ngram speculation "
+          "(use speculative_num_draft_tokens)");
+  }
 
   unsupported(device == "cpu", "device '" + device + "' is not implemented yet (available: cpu)");
   unsupported(tp_size == 1, "tp_size > 1 (tensor parallelism) is not implemented yet");
@@ -140,10 +162,8 @@ void EngineConfig::validate() const {
   unsupported(compile == "eager", "compile = " + compile + " is not implemented yet (available: eager)");
   unsupported(cuda_graph_max_bs == 0, "cuda_graph_max_bs needs the CUDA backend, which is not implemented yet");
   unsupported(kv_cache_dtype != "fp8_e4m3", "kv_cache_dtype fp8_e4m3 is not implemented yet (available: auto, f32, f16)");
-  unsupported(speculative_algorithm.empty(), "speculative decoding ('" + speculative_algorithm + "') is not implemented yet");
-  unsupported(speculative_num_steps == 0 && speculative_eagle_topk == 0 && speculative_num_draft_tokens == 0 &&
-                  speculative_draft_model.empty(),
-              "speculative_* settings need speculative decoding, which is not implemented yet");
+  unsupported(algo.empty() || algo == "ngram",
+              "speculative_algorithm '" + speculative_algorithm + "' is not implemented yet (available: ngram)");
 }
 
 }  // namespace servetune

@@ -26,7 +26,10 @@ void ModelRunner::build_batch(const SchedulerOutput& step, int64_t page_size, Ba
       const int32_t block = seq.block_table[static_cast<size_t>(p / page_size)];
       batch.slot_mapping.push_back(static_cast<int32_t>(block * page_size + p % page_size));
     }
-    if (step.seqs[i].samples) batch.logits_indices.push_back(static_cast<int32_t>(batch.tokens.size() - 1));
+    if (!step.seqs[i].samples) continue;
+    // A verifying sequence needs logits at every draft position too: rows for its last 1 + num_draft tokens.
+    const auto end = static_cast<int32_t>(batch.tokens.size());
+    for (auto r = end - 1 - static_cast<int32_t>(step.seqs[i].num_draft); r < end; ++r) batch.logits_indices.push_back(r);
   }
 }
 

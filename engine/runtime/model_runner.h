@@ -1,5 +1,6 @@
 // Turns a scheduler step into the model's Batch (flattened tokens, positions, slots, block tables), runs the
-// forward pass, and returns one logits row per sequence that samples this step.
+// forward pass, and returns one logits row per sequence that samples this step (1 + num_draft rows for a sequence
+// verifying speculative drafts).
 #pragma once
 
 #include <span>
@@ -16,7 +17,8 @@ class ModelRunner {
  public:
   ModelRunner(Model& model, KvStorage& kv) : model_(model), kv_(kv) {}
 
-  // Runs `step`; afterwards logits(i) is the row of the i-th sampling sequence in step order.
+  // Runs `step`; afterwards logits(i) is the i-th logits row: sampling sequences in step order, each with
+  // 1 + num_draft consecutive rows.
   void run(const SchedulerOutput& step);
   std::span<float> logits(size_t i);
   const Batch& last_batch() const { return batch_; }

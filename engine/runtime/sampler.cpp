@@ -63,7 +63,7 @@ void Sampler::apply_penalties(std::span<float> logits) const {
   }
 }
 
-SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> banned) {
+SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> banned, int32_t draft) {
   SampleResult result;
   const auto vocab = static_cast<int32_t>(logits.size());
   float lse = 0.0f;
@@ -78,7 +78,7 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> b
     if (b >= 0 && b < vocab) logits[static_cast<size_t>(b)] = kNegInf;
   }
   result.token = params_.greedy() ? static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())
-                                  : draw(logits);
+                                  : draw(logits, draft);
   if (params_.logprobs >= 0) result.logprob = raw_[static_cast<size_t>(result.token)] - lse;
   return result;
 }
@@ -98,7 +98,7 @@ std::vector<TokenLogprob> Sampler::top_logprobs(std::span<const float> logits, i
   return top;
 }
 
-int32_t Sampler::draw(std::span<const float> logits) {
+int32_t Sampler::draw(std::span<const float> logits, int32_t draft) {
   // Candidates sorted by logit and cut by top-k; then top-p and min-p on the tempered distribution.
   const auto vocab = static_cast<int32_t>(logits.size());
   candidates_.resize(static_cast<size_t>(vocab));
@@ -108,15 +108,9 @@ int32_t Sampler::draw(std::span<const float> logits) {
     // Plain temperature sampling needs no ordering: one pass for the normaliser, one to find the draw.
     const float best = *std::max_element(logits.begin(), logits.end());
     probs_.resize(logits.size());
-    double total = 0.0;
-    for (size_t i = 0; i < logits.size(); ++i) total += probs_[i] = std::exp((logits[i] - best) * inv_t);
-    std::uniform_real_distribution<double> uniform(0.0, total);
-    double r = uniform(rng_);
-    for (size_t i = 0; i < logits.size(); ++i) {
-      r -= probs_[i];
-      if (r < 0.0) return static_cast<int32_t>(i);
-    }
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    for (size_t i = 0; i < logits.size(); ++i) probs_[i] = std::exp((logits[i] - best) * inv_t);
+    const bool in_range = draft >= 0 && draft < vocab;
+    return pick(logits.size(), in_range ? draft : -1, in_range ? static_cast<size_t>(draft) : 0);
   }
   // Tokens whose tempered probability is below e^-40 of the best one carry < 1e-12 of the mass in any
   // vocabulary size used in practice; dropping them before sorting keeps full-vocabulary sampling cheap.
@@ -156,15 +150,40 @@ int32_t Sampler::draw(std::span<const float> logits) {
     while (i < cut && probs_[i] >= threshold) ++i;
     cut = i;
   }
-  double kept = 0.0;
-  for (size_t i = 0; i < cut; ++i) kept += probs_[i];
-  std::uniform_real_distribution<double> uniform(0.0, kept);
+  // A draft outside the kept candidates has probability 0: it is rejected and the draw is the plain one.
+  size_t draft_index = 0;
+  if (draft >= 0) {
+    const auto it = std::find(candidates_.begin(), candidates_.begin() + static_cast<long>(cut), draft);
+    draft_index = static_cast<size_t>(it - candidates_.begin());
+    if (draft_index == cut) draft = -1;
+  }
+  return pick(cut, draft, draft_index);
+}
+
+int32_t Sampler::pick(size_t n, int32_t draft, size_t draft_index) {
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) total += probs_[i];
+  if (draft >= 0) {
+    // Lossless verification of a deterministic draft d: accept with probability p(d); on rejection draw from
+    // max(0, p - onehot(d)) renormalised, i.e. p without d. P(d) = p(d), P(x != d) = (1 - p(d)) p(x) / (1 - p(d)).
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    if (unit(rng_) * total < probs_[draft_index]) return draft;
+    if (!broken_verification_) {
+      total -= probs_[draft_index];
+      probs_[draft_index] = 0.0;
+    }
+  }
+  std::uniform_real_distribution<double> uniform(0.0, total);
   double r = uniform(rng_);
-  for (size_t i = 0; i < cut; ++i) {
+  for (size_t i = 0; i < n; ++i) {
     r -= probs_[i];
     if (r < 0.0) return candidates_[i];
   }
-  return candidates_[cut - 1];
+  // Rounding left r >= 0: the last token with any mass.
+  for (size_t i = n; i-- > 0;) {
+    if (probs_[i] > 0.0) return candidates_[i];
+  }
+  return candidates_[0];
 }
 
 }  // namespace servetune

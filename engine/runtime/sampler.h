@@ -31,14 +31,23 @@ class Sampler {
   Sampler(const SamplingParams& params, uint64_t default_seed, std::span<const int32_t> prompt);
 
   // Samples from `logits` (modified in place). Tokens in `banned` are never chosen (EOS before min_tokens).
-  SampleResult sample(std::span<float> logits, std::span<const int32_t> banned = {});
+  // With a speculative `draft` token (>= 0) the draw is the lossless verification of a deterministic draft:
+  // greedy picks the argmax as always; sampling returns `draft` with probability p(draft) under the processed
+  // distribution p, otherwise a draw from p with `draft` removed and renormalised — overall exactly p.
+  SampleResult sample(std::span<float> logits, std::span<const int32_t> banned = {}, int32_t draft = -1);
   // Records a token as generated (for penalties). sample() does not call it: speculative paths may reject tokens.
   void accept(int32_t token);
+
+  // Test-only: a deliberately wrong verification rule (a rejected draft may be drawn again), so the statistical
+  // test of the sampled distribution can show that it catches a broken rule.
+  void break_verification_for_test() { broken_verification_ = true; }
 
  private:
   void apply_penalties(std::span<float> logits) const;
   std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n, float lse);
-  int32_t draw(std::span<const float> logits);
+  int32_t draw(std::span<const float> logits, int32_t draft);
+  // Draws among probs_[0, n) (candidates_ maps index to token), verifying `draft` at index `draft_index`.
+  int32_t pick(size_t n, int32_t draft, size_t draft_index);
 
   SamplingParams params_;
   std::mt19937_64 rng_;
@@ -47,6 +56,7 @@ class Sampler {
   std::vector<int32_t> candidates_;   // scratch
   std::vector<double> probs_;         // scratch
   std::vector<float> raw_;            // raw logits, kept only when logprobs are requested
+  bool broken_verification_ = false;
 };
 
 }  // namespace servetune

@@ -44,6 +44,7 @@ int64_t Scheduler::prefill_limit(int64_t remaining, int64_t budget) const {
 
 void Scheduler::preempt(Sequence* seq, SchedulerOutput& out) {
   blocks_.release(*seq);
+  seq->draft.clear();
   seq->status = SeqStatus::kWaiting;
   ++seq->num_preemptions;
   waiting_.push_front(seq);
@@ -72,6 +73,20 @@ SchedulerOutput Scheduler::schedule() {
       n = remaining;
     }
     if (n <= 0) continue;
+    // Speculative drafts of a decoding sequence: as many as the budget, its length limit and free blocks allow.
+    int64_t k = 0;
+    if (remaining == 1 && !seq->draft.empty()) {
+      k = std::min({static_cast<int64_t>(seq->draft.size()), budget - 1, seq->max_total_len - seq->size() - 1});
+      if (k > 0 && !blocks_.allocate(*seq, seq->num_computed + 1 + k)) k = 0;
+    }
+    if (k > 0) {
+      seq->tokens.insert(seq->tokens.end(), seq->draft.begin(), seq->draft.begin() + k);
+      seq->draft.clear();
+      out.seqs.push_back({seq, 1 + k, true, k});
+      budget -= 1 + k;
+      continue;
+    }
+    seq->draft.clear();
     bool preempted_self = false;
     while (!blocks_.allocate(*seq, seq->num_computed + n)) {
       Sequence* victim = running_.back();
@@ -115,9 +130,18 @@ SchedulerOutput Scheduler::schedule() {
 
 void Scheduler::complete(const SchedulerOutput& out) {
   for (const auto& s : out.seqs) {
-    s.seq->num_computed += s.num_tokens;
+    s.seq->num_computed += s.num_tokens - s.num_draft;
     blocks_.commit(*s.seq);
   }
+}
+
+void Scheduler::accept_draft(Sequence* seq, int64_t accepted) {
+  if (accepted < 0 || seq->num_computed + accepted > seq->size()) {
+    throw Error(ErrorKind::kInternal, "accept_draft: more accepted drafts than tokens");
+  }
+  seq->num_computed += accepted;
+  blocks_.truncate(*seq, seq->size());
+  blocks_.commit(*seq);
 }
 
 }  // namespace servetune

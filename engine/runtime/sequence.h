@@ -1,5 +1,6 @@
 // The runtime's view of one request's tokens and KV blocks: what the scheduler and the block manager work on.
 // Invariant: tokens[0, num_computed) have their K/V in the cache through block_table; num_computed <= size().
+// Speculative drafts live in `draft` until the scheduler appends the ones it schedules to `tokens` for one step.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@ struct Sequence {
   SeqStatus status = SeqStatus::kWaiting;
   int64_t arrival = 0;          // submission order, for fcfs
   int64_t num_preemptions = 0;
+  std::vector<int32_t> draft;   // proposed speculative tokens for the next decode step (not in tokens)
 
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_uncomputed() const { return size() - num_computed; }

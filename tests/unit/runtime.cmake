@@ -4,3 +4,9 @@ servetune_test(test_scheduling LABEL unit
 servetune_test(test_sampler LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sampler.cpp
   LIBS servetune_runtime)
+servetune_test(test_speculative_rollback LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_speculative_rollback.cpp
+  LIBS servetune_scheduling)
+servetune_test(test_speculator LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_speculator.cpp
+  LIBS servetune_runtime)

@@ -246,5 +246,47 @@ TEST(Report, BlockAndJsonHaveVllmShape) {
   EXPECT_EQ(j["failure_reasons"]["HTTP 500: boom"].get<int>(), 1);
 }
 
+TEST(Report, SpeculativeDecodingSectionAndKeys) {
+  RunResult run;
+  run.outputs = timeline();
+  run.duration_s = 2.0;
+  ReportOptions o;
+  o.percentile_metrics = {"ttft"};
+  const BenchmarkMetrics m = compute_metrics(run.outputs, run.duration_s, o.percentiles, o.slo);
+  auto block = [&] {
+    char* buf = nullptr;
+    size_t len = 0;
+    FILE* f = open_memstream(&buf, &len);
+    print_result_block(f, m, run.duration_s, o);
+    std::fclose(f);
+    std::string text(buf, len);
+    std::free(buf);
+    return text;
+  };
+  EXPECT_EQ(block().find("Speculative Decoding"), std::string::npos);  // only when the engine speculates
+  EXPECT_FALSE(metrics_json(m, run, o, false).contains("spec_decode_acceptance_rate"));
+  o.spec_decode = SpecDecodeStats{10, 40, 25, {9, 8, 5, 3}};
+  const std::string text = block();
+  for (const char* line : {"---------------Speculative Decoding---------------\n",
+                           "Acceptance rate (%):                     62.50     \n",
+                           "Acceptance length:                       3.50      \n",
+                           "Drafts:                                  10        \n",
+                           "Draft tokens:                            40        \n",
+                           "Accepted tokens:                         25        \n",
+                           "Per-position acceptance (%):\n",
+                           "  Position 0:                            90.00     \n",
+                           "  Position 3:                            30.00     \n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line;
+  }
+  const nlohmann::ordered_json j = metrics_json(m, run, o, false);
+  EXPECT_DOUBLE_EQ(j["spec_decode_acceptance_rate"].get<double>(), 62.5);
+  EXPECT_DOUBLE_EQ(j["spec_decode_acceptance_length"].get<double>(), 3.5);
+  EXPECT_EQ(j["spec_decode_num_drafts"].get<int64_t>(), 10);
+  EXPECT_EQ(j["spec_decode_draft_tokens"].get<int64_t>(), 40);
+  EXPECT_EQ(j["spec_decode_accepted_tokens"].get<int64_t>(), 25);
+  EXPECT_EQ(j["spec_decode_per_position_acceptance_rates"].size(), 4u);
+  EXPECT_DOUBLE_EQ(j["spec_decode_per_position_acceptance_rates"][1].get<double>(), 0.8);
+}
+
 }  // namespace
 }  // namespace servetune::loadgen

@@ -356,6 +356,10 @@ TEST(ServerMetricsText, PrometheusFormat) {
   s.waiting = 1;
   s.kv_usage = 0.25;
   s.generation_tokens = 42;
+  s.spec_num_drafts = 5;
+  s.spec_draft_tokens = 20;
+  s.spec_accepted_tokens = 7;
+  s.spec_accepted_per_position = {4, 3};
   const std::string text = render_metrics(m, s, "my \"model\"");
   auto has = [&](const std::string& line) { EXPECT_NE(text.find(line + "\n"), std::string::npos) << line; };
   has(R"(vllm:num_requests_running{model_name="my \"model\""} 2)");
@@ -370,6 +374,10 @@ TEST(ServerMetricsText, PrometheusFormat) {
   has(R"(vllm:time_to_first_token_seconds_count{model_name="my \"model\""} 3)");
   has(R"(vllm:request_success_total{model_name="my \"model\"",finished_reason="stop"} 1)");
   has(R"(servetune:http_responses_total{model_name="my \"model\"",status="200"} 1)");
+  has(R"(vllm:spec_decode_num_drafts_total{model_name="my \"model\""} 5)");
+  has(R"(vllm:spec_decode_num_draft_tokens_total{model_name="my \"model\""} 20)");
+  has(R"(vllm:spec_decode_num_accepted_tokens_total{model_name="my \"model\""} 7)");
+  has(R"(vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="my \"model\"",position="1"} 3)");
   // Every non-comment line is "name{labels} value".
   size_t pos = 0;
   while (pos < text.size()) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "servetune/engine_config.h"
 #include "servetune/request.h"
@@ -67,6 +68,13 @@ struct EngineStats {
   int64_t requests_finished = 0;
   int64_t requests_aborted = 0;
   int64_t preemptions = 0;
+  // Speculative decoding (vLLM's spec_decode counters): a "draft" is one verification of >= 1 draft tokens.
+  int64_t spec_num_drafts = 0;
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_position;  // [i]: drafts whose token at position i was accepted
+  double spec_acceptance_rate = 0.0;                // accepted / draft tokens
+  double spec_mean_accepted_length = 0.0;           // 1 + accepted / drafts (tokens per verification step)
 };
 
 class Engine {

@@ -30,6 +30,16 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  // Speculative decoding of this request: verifications with drafts, draft tokens, accepted draft tokens.
+  int64_t spec_num_drafts = 0;
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
+  double spec_acceptance_rate() const {
+    return spec_draft_tokens > 0 ? static_cast<double>(spec_accepted_tokens) / static_cast<double>(spec_draft_tokens) : 0.0;
+  }
+  double spec_mean_accepted_length() const {
+    return spec_num_drafts > 0 ? 1.0 + static_cast<double>(spec_accepted_tokens) / static_cast<double>(spec_num_drafts) : 0.0;
+  }
 };
 
 using EngineClock = std::chrono::steady_clock;

@@ -1,0 +1,74 @@
+// N-gram speculation and lossless draft verification (see speculator.h).
+#include "runtime/speculator.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "core/error.h"
+#include "servetune/engine_config.h"
+
+namespace servetune {
+namespace {
+
+constexpr int64_t kDefaultDraftTokens = 4;
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+}  // namespace
+
+NgramSpeculator::NgramSpeculator(int64_t min_n, int64_t max_n) : min_n_(min_n), max_n_(max_n) {
+  if (min_n < 1 || max_n < min_n) throw_usage("ngram speculation needs 1 <= min match window <= max match window");
+}
+
+void NgramSpeculator::propose(std::span<const int32_t> context, int64_t max_tokens, std::vector<int32_t>& out) const {
+  out.clear();
+  const auto size = static_cast<int64_t>(context.size());
+  if (max_tokens <= 0) return;
+  for (int64_t n = std::min(max_n_, size - 1); n >= min_n_; --n) {
+    const auto suffix = context.subspan(static_cast<size_t>(size - n));
+    // Most recent earlier occurrence: start positions i < size - n, scanned from the end.
+    for (int64_t i = size - n - 1; i >= 0; --i) {
+      if (!std::equal(suffix.begin(), suffix.end(), context.begin() + i)) continue;
+      const int64_t from = i + n;
+      const int64_t count = std::min(max_tokens, size - from);
+      out.assign(context.begin() + from, context.begin() + from + count);
+      return;
+    }
+  }
+}
+
+std::unique_ptr<Speculator> make_speculator(const EngineConfig& config) {
+  const std::string algo = lower(config.speculative_algorithm);
+  if (algo.empty()) return nullptr;
+  if (algo == "ngram") {
+    return std::make_unique<NgramSpeculator>(config.speculative_ngram_min_match_window_size,
+                                             config.speculative_ngram_max_match_window_size);
+  }
+  throw_unsupported("speculative_algorithm '" + config.speculative_algorithm + "' is not implemented yet (available: ngram)");
+}
+
+int64_t speculative_draft_tokens(const EngineConfig& config) {
+  if (config.speculative_algorithm.empty()) return 0;
+  return config.speculative_num_draft_tokens > 0 ? config.speculative_num_draft_tokens : kDefaultDraftTokens;
+}
+
+int64_t verify_draft(Sampler& sampler, std::span<const int32_t> draft, const std::function<std::span<float>(size_t)>& row,
+                     const std::function<std::vector<int32_t>()>& banned, const std::function<bool(SampleResult&)>& emit) {
+  int64_t accepted = 0;
+  for (size_t j = 0; j <= draft.size(); ++j) {
+    const int32_t candidate = j < draft.size() ? draft[j] : -1;
+    const std::vector<int32_t> ban = banned();
+    SampleResult r = sampler.sample(row(j), ban, candidate);
+    const bool match = candidate >= 0 && r.token == candidate;
+    sampler.accept(r.token);
+    const bool finished = emit(r);
+    if (match) ++accepted;
+    if (finished || !match) break;
+  }
+  return accepted;
+}
+
+}  // namespace servetune

@@ -1,0 +1,215 @@
+// N-gram proposals and lossless draft verification, model-free: greedy verification is the argmax, and a
+// chi-square test over many seeds shows that speculative sampling draws from the same distribution as plain
+// sampling (with temperature, top-k and penalties) — and that it catches a deliberately broken acceptance rule.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "runtime/speculator.h"
+
+namespace servetune {
+namespace {
+
+TEST(NgramSpeculator, ProposesWhatFollowedTheLongestMostRecentMatch) {
+  NgramSpeculator spec(1, 3);
+  std::vector<int32_t> out;
+  spec.propose(std::vector<int32_t>{1, 2, 3, 4, 5, 1, 2, 3}, 4, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{4, 5, 1, 2}));
+  spec.propose(std::vector<int32_t>{1, 2, 3, 4, 5, 1, 2, 3}, 1, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{4}));
+  // Two earlier occurrences of the suffix: the most recent one wins.
+  spec.propose(std::vector<int32_t>{7, 8, 1, 9, 7, 8, 2, 9, 7, 8}, 2, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{2, 9}));
+  // The longer n-gram takes precedence over a more recent shorter one.
+  spec.propose(std::vector<int32_t>{5, 6, 10, 0, 6, 11, 0, 5, 6}, 1, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{10}));
+  // Fewer tokens than asked when the match is near the end; none without a match or room.
+  spec.propose(std::vector<int32_t>{3, 4, 3}, 5, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{4, 3}));
+  spec.propose(std::vector<int32_t>{1, 2, 3}, 5, out);
+  EXPECT_TRUE(out.empty());
+  spec.propose(std::vector<int32_t>{1, 1, 1}, 0, out);
+  EXPECT_TRUE(out.empty());
+  NgramSpeculator long_only(3, 3);
+  long_only.propose(std::vector<int32_t>{1, 2, 9, 1, 2}, 3, out);
+  EXPECT_TRUE(out.empty());
+}
+
+constexpr int32_t kVocab = 6;
+
+// A fake model: the next-token logits depend on the last two tokens.
+std::vector<float> fake_logits(const std::vector<int32_t>& ctx) {
+  const int32_t a = ctx[ctx.size() - 1], b = ctx.size() > 1 ? ctx[ctx.size() - 2] : 0;
+  std::vector<float> l(kVocab);
+  for (int32_t t = 0; t < kVocab; ++t) l[static_cast<size_t>(t)] = 2.0f * std::sin(static_cast<float>(a * 7 + b * 3 + t * 5) * 1.3f);
+  l[static_cast<size_t>((a + 1) % kVocab)] += 1.0f;  // make continuing the pattern likely, so drafts get accepted
+  return l;
+}
+
+TEST(VerifyDraft, GreedyAcceptsExactlyTheArgmaxPrefix) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  const std::vector<int32_t> prompt = {0, 1, 2};
+  Sampler sampler(p, 1, prompt);
+  std::vector<int32_t> ctx = prompt;
+  // Greedy continuation of the fake model, then a draft that agrees on two tokens and then differs.
+  std::vector<int32_t> greedy = ctx;
+  for (int i = 0; i < 4; ++i) {
+    auto l = fake_logits(greedy);
+    greedy.push_back(static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()));
+  }
+  const std::vector<int32_t> draft = {greedy[3], greedy[4], static_cast<int32_t>((greedy[5] + 1) % kVocab)};
+  std::vector<std::vector<float>> rows;
+  for (size_t j = 0; j <= draft.size(); ++j) {
+    std::vector<int32_t> c = ctx;
+    c.insert(c.end(), draft.begin(), draft.begin() + static_cast<long>(j));
+    rows.push_back(fake_logits(c));
+  }
+  std::vector<int32_t> emitted;
+  const int64_t accepted = verify_draft(
+      sampler, draft, [&](size_t j) { return std::span<float>(rows[j]); }, [] { return std::vector<int32_t>{}; },
+      [&](SampleResult& r) {
+        emitted.push_back(r.token);
+        return false;
+      });
+  EXPECT_EQ(accepted, 2);
+  EXPECT_EQ(emitted, (std::vector<int32_t>{greedy[3], greedy[4], greedy[5]}));
+
+  // A finish (stop) on the first accepted token truncates the burst.
+  emitted.clear();
+  Sampler s2(p, 1, prompt);
+  verify_draft(
+      s2, draft, [&](size_t j) { return std::span<float>(rows[j]); }, [] { return std::vector<int32_t>{}; },
+      [&](SampleResult& r) {
+        emitted.push_back(r.token);
+        return true;
+      });
+  EXPECT_EQ(emitted.size(), 1u);
+}
+
+constexpr int kOutputLen = 5;
+const std::vector<int32_t> kPrompt = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1};
+
+int encode(const std::vector<int32_t>& out) {
+  int code = 0;
+  for (int32_t t : out) code = code * kVocab + t;
+  return code;
+}
+
+int plain_run(const SamplingParams& p, uint64_t seed) {
+  Sampler sampler(p, seed, kPrompt);
+  std::vector<int32_t> ctx = kPrompt, out;
+  while (static_cast<int>(out.size()) < kOutputLen) {
+    auto l = fake_logits(ctx);
+    const int32_t t = sampler.sample(l).token;
+    sampler.accept(t);
+    ctx.push_back(t);
+    out.push_back(t);
+  }
+  return encode(out);
+}
+
+int speculative_run(const SamplingParams& p, uint64_t seed, bool broken, int64_t& drafted, int64_t& accepted) {
+  Sampler sampler(p, seed, kPrompt);
+  if (broken) sampler.break_verification_for_test();
+  NgramSpeculator spec(1, 3);
+  std::vector<int32_t> ctx = kPrompt, out, draft;
+  while (static_cast<int>(out.size()) < kOutputLen) {
+    spec.propose(ctx, std::min<int64_t>(3, kOutputLen - static_cast<int64_t>(out.size()) - 1), draft);
+    std::vector<std::vector<float>> rows;
+    for (size_t j = 0; j <= draft.size(); ++j) {
+      std::vector<int32_t> c = ctx;
+      c.insert(c.end(), draft.begin(), draft.begin() + static_cast<long>(j));
+      rows.push_back(fake_logits(c));
+    }
+    drafted += static_cast<int64_t>(draft.size());
+    accepted += verify_draft(
+        sampler, draft, [&](size_t j) { return std::span<float>(rows[j]); }, [] { return std::vector<int32_t>{}; },
+        [&](SampleResult& r) {
+          ctx.push_back(r.token);
+          out.push_back(r.token);
+          return static_cast<int>(out.size()) >= kOutputLen;
+        });
+  }
+  return encode(out);
+}
+
+// Two-sample chi-square statistic over the joint distribution of the whole output (cells with few observations
+// pooled) and the critical value at p = 1e-6 (Wilson-Hilferty).
+std::pair<double, double> chi_square(const std::map<int, int64_t>& a, const std::map<int, int64_t>& b) {
+  std::map<int, std::pair<int64_t, int64_t>> cells;
+  for (const auto& [k, v] : a) cells[k].first += v;
+  for (const auto& [k, v] : b) cells[k].second += v;
+  double stat = 0.0;
+  int df = -1;
+  int64_t pool_a = 0, pool_b = 0;
+  for (const auto& [k, ab] : cells) {
+    if (ab.first + ab.second < 20) {
+      pool_a += ab.first;
+      pool_b += ab.second;
+      continue;
+    }
+    const double d = static_cast<double>(ab.first - ab.second);
+    stat += d * d / static_cast<double>(ab.first + ab.second);
+    ++df;
+  }
+  if (pool_a + pool_b > 0) {
+    const double d = static_cast<double>(pool_a - pool_b);
+    stat += d * d / static_cast<double>(pool_a + pool_b);
+    ++df;
+  }
+  const double z = 4.753, k = 2.0 / (9.0 * df);
+  return {stat, df * std::pow(1.0 - k + z * std::sqrt(k), 3.0)};
+}
+
+struct Outcome {
+  double stat, critical;
+  double acceptance;
+};
+
+Outcome compare(const SamplingParams& p, bool broken) {
+  constexpr int kRuns = 40000;
+  std::map<int, int64_t> plain, spec;
+  int64_t drafted = 0, accepted = 0;
+  for (int i = 0; i < kRuns; ++i) {
+    ++plain[plain_run(p, 1000003ull * static_cast<uint64_t>(i) + 1)];
+    ++spec[speculative_run(p, 2000003ull * static_cast<uint64_t>(i) + 7, broken, drafted, accepted)];
+  }
+  auto [stat, critical] = chi_square(plain, spec);
+  std::printf("%s rule, temperature %.1f top_k %d: chi-square %.1f (critical at p=1e-6: %.1f), acceptance %.2f\n",
+              broken ? "broken" : "correct", static_cast<double>(p.temperature), p.top_k, stat, critical,
+              static_cast<double>(accepted) / static_cast<double>(std::max<int64_t>(1, drafted)));
+  return {stat, critical, static_cast<double>(accepted) / static_cast<double>(std::max<int64_t>(1, drafted))};
+}
+
+std::vector<SamplingParams> param_sets() {
+  SamplingParams plain_t;
+  plain_t.temperature = 1.0f;
+  SamplingParams filtered;
+  filtered.temperature = 0.7f;
+  filtered.top_k = 4;
+  filtered.top_p = 0.95f;
+  filtered.frequency_penalty = 0.4f;
+  return {plain_t, filtered};
+}
+
+TEST(VerifyDraft, SpeculativeSamplingKeepsTheTargetDistribution) {
+  for (const SamplingParams& p : param_sets()) {
+    const Outcome o = compare(p, false);
+    EXPECT_LT(o.stat, o.critical) << "temperature " << p.temperature << " top_k " << p.top_k;
+    EXPECT_GT(o.acceptance, 0.1) << "the test needs drafts that get accepted";
+  }
+}
+
+TEST(VerifyDraft, ChiSquareCatchesABrokenAcceptanceRule) {
+  // Re-drawing from p including the rejected draft over-weights drafts; the same test must notice.
+  for (const SamplingParams& p : param_sets()) {
+    const Outcome o = compare(p, true);
+    EXPECT_GT(o.stat, o.critical) << "temperature " << p.temperature << " top_k " << p.top_k;
+  }
+}
+
+}  // namespace
+}  // namespace servetune
