@@ -94,6 +94,7 @@ TEST(TunerSweep, KillNineThenResumeMeasuresEveryCandidateOnce) {
   ASSERT_LT(done_before, 5u) << "the sweep finished before it could be killed";
   std::map<std::string, std::string> launch_before;
   for (const auto& e : fs::directory_iterator(run / "trials")) {
+    if (!is_finished_json(e)) continue;
     const auto m = read_json(e.path());
     launch_before[m["candidate"]] = m["launch_id"];
   }
@@ -107,6 +108,7 @@ TEST(TunerSweep, KillNineThenResumeMeasuresEveryCandidateOnce) {
   EXPECT_NE(r.output.find(std::to_string(done_before) + " reused"), std::string::npos) << r.output;
   std::map<std::string, std::string> launch_after;
   for (const auto& e : fs::directory_iterator(run / "trials")) {
+    if (!is_finished_json(e)) continue;
     const auto m = read_json(e.path());
     EXPECT_EQ(m["status"], "ok") << m.dump();
     launch_after[m["candidate"]] = m["launch_id"];
@@ -116,7 +118,7 @@ TEST(TunerSweep, KillNineThenResumeMeasuresEveryCandidateOnce) {
   // Exactly one record per (candidate, repeat), each from its candidate's completed launch.
   size_t records = 0;
   for (const auto& e : fs::recursive_directory_iterator(run / "records")) {
-    if (!e.is_regular_file()) continue;
+    if (!is_finished_json(e)) continue;
     ++records;
     const auto rec = read_json(e.path());
     EXPECT_EQ(rec["provenance"]["launch_id"], launch_after[rec["candidate"]["id"]]) << e.path();

@@ -59,11 +59,16 @@ inline std::string read_text(const std::filesystem::path& p) {
 
 inline nlohmann::json read_json(const std::filesystem::path& p) { return nlohmann::json::parse(read_text(p)); }
 
+// Finished files only: a killed writer can leave "NAME.json.tmp.PID" behind, which is not a result.
+inline bool is_finished_json(const std::filesystem::directory_entry& e) {
+  return e.is_regular_file() && e.path().extension() == ".json";
+}
+
 inline size_t count_files(const std::filesystem::path& dir) {
   size_t n = 0;
   std::error_code ec;
   if (!std::filesystem::exists(dir, ec)) return 0;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec)) n += e.is_regular_file() ? 1 : 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec)) n += is_finished_json(e) ? 1 : 0;
   return n;
 }
 
