@@ -48,17 +48,25 @@ total = sum(int(t.n_bytes) for t in r.tensors if t.name != "token_embd.weight" o
 print(total)  # every matrix is read once per decoded token (the tied embedding as the output head)
 PY
 )
-bw=$(python3 -c '
-import numpy as np, time
-a = np.ones(1 << 28, dtype=np.float32)  # 1 GiB
+bw=$(python3 - "$THREADS" <<'PY'
+import sys, threading, time
+import numpy as np
+n = int(sys.argv[1])  # one 512 MiB array per thread, summed concurrently (numpy releases the GIL)
+arrays = [np.ones(1 << 27, dtype=np.float32) for _ in range(n)]
 best = 0
 for _ in range(5):
-    t = time.perf_counter(); a.sum(); best = max(best, a.nbytes / (time.perf_counter() - t))
-print(best)')
+    threads = [threading.Thread(target=a.sum) for a in arrays]
+    t = time.perf_counter()
+    for th in threads: th.start()
+    for th in threads: th.join()
+    best = max(best, sum(a.nbytes for a in arrays) / (time.perf_counter() - t))
+print(best)
+PY
+)
 printf '\nmodel %s, %s threads, median of %s runs\n' "$MODEL" "$THREADS" "$RUNS"
 printf '%-28s %12s %12s %8s\n' "" servetune llama.cpp ratio
 printf '%-28s %12.1f %12.1f %7.2fx\n' "prefill 512 tokens (tok/s)" "$sp" "$lp" "$(echo "$sp / $lp" | bc -l)"
 printf '%-28s %12.1f %12.1f %7.2fx\n' "decode 128 tokens (tok/s)" "$st" "$lt" "$(echo "$st / $lt" | bc -l)"
 python3 -c "
 w, st, bw = $weights, $st, $bw
-print(f'decode bandwidth: {w/1e6:.1f} MB of weights per token x {st:.1f} tok/s = {w*st/1e9:.1f} GB/s of {bw/1e9:.1f} GB/s measured read bandwidth ({100*w*st/bw:.0f}% of roofline)')"
+print(f'decode bandwidth: {w/1e6:.1f} MB of weights per token x {st:.1f} tok/s = {w*st/1e9:.1f} GB/s of {bw/1e9:.1f} GB/s measured read bandwidth with $THREADS threads ({100*w*st/bw:.0f}% of roofline)')"

@@ -52,10 +52,10 @@ fi
 echo "=== $MODEL, $THREADS threads, random 128/128, $REPEAT alternating rounds"
 for i in $(seq "$REPEAT"); do
   run_builtin "c1_$i" 1 "$PROMPTS_C1" "${RANDOM_WL[@]}"
-  run_builtin "c32_$i" 32 "$PROMPTS_C32" "${RANDOM_WL[@]}"
+  run_builtin "c32_$i" 32 "$PROMPTS_C32" "${RANDOM_WL[@]}" --num-warmups 32
   if [ "$HAVE_LLAMA" = 1 ]; then
     "$BIN" bench --backend llama.cpp --port "$PORT" --model "$MODEL" --max-concurrency 32 --num-prompts "$PROMPTS_C32" \
-      "${RANDOM_WL[@]}" --save-result --result-dir "$OUT" --result-filename "llama_$i.json" >"$OUT/llama_$i.txt"
+      "${RANDOM_WL[@]}" --num-warmups 32 --save-result --result-dir "$OUT" --result-filename "llama_$i.json" >"$OUT/llama_$i.txt"
   fi
   PREFIX_WL=(--dataset-name prefix --prefix-num-groups 4 --prefix-system-prompt-len 384 --prefix-question-len 32
     --prefix-output-len 16 --seed 1)

@@ -21,6 +21,8 @@ double process_cpu_s() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
+}  // namespace
+
 void add_engine_deltas(nlohmann::ordered_json& m, const EngineStats& a, const EngineStats& b) {
   const int64_t steps = b.steps - a.steps;
   const int64_t batched = b.batched_tokens - a.batched_tokens;
@@ -37,8 +39,6 @@ void add_engine_deltas(nlohmann::ordered_json& m, const EngineStats& a, const En
   m["engine_prefix_hit_tokens"] = hit;
   m["engine_prefix_cache_hit_rate"] = query > 0 ? static_cast<double>(hit) / static_cast<double>(query) : 0.0;
 }
-
-}  // namespace
 
 std::optional<loadgen::SpecDecodeStats> spec_decode_delta(const Engine& engine, const EngineStats& before,
                                                           const EngineStats& after) {

@@ -272,6 +272,7 @@ void run_bench(BenchOptions& o) {
   j["dataset_name"] = workload.dataset_name;
   j["dataset_info"] = nlohmann::ordered_json::parse(workload.info.dump());
   j["num_warmups"] = o.num_warmups;
+  if (builtin) tuner::add_engine_deltas(j, stats_before, stats_after);
   j["process_cpu_s"] = run_cpu_s;  // user + system CPU of this process during the measured run (engine included)
   j["environment"] = loadgen::environment_json(SERVETUNE_VERSION);
   if (builtin) {
