@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <immintrin.h>
+
 #include "backend/cpu/attention_simd.h"
 
 namespace servetune::cpu::detail::attention_impl {
@@ -21,6 +23,25 @@ struct SlotWalker {
   }
 };
 
+// Rows of one head are strided and scattered over blocks, which the hardware prefetcher does not follow: this
+// walker runs `distance` positions ahead of the one reading and prefetches the rows it passes.
+template <class KvT, int64_t kRowBytes>
+struct RowPrefetcher {
+  SlotWalker walker;
+  const KvT* base;
+  int64_t width, remaining;
+  RowPrefetcher(const int32_t* table, int64_t page, const KvT* base_, int64_t width_, int64_t n_ctx, int64_t distance)
+      : walker{table, page}, base(base_), width(width_), remaining(n_ctx) {
+    for (int64_t i = 0; i < distance && remaining > 0; ++i) fetch();
+  }
+  void fetch() {
+    if (remaining == 0) return;
+    --remaining;
+    const char* row = reinterpret_cast<const char*>(base + walker.next() * width);
+    for (int64_t b = 0; b < kRowBytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
+  }
+};
+
 template <class S, int NV, class KvT>
 void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* q, int64_t n_group, float scale,
            float* scores, float* out) {
@@ -34,10 +55,14 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
 
   // Scores: W keys at a time, each dot product reduced to one lane of a vector.
   SlotWalker keys{table, kv.page_size};
+  RowPrefetcher<KvT, kHd * sizeof(KvT)> key_ahead(table, kv.page_size, k_base, width, n_ctx, 2 * W);
   for (int64_t j0 = 0; j0 < n_ctx; j0 += W) {
     const int m = static_cast<int>(std::min<int64_t>(W, n_ctx - j0));
     const KvT* rows[W];
-    for (int i = 0; i < m; ++i) rows[i] = k_base + keys.next() * width;
+    for (int i = 0; i < m; ++i) {
+      rows[i] = k_base + keys.next() * width;
+      key_ahead.fetch();
+    }
     for (int64_t g = 0; g < n_group; ++g) {
       const float* qg = q + g * kHd;
       V qv[NV];
@@ -80,8 +105,10 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     V acc[kHeadsPerPass * NV];
     for (auto& a : acc) a = S::zero();
     SlotWalker values{table, kv.page_size};
+    RowPrefetcher<KvT, kHd * sizeof(KvT)> value_ahead(table, kv.page_size, v_base, width, n_ctx, 32);
     for (int64_t j = 0; j < n_ctx; ++j) {
       const KvT* v = v_base + values.next() * width;
+      value_ahead.fetch();
       for (int g = 0; g < kHeadsPerPass; ++g) {
         if (g < gc) {
           const V w = S::set1(scores[(g0 + g) * stride + j] * inv[g0 + g]);

@@ -124,6 +124,12 @@ void tl_range_impl(const Weights& w, const Activations& a, int64_t r0, int64_t r
   for (int64_t rp = r0; rp < r1; rp += kRowsPerPanel) {
     const int64_t rows = imin(kRowsPerPanel, r1 - rp);
     for (int64_t i = 0; i < rows; ++i) decode_tl_row<kType>(w.data + (rp + i) * w.row_bytes, nb, p, i);
+    // The tiles below are compute-bound; fetch the next panel's rows meanwhile so its decode does not wait on DRAM.
+    const int64_t next_rows = imin(kRowsPerPanel, r1 - rp - kRowsPerPanel);
+    if (next_rows > 0) {
+      const char* next = reinterpret_cast<const char*>(w.data + (rp + kRowsPerPanel) * w.row_bytes);
+      for (int64_t off = 0; off < next_rows * w.row_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T1);
+    }
     for (int64_t g = g0; g < g1; ++g) {
       int64_t i = 0;
       for (; i + kRows <= rows; i += kRows) tl_tile<kType, kRows>(p, i, a, g, y + rp, y_stride);
