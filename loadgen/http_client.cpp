@@ -242,8 +242,6 @@ RunResult HttpClient::run(const RunSpec& spec) {
   headers = curl_slist_append(headers, "Expect:");
   if (!options_.api_key.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + options_.api_key).c_str());
 
-  // Bigger receive buffers mean fewer reads per event when a server streams fast; capped at 64 MiB in total.
-  const long receive_buffer = static_cast<long>(std::clamp<int64_t>((64 << 20) / std::max<int64_t>(cap, 1), 16 << 10, 128 << 10));
   std::vector<std::unique_ptr<Transfer>> pool;
   std::vector<Transfer*> free_list;
   const auto acquire = [&]() -> Transfer* {
@@ -269,7 +267,6 @@ RunResult HttpClient::run(const RunSpec& spec) {
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(std::ceil(options_.request_timeout_s * 1000.0)));
-    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, receive_buffer);
     pool.push_back(std::move(t));
     return pool.back().get();
   };
