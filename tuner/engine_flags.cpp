@@ -25,12 +25,12 @@ void add_engine_flags(CLI::App* cmd, EngineConfig& c) {
   cmd->add_option("--max-prefill-tokens", c.max_prefill_tokens, "Token budget of one step")->group(g);
   cmd->add_option("--schedule-policy", c.schedule_policy, "fcfs | lpm")->group(g);
   cmd->add_flag("--disable-radix-cache", c.disable_radix_cache, "Turn prefix caching off")->group(g);
-  cmd->add_option("--speculative-algorithm", c.speculative_algorithm, "ngram (draft | eagle | mtp: not implemented yet)")->group(g);
-  cmd->add_option("--speculative-num-steps", c.speculative_num_steps, "Draft steps per verification (draft / eagle / mtp)")->group(g);
+  cmd->add_option("--speculative-algorithm", c.speculative_algorithm, "ngram | draft (eagle | mtp: not implemented yet)")->group(g);
+  cmd->add_option("--speculative-num-steps", c.speculative_num_steps, "draft: draft tokens proposed per step (0: 4)")->group(g);
   cmd->add_option("--speculative-eagle-topk", c.speculative_eagle_topk, "Tree branching per draft step (eagle / mtp)")->group(g);
   cmd->add_option("--speculative-num-draft-tokens", c.speculative_num_draft_tokens,
-                  "Draft tokens verified per step (0: 4 with ngram)")->group(g);
-  cmd->add_option("--speculative-draft-model", c.speculative_draft_model, "Draft model path (draft)")->group(g);
+                  "ngram: draft tokens verified per step (0: 4); draft: num-steps + 1 (SGLang)")->group(g);
+  cmd->add_option("--speculative-draft-model", c.speculative_draft_model, "draft: a smaller model with the same tokenizer (.gguf or safetensors dir)")->group(g);
   cmd->add_option("--speculative-ngram-min-match-window-size", c.speculative_ngram_min_match_window_size,
                   "ngram: shortest context suffix looked up")->capture_default_str()->group(g);
   cmd->add_option("--speculative-ngram-max-match-window-size", c.speculative_ngram_max_match_window_size,

@@ -46,6 +46,7 @@ struct RequestState {
     seq.prompt_len = static_cast<int64_t>(prompt.size());
     seq.max_total_len = seq.prompt_len + params.max_tokens;
     seq.tokens = std::move(prompt);
+    draft_seed = params.seed.value_or(seed);
   }
   Sequence seq;
   Sampler sampler;
@@ -57,6 +58,8 @@ struct RequestState {
   int64_t cached_tokens = 0;
   int64_t output_tokens = 0;
   int64_t spec_num_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  uint64_t draft_seed = 0;
+  std::vector<float> draft_probs;  // [draft x vocab] q rows of this step's drafts (empty: deterministic drafts)
 };
 
 }  // namespace
@@ -102,7 +105,15 @@ class Engine::Impl {
     sc.policy = parse_schedule_policy(config_.schedule_policy);
     scheduler_ = std::make_unique<Scheduler>(sc, *blocks_);
     runner_ = std::make_unique<ModelRunner>(*model_, *kv_);
-    speculator_ = make_speculator(config_);
+    SpeculatorContext spec_context;
+    spec_context.backend = backend_.get();
+    spec_context.target_tokenizer = tokenizer_.get();
+    spec_context.target_vocab = model_config_.vocab;
+    spec_context.kv_tokens = num_blocks * page;  // the draft cache holds as many tokens as the target's
+    spec_context.page_size = page;
+    spec_context.kv_f16 = kv_dtype == DType::kF16;
+    spec_context.max_batch_tokens = config_.max_prefill_tokens;
+    speculator_ = make_speculator(config_, spec_context);
     num_draft_tokens_ = speculative_draft_tokens(config_);
     thread_ = std::thread([this] { loop(); });
   }
@@ -256,7 +267,7 @@ class Engine::Impl {
     bool finished = false;
     const int64_t accepted = verify_draft(
         st.sampler, draft, [&](size_t j) { return runner_->logits(row + j); }, [&] { return banned_tokens(st); },
-        [&](SampleResult& r) { return finished = push_token(st, r, e); });
+        [&](SampleResult& r) { return finished = push_token(st, r, e); }, draft_probs_of(st, s.num_draft));
     generation_tokens_ += static_cast<int64_t>(e.token_ids.size());
     if (s.num_draft > 0) {
       ++st.spec_num_drafts;
@@ -269,7 +280,10 @@ class Engine::Impl {
         spec_accepted_per_position_.resize(static_cast<size_t>(s.num_draft), 0);
       }
       for (int64_t i = 0; i < accepted; ++i) ++spec_accepted_per_position_[static_cast<size_t>(i)];
-      if (!finished) scheduler_->accept_draft(&seq, accepted);
+      if (!finished) {
+        scheduler_->accept_draft(&seq, accepted);
+        speculator_->rollback(seq.id, seq.tokens);
+      }
     }
     e.time = now;
     e.usage = usage_of(st);
@@ -277,20 +291,41 @@ class Engine::Impl {
     return finished;
   }
 
-  // Proposes speculative drafts for every decoding sequence (the scheduler takes what fits this step).
+  // The draft distributions of the first `num_draft` drafts of `st` (empty for deterministic drafts).
+  std::span<const float> draft_probs_of(const RequestState& st, int64_t num_draft) const {
+    if (st.draft_probs.empty() || num_draft == 0) return {};
+    return std::span<const float>(st.draft_probs).first(static_cast<size_t>(num_draft * model_config_.vocab));
+  }
+
+  // Proposes speculative drafts for every decoding sequence in one batched call (the scheduler takes what fits
+  // this step). A failing draft model fails the requests it was drafting for.
   void propose_drafts() {
     if (!speculator_) return;
+    std::vector<DraftSlot> slots;
     for (auto& [id, st] : states_) {
       Sequence& seq = st->seq;
+      st->draft_probs.clear();
       if (seq.status != SeqStatus::kRunning || seq.num_uncomputed() != 1) continue;
       const int64_t room = std::min(num_draft_tokens_, seq.max_total_len - seq.size() - 1);
-      speculator_->propose(seq.tokens, room, seq.draft);
+      if (room <= 0) continue;
+      slots.push_back({seq.id, seq.tokens, room, &st->params, st->draft_seed, &seq.draft, &st->draft_probs});
+    }
+    if (slots.empty()) return;
+    try {
+      speculator_->propose(slots);
+    } catch (const std::exception& ex) {
+      for (const DraftSlot& slot : slots) {
+        const auto id = static_cast<uint64_t>(slot.seq_id);
+        finish(*states_[id], FinishReason::kError, std::string("speculative draft failed: ") + ex.what());
+        remove(id);
+      }
     }
   }
 
   void remove(uint64_t id) {
     auto it = states_.find(id);
     scheduler_->remove(&it->second->seq);
+    if (speculator_) speculator_->release(static_cast<int64_t>(id));
     states_.erase(it);
     std::lock_guard lock(mutex_);
     live_ids_.erase(id);
@@ -342,6 +377,9 @@ class Engine::Impl {
     propose_drafts();
     SchedulerOutput out = scheduler_->schedule();
     preemptions_ += static_cast<int64_t>(out.preempted.size());
+    if (speculator_) {
+      for (const Sequence* seq : out.preempted) speculator_->release(seq->id);
+    }
     if (out.empty()) {
       publish_stats(0, 0);
       if (scheduler_->num_running() == 0 && scheduler_->num_waiting() > 0) {
@@ -426,6 +464,7 @@ class Engine::Impl {
     s.spec_accepted_tokens = spec_accepted_tokens_;
     s.spec_accepted_per_position = spec_accepted_per_position_;
     s.spec_acceptance_rate = spec_draft_tokens_ > 0 ? static_cast<double>(spec_accepted_tokens_) / static_cast<double>(spec_draft_tokens_) : 0.0;
+    s.spec_draft_kv_blocks_used = speculator_ ? speculator_->kv_blocks_used() : 0;
     s.spec_mean_accepted_length = spec_num_drafts_ > 0 ? 1.0 + static_cast<double>(spec_accepted_tokens_) / static_cast<double>(spec_num_drafts_) : 0.0;
     std::lock_guard lock(stats_mutex_);
     stats_ = s;

@@ -142,8 +142,9 @@ void EngineConfig::validate() const {
         "speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens must be non-negative");
   usage(!algo.empty() || (speculative_num_steps == 0 && speculative_eagle_topk == 0 && speculative_num_draft_tokens == 0 &&
                           speculative_draft_model.empty()),
-        "speculative_* settings need speculative_algorithm (--speculative-algorithm ngram)");
+        "speculative_* settings need speculative_algorithm (--speculative-algorithm ngram|draft)");
   usage(speculative_num_draft_tokens <= 64, "speculative_num_draft_tokens must be at most 64");
+  usage(speculative_num_steps <= 64, "speculative_num_steps must be at most 64");
   usage(speculative_ngram_min_match_window_size >= 1 &&
             speculative_ngram_max_match_window_size >= speculative_ngram_min_match_window_size &&
             speculative_ngram_max_match_window_size <= 1024,
@@ -154,6 +155,21 @@ void EngineConfig::validate() const {
           "(use speculative_num_draft_tokens)");
   }
 
+  if (algo == "draft") {
+    usage(!speculative_draft_model.empty(), "speculative_algorithm draft needs a draft model (--speculative-draft-model PATH)");
+    unsupported(speculative_eagle_topk <= 1,
+                "speculative_eagle_topk > 1 (tree drafts) is not implemented yet; draft speculation proposes one chain");
+    // SGLang's rule with topk 1: num_draft_tokens counts the verified tokens including the last accepted one.
+    usage(speculative_num_draft_tokens != 1,
+          "speculative_num_draft_tokens 1 leaves no draft token (with speculative_algorithm draft it must be "
+          "speculative_num_steps + 1, as in SGLang)");
+    usage(speculative_num_steps == 0 || speculative_num_draft_tokens == 0 ||
+              speculative_num_draft_tokens == speculative_num_steps + 1,
+          "with speculative_algorithm draft, speculative_num_draft_tokens must be speculative_num_steps + 1 (SGLang's "
+          "rule with topk 1: the draft tokens plus the last accepted one), got " + std::to_string(speculative_num_draft_tokens) +
+              " and " + std::to_string(speculative_num_steps) + "; give either one");
+  }
+
   unsupported(device == "cpu", "device '" + device + "' is not implemented yet (available: cpu)");
   unsupported(tp_size == 1, "tp_size > 1 (tensor parallelism) is not implemented yet");
   unsupported(dp_size == 1, "dp_size > 1 (data parallelism) is not implemented yet");
@@ -162,8 +178,8 @@ void EngineConfig::validate() const {
   unsupported(compile == "eager", "compile = " + compile + " is not implemented yet (available: eager)");
   unsupported(cuda_graph_max_bs == 0, "cuda_graph_max_bs needs the CUDA backend, which is not implemented yet");
   unsupported(kv_cache_dtype != "fp8_e4m3", "kv_cache_dtype fp8_e4m3 is not implemented yet (available: auto, f32, f16)");
-  unsupported(algo.empty() || algo == "ngram",
-              "speculative_algorithm '" + speculative_algorithm + "' is not implemented yet (available: ngram)");
+  unsupported(algo.empty() || algo == "ngram" || algo == "draft",
+              "speculative_algorithm '" + speculative_algorithm + "' is not implemented yet (available: ngram, draft)");
 }
 
 }  // namespace servetune

@@ -63,7 +63,8 @@ void Sampler::apply_penalties(std::span<float> logits) const {
   }
 }
 
-SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> banned, int32_t draft) {
+SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> banned, int32_t draft,
+                            std::span<const float> draft_probs) {
   SampleResult result;
   const auto vocab = static_cast<int32_t>(logits.size());
   float lse = 0.0f;
@@ -78,7 +79,7 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> b
     if (b >= 0 && b < vocab) logits[static_cast<size_t>(b)] = kNegInf;
   }
   result.token = params_.greedy() ? static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())
-                                  : draw(logits, draft);
+                                  : draw(logits, draft, draft_probs);
   if (params_.logprobs >= 0) result.logprob = raw_[static_cast<size_t>(result.token)] - lse;
   return result;
 }
@@ -98,9 +99,13 @@ std::vector<TokenLogprob> Sampler::top_logprobs(std::span<const float> logits, i
   return top;
 }
 
-int32_t Sampler::draw(std::span<const float> logits, int32_t draft) {
+int32_t Sampler::draw(std::span<const float> logits, int32_t draft, std::span<const float> draft_probs) {
   // Candidates sorted by logit and cut by top-k; then top-p and min-p on the tempered distribution.
   const auto vocab = static_cast<int32_t>(logits.size());
+  if (!draft_probs.empty() && draft_probs.size() != logits.size()) {
+    throw Error(ErrorKind::kInternal, "draft distribution size differs from the vocabulary");
+  }
+  if (draft >= vocab) draft = -1;
   candidates_.resize(static_cast<size_t>(vocab));
   std::iota(candidates_.begin(), candidates_.end(), 0);
   const float inv_t = 1.0f / params_.temperature;
@@ -109,8 +114,7 @@ int32_t Sampler::draw(std::span<const float> logits, int32_t draft) {
     const float best = *std::max_element(logits.begin(), logits.end());
     probs_.resize(logits.size());
     for (size_t i = 0; i < logits.size(); ++i) probs_[i] = std::exp((logits[i] - best) * inv_t);
-    const bool in_range = draft >= 0 && draft < vocab;
-    return pick(logits.size(), in_range ? draft : -1, in_range ? static_cast<size_t>(draft) : 0);
+    return pick(logits.size(), draft, draft >= 0 ? static_cast<size_t>(draft) : 0, draft_probs);
   }
   // Tokens whose tempered probability is below e^-40 of the best one carry < 1e-12 of the mass in any
   // vocabulary size used in practice; dropping them before sorting keeps full-vocabulary sampling cheap.
@@ -150,27 +154,46 @@ int32_t Sampler::draw(std::span<const float> logits, int32_t draft) {
     while (i < cut && probs_[i] >= threshold) ++i;
     cut = i;
   }
-  // A draft outside the kept candidates has probability 0: it is rejected and the draw is the plain one.
+  // A draft outside the kept candidates has probability 0 (draft_index == cut): it is always rejected.
   size_t draft_index = 0;
   if (draft >= 0) {
     const auto it = std::find(candidates_.begin(), candidates_.begin() + static_cast<long>(cut), draft);
     draft_index = static_cast<size_t>(it - candidates_.begin());
-    if (draft_index == cut) draft = -1;
   }
-  return pick(cut, draft, draft_index);
+  return pick(cut, draft, draft_index, draft_probs);
 }
 
-int32_t Sampler::pick(size_t n, int32_t draft, size_t draft_index) {
+int32_t Sampler::pick(size_t n, int32_t draft, size_t draft_index, std::span<const float> draft_probs) {
   double total = 0.0;
   for (size_t i = 0; i < n; ++i) total += probs_[i];
-  if (draft >= 0) {
+  const bool draft_kept = draft >= 0 && draft_index < n;
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  if (draft >= 0 && draft_probs.empty() && draft_kept) {
     // Lossless verification of a deterministic draft d: accept with probability p(d); on rejection draw from
     // max(0, p - onehot(d)) renormalised, i.e. p without d. P(d) = p(d), P(x != d) = (1 - p(d)) p(x) / (1 - p(d)).
-    std::uniform_real_distribution<double> unit(0.0, 1.0);
     if (unit(rng_) * total < probs_[draft_index]) return draft;
     if (!broken_verification_) {
       total -= probs_[draft_index];
       probs_[draft_index] = 0.0;
+    }
+  } else if (draft >= 0 && !draft_probs.empty()) {
+    // Speculative sampling (Leviathan et al.) of a draft d drawn from q: accept with min(1, p(d) / q(d)); on
+    // rejection draw from max(0, p - q) renormalised. Overall P(x) = min(p, q)(x) + (1 - sum min(p, q)) r(x) = p(x).
+    const double p_draft = draft_kept ? probs_[draft_index] / total : 0.0;
+    const double q_draft = draft_probs[static_cast<size_t>(draft)];
+    if (unit(rng_) * q_draft < p_draft) return draft;
+    if (!broken_verification_) {
+      double residual = 0.0;
+      for (size_t i = 0; i < n; ++i) {
+        residual += std::max(0.0, probs_[i] / total - static_cast<double>(draft_probs[static_cast<size_t>(candidates_[i])]));
+      }
+      // residual == 0 only when p == q up to rounding; then a rejection is a rounding artefact and p is right.
+      if (residual > 0.0) {
+        for (size_t i = 0; i < n; ++i) {
+          probs_[i] = std::max(0.0, probs_[i] / total - static_cast<double>(draft_probs[static_cast<size_t>(candidates_[i])]));
+        }
+        total = residual;
+      }
     }
   }
   std::uniform_real_distribution<double> uniform(0.0, total);

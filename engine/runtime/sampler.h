@@ -31,23 +31,27 @@ class Sampler {
   Sampler(const SamplingParams& params, uint64_t default_seed, std::span<const int32_t> prompt);
 
   // Samples from `logits` (modified in place). Tokens in `banned` are never chosen (EOS before min_tokens).
-  // With a speculative `draft` token (>= 0) the draw is the lossless verification of a deterministic draft:
-  // greedy picks the argmax as always; sampling returns `draft` with probability p(draft) under the processed
-  // distribution p, otherwise a draw from p with `draft` removed and renormalised — overall exactly p.
-  SampleResult sample(std::span<float> logits, std::span<const int32_t> banned = {}, int32_t draft = -1);
+  // With a speculative `draft` token (>= 0) the draw is the lossless verification of that draft: greedy picks the
+  // argmax as always. Sampling with a deterministic draft (empty `draft_probs`) returns `draft` with probability
+  // p(draft) under the processed distribution p, otherwise a draw from p with `draft` removed and renormalised.
+  // With `draft_probs` = q [vocab], the distribution the draft was drawn from, it returns `draft` with probability
+  // min(1, p(draft) / q(draft)), otherwise a draw from max(0, p - q) renormalised. Either way: overall exactly p.
+  SampleResult sample(std::span<float> logits, std::span<const int32_t> banned = {}, int32_t draft = -1,
+                      std::span<const float> draft_probs = {});
   // Records a token as generated (for penalties). sample() does not call it: speculative paths may reject tokens.
   void accept(int32_t token);
 
-  // Test-only: a deliberately wrong verification rule (a rejected draft may be drawn again), so the statistical
-  // test of the sampled distribution can show that it catches a broken rule.
+  // Test-only: a deliberately wrong verification rule (after a rejection the draw is from p, not from p minus the
+  // draft distribution), so the statistical test of the sampled distribution can show that it catches a broken rule.
   void break_verification_for_test() { broken_verification_ = true; }
 
  private:
   void apply_penalties(std::span<float> logits) const;
   std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n, float lse);
-  int32_t draw(std::span<const float> logits, int32_t draft);
-  // Draws among probs_[0, n) (candidates_ maps index to token), verifying `draft` at index `draft_index`.
-  int32_t pick(size_t n, int32_t draft, size_t draft_index);
+  int32_t draw(std::span<const float> logits, int32_t draft, std::span<const float> draft_probs);
+  // Draws among probs_[0, n) (candidates_ maps index to token), verifying `draft` at index `draft_index` (n when
+  // the draft is not among them) drawn from `draft_probs` (empty: deterministic).
+  int32_t pick(size_t n, int32_t draft, size_t draft_index, std::span<const float> draft_probs);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

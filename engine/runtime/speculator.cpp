@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "runtime/draft_speculator.h"
 #include "servetune/engine_config.h"
 
 namespace servetune {
@@ -21,6 +22,13 @@ std::string lower(std::string s) {
 
 NgramSpeculator::NgramSpeculator(int64_t min_n, int64_t max_n) : min_n_(min_n), max_n_(max_n) {
   if (min_n < 1 || max_n < min_n) throw_usage("ngram speculation needs 1 <= min match window <= max match window");
+}
+
+void NgramSpeculator::propose(std::span<const DraftSlot> slots) {
+  for (const DraftSlot& slot : slots) {
+    propose(slot.tokens, slot.max_tokens, *slot.draft);
+    if (slot.draft_probs != nullptr) slot.draft_probs->clear();
+  }
 }
 
 void NgramSpeculator::propose(std::span<const int32_t> context, int64_t max_tokens, std::vector<int32_t>& out) const {
@@ -40,28 +48,45 @@ void NgramSpeculator::propose(std::span<const int32_t> context, int64_t max_toke
   }
 }
 
-std::unique_ptr<Speculator> make_speculator(const EngineConfig& config) {
+std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const SpeculatorContext& context) {
   const std::string algo = lower(config.speculative_algorithm);
   if (algo.empty()) return nullptr;
   if (algo == "ngram") {
     return std::make_unique<NgramSpeculator>(config.speculative_ngram_min_match_window_size,
                                              config.speculative_ngram_max_match_window_size);
   }
-  throw_unsupported("speculative_algorithm '" + config.speculative_algorithm + "' is not implemented yet (available: ngram)");
+  if (algo == "draft") {
+    if (config.speculative_draft_model.empty()) {
+      throw_usage("speculative_algorithm draft needs a draft model (--speculative-draft-model PATH)");
+    }
+    return std::make_unique<DraftModelSpeculator>(config.speculative_draft_model, config.model, context);
+  }
+  throw_unsupported("speculative_algorithm '" + config.speculative_algorithm + "' is not implemented yet (available: ngram, draft)");
 }
 
 int64_t speculative_draft_tokens(const EngineConfig& config) {
   if (config.speculative_algorithm.empty()) return 0;
+  if (lower(config.speculative_algorithm) == "draft") {
+    if (config.speculative_num_steps > 0) return config.speculative_num_steps;
+    return config.speculative_num_draft_tokens > 0 ? config.speculative_num_draft_tokens - 1 : kDefaultDraftTokens;
+  }
   return config.speculative_num_draft_tokens > 0 ? config.speculative_num_draft_tokens : kDefaultDraftTokens;
 }
 
 int64_t verify_draft(Sampler& sampler, std::span<const int32_t> draft, const std::function<std::span<float>(size_t)>& row,
-                     const std::function<std::vector<int32_t>()>& banned, const std::function<bool(SampleResult&)>& emit) {
+                     const std::function<std::vector<int32_t>()>& banned, const std::function<bool(SampleResult&)>& emit,
+                     std::span<const float> draft_probs) {
   int64_t accepted = 0;
   for (size_t j = 0; j <= draft.size(); ++j) {
     const int32_t candidate = j < draft.size() ? draft[j] : -1;
     const std::vector<int32_t> ban = banned();
-    SampleResult r = sampler.sample(row(j), ban, candidate);
+    const std::span<float> logits = row(j);
+    std::span<const float> q;
+    if (candidate >= 0 && !draft_probs.empty()) {
+      if (draft_probs.size() < (j + 1) * logits.size()) throw Error(ErrorKind::kInternal, "verify_draft: fewer draft distributions than drafts");
+      q = draft_probs.subspan(j * logits.size(), logits.size());
+    }
+    SampleResult r = sampler.sample(logits, ban, candidate, q);
     const bool match = candidate >= 0 && r.token == candidate;
     sampler.accept(r.token);
     const bool finished = emit(r);

@@ -1,6 +1,7 @@
-// Speculative decoding: a Speculator proposes draft tokens for a running request; verify_draft() checks them
-// against the target's logits at the 1 + k verified positions (one forward), losslessly.
-// Invariant: verification emits exactly what plain decoding would in distribution (greedy: token for token).
+// Speculative decoding: a Speculator proposes draft tokens for all speculating requests of a step in one batched
+// call; verify_draft() checks them against the target's logits at the 1 + k verified positions (one forward),
+// losslessly. Invariant: verification emits exactly what plain decoding would in distribution (greedy: token for
+// token). Speculators see token ids and sampling settings, never a Request.
 #pragma once
 
 #include <cstdint>
@@ -15,41 +16,79 @@
 namespace servetune {
 
 struct EngineConfig;
+class Backend;
+class Tokenizer;
+
+// One decoding request that may speculate this step.
+struct DraftSlot {
+  int64_t seq_id = 0;
+  std::span<const int32_t> tokens;      // the request's tokens (prompt + output); the draft continues after the last
+  int64_t max_tokens = 0;               // most draft tokens it can take (> 0)
+  const SamplingParams* sampling = nullptr;  // greedy requests get deterministic drafts, sampled ones drafts drawn from q
+  uint64_t seed = 0;                    // seeds the request's draft draws (first call for a seq_id)
+  std::vector<int32_t>* draft = nullptr;      // out: the proposed tokens (cleared first; may stay empty)
+  std::vector<float>* draft_probs = nullptr;  // out: [draft.size() x vocab] q rows the drafts were drawn from,
+                                              // or empty for deterministic drafts (q = one-hot)
+};
 
 class Speculator {
  public:
   virtual ~Speculator() = default;
-  // Writes up to `max_tokens` draft tokens continuing `context` into `out` (cleared first; may stay empty).
-  virtual void propose(std::span<const int32_t> context, int64_t max_tokens, std::vector<int32_t>& out) const = 0;
+  // Proposes drafts for every slot (batched: a draft model runs one forward per draft step for all of them).
+  virtual void propose(std::span<const DraftSlot> slots) = 0;
+  // After verification the request `seq_id` holds `tokens`: state past them (draft K/V of rejected drafts) goes.
+  virtual void rollback(int64_t /*seq_id*/, std::span<const int32_t> /*tokens*/) {}
+  // The request finished, was aborted or preempted: every resource held for it is released.
+  virtual void release(int64_t /*seq_id*/) {}
+  // KV blocks the speculator's own cache has in use (0 without one).
+  virtual int64_t kv_blocks_used() const { return 0; }
   virtual const char* name() const = 0;
 };
 
 // Prompt lookup over the request's own tokens: the longest suffix n-gram (max_n down to min_n) that occurred
-// earlier proposes the tokens that followed its most recent earlier occurrence.
+// earlier proposes the tokens that followed its most recent earlier occurrence. Drafts are deterministic.
 class NgramSpeculator final : public Speculator {
  public:
   NgramSpeculator(int64_t min_n, int64_t max_n);
-  void propose(std::span<const int32_t> context, int64_t max_tokens, std::vector<int32_t>& out) const override;
+  void propose(std::span<const DraftSlot> slots) override;
+  // Writes up to `max_tokens` draft tokens continuing `context` into `out` (cleared first; may stay empty).
+  void propose(std::span<const int32_t> context, int64_t max_tokens, std::vector<int32_t>& out) const;
   const char* name() const override { return "ngram"; }
 
  private:
   int64_t min_n_, max_n_;
 };
 
-// The speculator a (validated) config asks for; nullptr without speculation. Throws Error(kUnsupported) for
-// algorithms that are not implemented yet (draft, eagle, mtp).
-std::unique_ptr<Speculator> make_speculator(const EngineConfig& config);
-// Draft tokens per step the config asks for (speculative_num_draft_tokens, default 4 with ngram).
+// What a draft-model speculator shares with the target: its backend (threads), its tokenizer and vocabulary (the
+// draft's must be the same), and the KV cache geometry (the draft gets the same token capacity).
+struct SpeculatorContext {
+  Backend* backend = nullptr;
+  const Tokenizer* target_tokenizer = nullptr;
+  int64_t target_vocab = 0;
+  int64_t kv_tokens = 0;
+  int64_t page_size = 16;
+  bool kv_f16 = false;
+  int64_t max_batch_tokens = 8192;  // most tokens of one draft forward (prompt catch-up is chunked to it)
+};
+
+// The speculator a (validated) config asks for; nullptr without speculation. `draft` loads
+// config.speculative_draft_model (Error naming both files when its vocabulary differs from the target's).
+// Throws Error(kUnsupported) for algorithms that are not implemented yet (eagle, mtp).
+std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const SpeculatorContext& context);
+// Draft tokens per step the config asks for: ngram: speculative_num_draft_tokens (default 4); draft:
+// speculative_num_steps (default 4, or speculative_num_draft_tokens - 1 when only that is given, SGLang's rule).
 int64_t speculative_draft_tokens(const EngineConfig& config);
 
 // Verifies `draft` (k tokens) against logits rows 0..k (row j: the target's logits after the context plus
 // draft[0..j)). Per row: banned() gives the tokens the sampler must not pick, the sampler draws with the draft
-// token as candidate (greedy: argmax; sampling: accept with p_target(d), else draw from p_target without d), the
+// token as candidate (greedy: argmax; sampling: accept with min(1, p(d)/q(d)), else draw from max(0, p - q)
+// renormalised, where q is row j of `draft_probs` [k x vocab], or one-hot at d when `draft_probs` is empty), the
 // sampler records the token (penalties), and emit(result) streams it and returns true when the request is finished.
 // With an empty draft this is one plain sampling step. Stops at the first rejection
 // (whose replacement token is emitted), at a finish, or after the bonus token of row k.
 // Returns the number of draft tokens accepted and emitted (their K/V stays valid).
 int64_t verify_draft(Sampler& sampler, std::span<const int32_t> draft, const std::function<std::span<float>(size_t)>& row,
-                     const std::function<std::vector<int32_t>()>& banned, const std::function<bool(SampleResult&)>& emit);
+                     const std::function<std::vector<int32_t>()>& banned, const std::function<bool(SampleResult&)>& emit,
+                     std::span<const float> draft_probs = {});
 
 }  // namespace servetune

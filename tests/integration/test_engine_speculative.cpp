@@ -1,13 +1,23 @@
-// N-gram speculative decoding end to end on real models: greedy outputs (tokens, text, finish reasons, including
-// stop strings and max_tokens cut inside a burst) are identical with and without speculation at concurrency 1 and
-// 32 with chunked prefill and prefix caching on; drafts are accepted, bursts arrive as one event, no KV leaks;
-// sampled outputs keep their distribution.
+// Speculative decoding (ngram and draft model) end to end on real models: greedy outputs (tokens, text, finish
+// reasons, including stop strings and max_tokens cut inside a burst) are identical with and without speculation at
+// concurrency 1 and 32 with chunked prefill and prefix caching on; drafts are accepted, bursts arrive as one event,
+// no KV leaks (target or draft cache); sampled outputs keep their distribution; bad draft models are clear errors.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <map>
+#include <unistd.h>
 
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "backend/backend.h"
 #include "core/error.h"
+#include "formats/gguf.h"
+#include "model/make_model.h"
+#include "model/model_config.h"
+#include "runtime/draft_speculator.h"
 #include "servetune/engine.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
@@ -70,19 +80,55 @@ std::vector<Result> run(Engine& engine, const std::vector<Job>& jobs, size_t con
   return results;
 }
 
-EngineConfig config(const std::string& model, bool speculate) {
+// How a test speculates: no algorithm, ngram, or draft with a draft model.
+struct Spec {
+  std::string algorithm;
+  std::string draft_model;
+  double min_acceptance = 0.0;  // asserted acceptance rate (draft model = target: near 1)
+};
+const Spec kNoSpec{};
+const Spec kNgram{"ngram", "", 0.0};
+
+EngineConfig config(const std::string& model, const Spec& spec) {
   EngineConfig c;
   c.model = model;
   c.threads = 2;
   c.max_total_tokens = 32768;
   c.chunked_prefill_size = 64;  // chunked prefill and prefix caching (on by default) both in play
   c.max_prefill_tokens = 256;
-  if (speculate) {
-    c.speculative_algorithm = "ngram";
+  c.speculative_algorithm = spec.algorithm;
+  if (spec.algorithm == "ngram") {
     c.speculative_num_draft_tokens = 4;
     c.speculative_ngram_max_match_window_size = 4;
+  } else if (spec.algorithm == "draft") {
+    c.speculative_draft_model = spec.draft_model;
+    c.speculative_num_steps = 4;
   }
   return c;
+}
+
+// A copy of stories260K with every layer weight scaled by a random factor around 1 (seeded): a draft model with
+// the same vocabulary that agrees with the target often but not always, so rejections and rollbacks happen.
+std::string perturbed_stories(double spread) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("servetune_draft_" + std::to_string(getpid()) + "_" + std::to_string(spread) + ".gguf")).string();
+  std::ifstream in(testing::stories_path(), std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::pair<size_t, int64_t>> spans;  // (byte offset, elements) of the f32 layer tensors
+  {
+    GgufFile file(bytes, "stories260K copy");
+    for (const auto& t : file.tensors()) {
+      if (t.name.rfind("blk.", 0) == 0 && t.dtype == DType::kF32) spans.emplace_back(file.data_offset() + t.offset, t.n_elements());
+    }
+  }
+  std::mt19937_64 rng(42);
+  std::normal_distribution<float> noise(1.0f, static_cast<float>(spread));
+  for (const auto& [offset, count] : spans) {
+    auto* w = reinterpret_cast<float*>(bytes.data() + offset);
+    for (int64_t i = 0; i < count; ++i) w[i] *= noise(rng);
+  }
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  return path;
 }
 
 std::vector<Job> jobs_for(const Tokenizer& tok, const std::vector<std::string>& texts, int n, int max_tokens) {
@@ -97,19 +143,19 @@ std::vector<Job> jobs_for(const Tokenizer& tok, const std::vector<std::string>& 
   return jobs;
 }
 
-void check_model(const std::string& model, const std::vector<std::string>& texts, int n, int max_tokens) {
+void check_model(const std::string& model, const std::vector<std::string>& texts, int n, int max_tokens, const Spec& spec) {
   SERVETUNE_REQUIRE_FILE(model);
   std::vector<Job> jobs;
   std::vector<Result> reference;
   {
-    Engine engine(config(model, false));
+    Engine engine(config(model, kNoSpec));
     jobs = jobs_for(engine.tokenizer(), texts, n, max_tokens);
     RunStats rs;
     reference = run(engine, jobs, 1, rs);
   }
   {
     // A KV cache small enough to preempt sequences that carry drafts: still identical, nothing leaks.
-    EngineConfig tiny = config(model, true);
+    EngineConfig tiny = config(model, spec);
     tiny.max_total_tokens = 512;
     tiny.page_size = 8;
     Engine engine(tiny);
@@ -118,8 +164,9 @@ void check_model(const std::string& model, const std::vector<std::string>& texts
     for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(outs[i].ids, reference[i].ids) << "tiny KV cache, request " << i;
     EXPECT_GT(engine.stats().preemptions, 0);
     EXPECT_EQ(engine.stats().kv_blocks_used, 0);
+    EXPECT_EQ(engine.stats().spec_draft_kv_blocks_used, 0);
   }
-  Engine engine(config(model, true));
+  Engine engine(config(model, spec));
   for (size_t concurrency : {size_t{1}, size_t{32}}) {
     RunStats rs;
     const auto outs = run(engine, jobs, concurrency, rs);
@@ -132,7 +179,9 @@ void check_model(const std::string& model, const std::vector<std::string>& texts
   }
   const EngineStats s = engine.stats();
   EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_EQ(s.spec_draft_kv_blocks_used, 0);
   EXPECT_EQ(s.running, 0);
+  EXPECT_GE(s.spec_acceptance_rate, spec.min_acceptance);
   EXPECT_GT(s.spec_num_drafts, 0);
   EXPECT_GT(s.spec_accepted_tokens, 0);
   EXPECT_LE(s.spec_accepted_tokens, s.spec_draft_tokens);
@@ -141,33 +190,48 @@ void check_model(const std::string& model, const std::vector<std::string>& texts
   ASSERT_FALSE(s.spec_accepted_per_position.empty());
   EXPECT_LE(s.spec_accepted_per_position[0], s.spec_num_drafts);
   EXPECT_GT(s.prefix_cache_hit_rate, 0.0);
-  std::printf("%s: %lld drafts, %lld draft tokens, %lld accepted (%.1f%%), mean accepted length %.2f\n", model.c_str(),
-              static_cast<long long>(s.spec_num_drafts), static_cast<long long>(s.spec_draft_tokens),
+  std::printf("%s, %s: %lld drafts, %lld draft tokens, %lld accepted (%.1f%%), mean accepted length %.2f\n", model.c_str(),
+              spec.algorithm.c_str(), static_cast<long long>(s.spec_num_drafts), static_cast<long long>(s.spec_draft_tokens),
               static_cast<long long>(s.spec_accepted_tokens), 100.0 * s.spec_acceptance_rate, s.spec_mean_accepted_length);
 }
 
-TEST(EngineSpeculative, Stories260KGreedyIdenticalWithNgram) {
-  check_model(testing::stories_path(),
-              {"Once upon a time, there was a little girl named Lily. She liked to play with her ball.",
-               "Tom and Sue went to the park to play with a big red ball. They ran and laughed all day long.",
-               "The cat sat on the mat. The dog sat on the mat. The bird sat on the",
-               "One day, a bird flew into the garden and sang a song."},
-              64, 80);
+const std::vector<std::string> kStoriesTexts = {
+    "Once upon a time, there was a little girl named Lily. She liked to play with her ball.",
+    "Tom and Sue went to the park to play with a big red ball. They ran and laughed all day long.",
+    "The cat sat on the mat. The dog sat on the mat. The bird sat on the",
+    "One day, a bird flew into the garden and sang a song."};
+const std::vector<std::string> kSmolTexts = {
+    "Repeat this list three times: apple, banana, cherry, grape, lemon, mango.",
+    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the",
+    "Summarise: The meeting is on Monday. The meeting is about the budget. The budget is tight."};
+
+TEST(EngineSpeculative, Stories260KGreedyIdenticalWithNgram) { check_model(testing::stories_path(), kStoriesTexts, 64, 80, kNgram); }
+
+TEST(EngineSpeculative, SmolLM2GreedyIdenticalWithNgram) { check_model(testing::smollm2_path(), kSmolTexts, 40, 48, kNgram); }
+
+// The target as its own draft: every greedy draft should be accepted (a test that fails if drafts and
+// verification disagree on positions, KV or rollback).
+TEST(EngineSpeculative, Stories260KGreedyIdenticalWithItselfAsDraft) {
+  check_model(testing::stories_path(), kStoriesTexts, 64, 80, {"draft", testing::stories_path(), 0.9});
 }
 
-TEST(EngineSpeculative, SmolLM2GreedyIdenticalWithNgram) {
-  check_model(testing::smollm2_path(),
-              {"Repeat this list three times: apple, banana, cherry, grape, lemon, mango.",
-               "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
-               "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the",
-               "Summarise: The meeting is on Monday. The meeting is about the budget. The budget is tight."},
-              40, 48);
+// A perturbed copy as draft: many rejections, so the draft KV is rolled back all the time; still identical.
+TEST(EngineSpeculative, Stories260KGreedyIdenticalWithPerturbedDraft) {
+  const std::string draft = perturbed_stories(0.05);
+  check_model(testing::stories_path(), kStoriesTexts, 64, 80, {"draft", draft, 0.0});
+  std::filesystem::remove(draft);
+}
+
+TEST(EngineSpeculative, SmolLM2GreedyIdenticalWithItselfAsDraft) {
+  check_model(testing::smollm2_path(), kSmolTexts, 40, 48, {"draft", testing::smollm2_path(), 0.9});
 }
 
 // Sampling with the engine: the per-position token distributions over many seeds match with and without ngram
 // speculation (two-sample chi-square, sparse cells pooled, critical value at p = 1e-6 per position).
-std::vector<std::vector<int32_t>> sample_many(bool speculate, int n, int len) {
-  Engine engine(config(testing::stories_path(), speculate));
+std::vector<std::vector<int32_t>> sample_many(const Spec& spec, int n, int len) {
+  const bool speculate = !spec.algorithm.empty();
+  Engine engine(config(testing::stories_path(), spec));
   const std::string text = "Lily had a red ball. Lily had a blue ball. Lily had a";
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < n; ++i) {
@@ -192,6 +256,7 @@ std::vector<std::vector<int32_t>> sample_many(bool speculate, int n, int len) {
   }
   if (speculate) {
     const EngineStats s = engine.stats();
+    EXPECT_EQ(s.spec_draft_kv_blocks_used, 0);
     EXPECT_GT(s.spec_accepted_tokens, 0);
     std::printf("sampling: acceptance %.1f%%, mean accepted length %.2f\n", 100.0 * s.spec_acceptance_rate,
                 s.spec_mean_accepted_length);
@@ -199,10 +264,10 @@ std::vector<std::vector<int32_t>> sample_many(bool speculate, int n, int len) {
   return outs;
 }
 
-TEST(EngineSpeculative, Stories260KSampledDistributionUnchanged) {
+void check_sampled_distribution(const Spec& speculation) {
   constexpr int kRuns = 3000, kLen = 6;
-  const auto plain = sample_many(false, kRuns, kLen);
-  const auto spec = sample_many(true, kRuns, kLen);
+  const auto plain = sample_many(kNoSpec, kRuns, kLen);
+  const auto spec = sample_many(speculation, kRuns, kLen);
   for (int pos = 1; pos < kLen; ++pos) {
     std::map<int32_t, std::pair<int64_t, int64_t>> cells;
     for (const auto& o : plain) ++cells[o[static_cast<size_t>(pos)]].first;
@@ -232,9 +297,133 @@ TEST(EngineSpeculative, Stories260KSampledDistributionUnchanged) {
   }
 }
 
+TEST(EngineSpeculative, Stories260KSampledDistributionUnchanged) { check_sampled_distribution(kNgram); }
+
+// Draft tokens drawn from the draft model's distribution q, verified with min(1, p/q) and the residual max(0, p - q).
+TEST(EngineSpeculative, Stories260KSampledDistributionUnchangedWithDraftModel) {
+  const std::string draft = perturbed_stories(0.05);
+  check_sampled_distribution({"draft", draft, 0.0});
+  std::filesystem::remove(draft);
+}
+
+// Draft KV rollback, property test on the draft speculator alone: random requests, drafts, verifications (a random
+// number of drafts kept, then a token the draft did not propose), preemptions and finishes. The draft cache never
+// leaks a block, stays consistent, and its greedy drafts always equal those of a fresh speculator given the same
+// tokens (so no stale K/V of a rejected draft survives a rollback).
+TEST(DraftSpeculatorRollback, NoLeaksAndNoStaleKvUnderRandomSteps) {
+  SERVETUNE_REQUIRE_FILE(testing::stories_path());
+  Engine target(config(testing::stories_path(), kNoSpec));
+  auto backend = make_backend("cpu", 2);
+  SpeculatorContext ctx;
+  ctx.backend = backend.get();
+  ctx.target_tokenizer = &target.tokenizer();
+  ctx.target_vocab = target.model_config().vocab;
+  ctx.kv_tokens = 1024;
+  ctx.page_size = 8;
+  ctx.max_batch_tokens = 48;  // prompt catch-up in several chunks
+  DraftModelSpeculator spec(testing::stories_path(), testing::stories_path(), ctx);
+  DraftModelSpeculator fresh(testing::stories_path(), testing::stories_path(), ctx);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::mt19937_64 rng(7);
+  auto uni = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const auto vocab = static_cast<int32_t>(ctx.target_vocab);
+  std::map<int64_t, std::vector<int32_t>> live;  // seq id -> tokens
+  int64_t next_id = 0, rejected = 0;
+  for (int step = 0; step < 300; ++step) {
+    while (live.size() < 6) {
+      std::vector<int32_t> prompt = {1};
+      for (int64_t i = uni(1, 60); i > 0; --i) prompt.push_back(static_cast<int32_t>(uni(3, vocab - 1)));
+      live[next_id++] = prompt;
+    }
+    std::vector<DraftSlot> slots;
+    std::vector<std::vector<int32_t>> drafts(live.size());
+    std::vector<std::vector<float>> probs(live.size());
+    size_t i = 0;
+    for (auto& [id, tokens] : live) {
+      if (uni(0, 3) != 0) slots.push_back({id, tokens, uni(1, 5), &greedy, 0, &drafts[i], &probs[i]});
+      ++i;
+    }
+    spec.propose(slots);
+    for (const DraftSlot& slot : slots) {
+      ASSERT_EQ(static_cast<int64_t>(slot.draft->size()), slot.max_tokens);
+      ASSERT_TRUE(slot.draft_probs->empty()) << "greedy drafts are deterministic";
+      std::vector<int32_t> ref_draft;
+      std::vector<float> ref_probs;
+      DraftSlot ref = slot;
+      ref.draft = &ref_draft;
+      ref.draft_probs = &ref_probs;
+      fresh.propose(std::span<const DraftSlot>(&ref, 1));
+      fresh.release(slot.seq_id);
+      ASSERT_EQ(*slot.draft, ref_draft) << "step " << step << ", sequence " << slot.seq_id;
+      // Verification: keep a random number of drafts, then a token that differs from the next draft.
+      auto& tokens = live[slot.seq_id];
+      const int64_t keep = uni(0, static_cast<int64_t>(slot.draft->size()));
+      tokens.insert(tokens.end(), slot.draft->begin(), slot.draft->begin() + keep);
+      int32_t next = static_cast<int32_t>(uni(3, vocab - 1));
+      if (keep < static_cast<int64_t>(slot.draft->size()) && next == (*slot.draft)[static_cast<size_t>(keep)]) {
+        next = next == vocab - 1 ? 3 : next + 1;  // a rejection: the target's token differs from the draft
+      }
+      tokens.push_back(next);
+      rejected += static_cast<int64_t>(slot.draft->size()) - keep;
+      spec.rollback(slot.seq_id, tokens);
+    }
+    // Finishes, aborts and preemptions all release the request's draft state.
+    for (auto it = live.begin(); it != live.end();) {
+      if (uni(0, 9) == 0 || it->second.size() > 200) {
+        spec.release(it->first);
+        it = live.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    ASSERT_TRUE(spec.blocks().check_invariants()) << "step " << step;
+    int64_t needed = 0;
+    for (const auto& [id, tokens] : live) needed += (static_cast<int64_t>(tokens.size()) + ctx.page_size - 1) / ctx.page_size;
+    ASSERT_LE(spec.kv_blocks_used(), needed) << "draft blocks beyond the live tokens (step " << step << ")";
+  }
+  for (const auto& [id, tokens] : live) spec.release(id);
+  EXPECT_EQ(spec.kv_blocks_used(), 0);
+  EXPECT_EQ(spec.num_tracked(), 0u);
+  EXPECT_EQ(fresh.kv_blocks_used(), 0);
+  EXPECT_GT(rejected, 100);
+}
+
+// Engine level: random submits and aborts with a draft model never leak a draft (or target) KV block.
+TEST(EngineSpeculative, DraftModelAbortsLeakNoBlocks) {
+  SERVETUNE_REQUIRE_FILE(testing::stories_path());
+  EngineConfig c = config(testing::stories_path(), {"draft", testing::stories_path(), 0.0});
+  c.max_total_tokens = 1024;
+  c.page_size = 8;
+  Engine engine(c);
+  std::mt19937_64 rng(3);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 48; ++i) {
+    Request r;
+    r.prompt = kStoriesTexts[static_cast<size_t>(i) % kStoriesTexts.size()];
+    r.sampling.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+    r.sampling.max_tokens = 20 + i % 30;
+    r.sampling.seed = static_cast<uint64_t>(i);
+    streams.push_back(engine.submit(r));
+    if (rng() % 3 == 0) engine.abort(streams[rng() % streams.size()]->id());
+  }
+  for (auto& st : streams) {
+    while (auto e = st->next()) {
+      EXPECT_NE(e->finish, FinishReason::kError) << e->error;
+      if (e->finish != FinishReason::kNone) break;
+    }
+  }
+  const EngineStats s = engine.stats();
+  EXPECT_EQ(s.running + s.waiting, 0);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_EQ(s.spec_draft_kv_blocks_used, 0);
+  EXPECT_GT(s.requests_aborted, 0);
+  EXPECT_GT(s.spec_accepted_tokens, 0);
+}
+
 TEST(EngineSpeculative, UnimplementedAlgorithmsAreClearErrors) {
-  for (const char* algo : {"draft", "eagle", "mtp", "EAGLE"}) {
-    EngineConfig c = config(testing::stories_path(), false);
+  for (const char* algo : {"eagle", "mtp", "EAGLE"}) {
+    EngineConfig c = config(testing::stories_path(), kNoSpec);
     c.speculative_algorithm = algo;
     try {
       Engine engine(c);
@@ -244,17 +433,57 @@ TEST(EngineSpeculative, UnimplementedAlgorithmsAreClearErrors) {
       EXPECT_NE(std::string(e.what()).find("not implemented yet"), std::string::npos) << e.what();
     }
   }
-  EngineConfig c = config(testing::stories_path(), false);
+  EngineConfig c = config(testing::stories_path(), kNoSpec);
   c.speculative_num_draft_tokens = 3;  // without an algorithm
   EXPECT_THROW(c.validate(), Error);
-  c = config(testing::stories_path(), true);
+  c = config(testing::stories_path(), kNgram);
   c.speculative_ngram_min_match_window_size = 5;  // > max (4)
   EXPECT_THROW(c.validate(), Error);
-  c = config(testing::stories_path(), true);
+  c = config(testing::stories_path(), kNgram);
   c.speculative_num_steps = 2;  // not an ngram setting
   EXPECT_THROW(c.validate(), Error);
-  c = config(testing::stories_path(), true);
+  c = config(testing::stories_path(), kNgram);
   EXPECT_NO_THROW(c.validate());
+}
+
+// Bad draft settings and models: one clear message naming the input.
+std::string error_of(const EngineConfig& c) {
+  try {
+    Engine engine(c);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(EngineSpeculative, DraftModelBadInputsAreClearErrors) {
+  SERVETUNE_REQUIRE_FILE(testing::stories_path());
+  EngineConfig c = config(testing::stories_path(), {"draft", "", 0.0});
+  EXPECT_NE(error_of(c).find("--speculative-draft-model"), std::string::npos) << error_of(c);
+
+  c = config(testing::stories_path(), {"draft", "/nonexistent/draft.gguf", 0.0});
+  EXPECT_NE(error_of(c).find("/nonexistent/draft.gguf"), std::string::npos) << error_of(c);
+
+  // SGLang's rule: num_draft_tokens = num_steps + 1; either alone is fine.
+  c = config(testing::stories_path(), {"draft", testing::stories_path(), 0.0});
+  c.speculative_num_draft_tokens = 4;  // num_steps is 4
+  EXPECT_NE(error_of(c).find("speculative_num_steps + 1"), std::string::npos) << error_of(c);
+  c.speculative_num_draft_tokens = 5;
+  EXPECT_NO_THROW(c.validate());
+  c.speculative_num_steps = 0;
+  EXPECT_NO_THROW(c.validate());
+  c.speculative_eagle_topk = 4;
+  EXPECT_THROW(c.validate(), Error);
+
+  // A draft with another vocabulary (a random byte-level model): named, both files.
+  const auto dir = std::filesystem::temp_directory_path() / ("servetune_draft_vocab_" + std::to_string(getpid()));
+  write_random_model(model_preset("tiny"), dir.string(), 1, DType::kF32, 0.02f);
+  c = config(testing::stories_path(), {"draft", dir.string(), 0.0});
+  const std::string msg = error_of(c);
+  EXPECT_NE(msg.find("vocabular"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(dir.string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find(testing::stories_path()), std::string::npos) << msg;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,12 +1,16 @@
 // N-gram proposals and lossless draft verification, model-free: greedy verification is the argmax, and a
-// chi-square test over many seeds shows that speculative sampling draws from the same distribution as plain
-// sampling (with temperature, top-k and penalties) — and that it catches a deliberately broken acceptance rule.
+// chi-square test over many seeds shows that speculative sampling — deterministic (n-gram) drafts, and drafts
+// drawn from a draft model's distribution q verified with min(1, p/q) — draws from the same distribution as plain
+// sampling (with temperature, top-k and penalties), and that it catches a deliberately broken acceptance rule.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <map>
 
+#include <random>
+
+#include "runtime/draft_speculator.h"
 #include "runtime/speculator.h"
 
 namespace servetune {
@@ -136,6 +140,51 @@ int speculative_run(const SamplingParams& p, uint64_t seed, bool broken, int64_t
   return encode(out);
 }
 
+// A fake draft model: the target's fake logits bent by a context-dependent term, so q differs from p.
+std::vector<float> fake_draft_logits(const std::vector<int32_t>& ctx) {
+  std::vector<float> l = fake_logits(ctx);
+  for (int32_t t = 0; t < kVocab; ++t) l[static_cast<size_t>(t)] += 1.2f * std::cos(static_cast<float>(t * 2 + ctx.back()) * 2.1f);
+  return l;
+}
+
+// Speculation with drafts drawn from the fake draft model's q (as DraftModelSpeculator draws them), verified with q.
+int draft_model_run(const SamplingParams& p, uint64_t seed, bool broken, int64_t& drafted, int64_t& accepted) {
+  Sampler sampler(p, seed, kPrompt);
+  if (broken) sampler.break_verification_for_test();
+  std::mt19937_64 draft_rng(seed ^ 0x9e3779b97f4a7c15ull);
+  std::vector<int32_t> ctx = kPrompt, out, draft;
+  std::vector<float> q, probs;
+  while (static_cast<int>(out.size()) < kOutputLen) {
+    const int64_t k = std::min<int64_t>(3, kOutputLen - static_cast<int64_t>(out.size()) - 1);
+    draft.clear();
+    probs.clear();
+    std::vector<int32_t> c = ctx;
+    for (int64_t j = 0; j < k; ++j) {
+      draft_distribution(fake_draft_logits(c), p, q);
+      const int32_t d = std::discrete_distribution<int32_t>(q.begin(), q.end())(draft_rng);
+      draft.push_back(d);
+      probs.insert(probs.end(), q.begin(), q.end());
+      c.push_back(d);
+    }
+    std::vector<std::vector<float>> rows;
+    for (size_t j = 0; j <= draft.size(); ++j) {
+      std::vector<int32_t> r = ctx;
+      r.insert(r.end(), draft.begin(), draft.begin() + static_cast<long>(j));
+      rows.push_back(fake_logits(r));
+    }
+    drafted += static_cast<int64_t>(draft.size());
+    accepted += verify_draft(
+        sampler, draft, [&](size_t j) { return std::span<float>(rows[j]); }, [] { return std::vector<int32_t>{}; },
+        [&](SampleResult& r) {
+          ctx.push_back(r.token);
+          out.push_back(r.token);
+          return static_cast<int>(out.size()) >= kOutputLen;
+        },
+        probs);
+  }
+  return encode(out);
+}
+
 // Two-sample chi-square statistic over the joint distribution of the whole output (cells with few observations
 // pooled) and the critical value at p = 1e-6 (Wilson-Hilferty).
 std::pair<double, double> chi_square(const std::map<int, int64_t>& a, const std::map<int, int64_t>& b) {
@@ -169,17 +218,18 @@ struct Outcome {
   double acceptance;
 };
 
-Outcome compare(const SamplingParams& p, bool broken) {
+Outcome compare(const SamplingParams& p, bool broken, bool draft_model = false) {
   constexpr int kRuns = 40000;
   std::map<int, int64_t> plain, spec;
   int64_t drafted = 0, accepted = 0;
   for (int i = 0; i < kRuns; ++i) {
     ++plain[plain_run(p, 1000003ull * static_cast<uint64_t>(i) + 1)];
-    ++spec[speculative_run(p, 2000003ull * static_cast<uint64_t>(i) + 7, broken, drafted, accepted)];
+    const uint64_t seed = 2000003ull * static_cast<uint64_t>(i) + 7;
+    ++spec[draft_model ? draft_model_run(p, seed, broken, drafted, accepted) : speculative_run(p, seed, broken, drafted, accepted)];
   }
   auto [stat, critical] = chi_square(plain, spec);
-  std::printf("%s rule, temperature %.1f top_k %d: chi-square %.1f (critical at p=1e-6: %.1f), acceptance %.2f\n",
-              broken ? "broken" : "correct", static_cast<double>(p.temperature), p.top_k, stat, critical,
+  std::printf("%s%s rule, temperature %.1f top_k %d: chi-square %.1f (critical at p=1e-6: %.1f), acceptance %.2f\n",
+              draft_model ? "draft-model drafts, " : "", broken ? "broken" : "correct", static_cast<double>(p.temperature), p.top_k, stat, critical,
               static_cast<double>(accepted) / static_cast<double>(std::max<int64_t>(1, drafted)));
   return {stat, critical, static_cast<double>(accepted) / static_cast<double>(std::max<int64_t>(1, drafted))};
 }
@@ -209,6 +259,48 @@ TEST(VerifyDraft, ChiSquareCatchesABrokenAcceptanceRule) {
     const Outcome o = compare(p, true);
     EXPECT_GT(o.stat, o.critical) << "temperature " << p.temperature << " top_k " << p.top_k;
   }
+}
+
+TEST(VerifyDraft, DraftModelSamplingKeepsTheTargetDistribution) {
+  for (const SamplingParams& p : param_sets()) {
+    const Outcome o = compare(p, false, true);
+    EXPECT_LT(o.stat, o.critical) << "temperature " << p.temperature << " top_k " << p.top_k;
+    EXPECT_GT(o.acceptance, 0.2) << "the test needs drafts that get accepted";
+    EXPECT_LT(o.acceptance, 0.95) << "the test needs drafts that get rejected";
+  }
+}
+
+TEST(VerifyDraft, ChiSquareCatchesABrokenDraftModelAcceptanceRule) {
+  // After a rejection, drawing from p instead of the residual max(0, p - q) over-weights the draft's tokens.
+  for (const SamplingParams& p : param_sets()) {
+    const Outcome o = compare(p, true, true);
+    EXPECT_GT(o.stat, o.critical) << "temperature " << p.temperature << " top_k " << p.top_k;
+  }
+}
+
+TEST(DraftDistribution, IsTheSamplersFilteredTemperedSoftmax) {
+  const std::vector<float> logits = {2.0f, 1.0f, 0.5f, -1.0f, 3.0f};
+  SamplingParams p;
+  p.temperature = 0.5f;
+  std::vector<float> q;
+  draft_distribution(logits, p, q);
+  double total = 0.0, norm = 0.0;
+  for (float l : logits) norm += std::exp((l - 3.0) / 0.5);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    EXPECT_NEAR(q[i], std::exp((logits[i] - 3.0) / 0.5) / norm, 1e-6);
+    total += q[i];
+  }
+  EXPECT_NEAR(total, 1.0, 1e-6);
+  p.top_k = 2;  // tokens 4 and 0 only
+  draft_distribution(logits, p, q);
+  EXPECT_EQ(q[1], 0.0f);
+  EXPECT_EQ(q[3], 0.0f);
+  EXPECT_NEAR(q[4] + q[0], 1.0, 1e-6);
+  EXPECT_NEAR(q[4] / q[0], std::exp(2.0), 1e-4);
+  p.top_k = 0;
+  p.min_p = 0.5f;  // keeps tokens within a factor 2 of the best in tempered probability: token 4 only
+  draft_distribution(logits, p, q);
+  EXPECT_FLOAT_EQ(q[4], 1.0f);
 }
 
 }  // namespace

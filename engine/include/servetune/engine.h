@@ -75,6 +75,7 @@ struct EngineStats {
   std::vector<int64_t> spec_accepted_per_position;  // [i]: drafts whose token at position i was accepted
   double spec_acceptance_rate = 0.0;                // accepted / draft tokens
   double spec_mean_accepted_length = 0.0;           // 1 + accepted / drafts (tokens per verification step)
+  int64_t spec_draft_kv_blocks_used = 0;            // KV blocks the draft model's own cache has in use (draft)
 };
 
 class Engine {

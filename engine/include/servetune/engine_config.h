@@ -38,11 +38,13 @@ struct EngineConfig {
   std::string schedule_policy = "fcfs";  // fcfs | lpm
   bool disable_radix_cache = false;    // prefix caching off
   // Speculative decoding
-  std::string speculative_algorithm;   // "" | ngram (draft | eagle | mtp: not implemented yet)
-  int speculative_num_steps = 0;       // draft / eagle / mtp only
-  int speculative_eagle_topk = 0;      // eagle / mtp only
-  int speculative_num_draft_tokens = 0;  // draft tokens verified per step (0: 4 with ngram)
-  std::string speculative_draft_model;
+  std::string speculative_algorithm;   // "" | ngram | draft (eagle | mtp: not implemented yet)
+  int speculative_num_steps = 0;       // draft: draft tokens proposed per step (0: 4, or num_draft_tokens - 1)
+  int speculative_eagle_topk = 0;      // eagle / mtp (draft: 0 or 1)
+  // ngram: draft tokens verified per step (0: 4). draft: SGLang's count, num_steps + 1 (the drafts plus the last
+  // accepted token); giving both with another relation is an error.
+  int speculative_num_draft_tokens = 0;
+  std::string speculative_draft_model;  // draft: a model sharing the target's tokenizer (.gguf or safetensors dir)
   int speculative_ngram_min_match_window_size = 1;   // ngram: shortest suffix n-gram looked up in the context
   int speculative_ngram_max_match_window_size = 12;  // ngram: longest (tried first)
   // Misc
