@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# N-gram speculative decoding vs none on the built-in engine: single-stream decode tokens/s on a repetitive prompt
-# (`servetune generate`, greedy), then ShareGPT at concurrency 1 and 32 (`servetune bench --backend builtin`,
-# in-process) with output throughput, TPOT and vLLM's acceptance rate / length. Numbers are whatever this machine
-# gives; speculation is expected to lose where the batch is already large (it adds verify tokens to every step).
+# N-gram and draft-model speculative decoding vs none on the built-in engine: single-stream decode tokens/s on a
+# repetitive prompt (`servetune generate`, greedy), then ShareGPT at concurrency 1 and 32 (`servetune bench
+# --backend builtin`, in-process) with output throughput, TPOT and vLLM's acceptance rate / length. Numbers are
+# whatever this machine gives; speculation is expected to lose where the batch is already large (it adds verify
+# tokens to every step). The draft model defaults to MODEL itself (no smaller model with SmolLM2's tokenizer is at
+# hand): that shows the mechanics and the near-100% acceptance, not a speed-up, since the draft costs as much as the
+# target.
 # Usage: scripts/bench_speculative.sh [MODEL] [THREADS] [NUM_PROMPTS] [DRAFT_TOKENS] [OUTPUT_LEN]
-#        (env: BUILD=build/cpu, MIN_N=1 / MAX_N=12 the n-gram match window, SGLang's defaults)
+#        (env: BUILD=build/cpu, MIN_N=1 / MAX_N=12 the n-gram match window, SGLang's defaults;
+#         DRAFT=PATH the draft model, MODES="off ngram draft")
 # (ShareGPT requests get max_tokens OUTPUT_LEN, default 128, and EOS is ignored so every run decodes the same amount.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,8 +19,22 @@ K=${4:-4}
 OUTPUT_LEN=${5:-128}
 ST=${BUILD:-build/cpu}/tuner/servetune
 [ -x "$ST" ] || { cmake --preset cpu >/dev/null && cmake --build "${BUILD:-build/cpu}" -j "$(nproc)" --target servetune >/dev/null; }
-SPEC=(--speculative-algorithm ngram --speculative-num-draft-tokens "$K"
-      --speculative-ngram-min-match-window-size "${MIN_N:-1}" --speculative-ngram-max-match-window-size "${MAX_N:-12}")
+DRAFT=${DRAFT:-$MODEL}
+MODES=${MODES:-off ngram draft}
+NGRAM=(--speculative-algorithm ngram --speculative-num-draft-tokens "$K"
+       --speculative-ngram-min-match-window-size "${MIN_N:-1}" --speculative-ngram-max-match-window-size "${MAX_N:-12}")
+DRAFTING=(--speculative-algorithm draft --speculative-draft-model "$DRAFT" --speculative-num-steps "$K")
+flags_for() {
+  case "$1" in
+    ngram) flags=("${NGRAM[@]}") ;;
+    draft) flags=("${DRAFTING[@]}") ;;
+    *) flags=() ;;
+  esac
+}
+if [[ " $MODES " == *" draft "* ]]; then
+  note=""; [ "$DRAFT" = "$MODEL" ] && note=" (the target itself: shows the mechanics and the acceptance, not a speed-up)"
+  echo "draft model: $DRAFT$note"
+fi
 
 echo "== single stream, repetitive prompt (greedy, 256 tokens) =="
 CHAT=$(cat <<'TXT'
@@ -41,16 +59,16 @@ def describe(w, h):
     return f"rectangle {w} by {h}, area {area(w, h)}, perimeter {perimeter(w, h)}"
 TXT
 )
-for mode in off ngram; do
-  flags=(); [ "$mode" = ngram ] && flags=("${SPEC[@]}")
+for mode in $MODES; do
+  flags_for "$mode"
   out=$("$ST" generate --model "$MODEL" --threads "$THREADS" --chat "$CHAT" --max-tokens 256 "${flags[@]}" 2>&1 >/dev/null)
   printf '%-6s %s\n' "$mode" "$(echo "$out" | grep '^decode:')"
 done
 
 echo "== ShareGPT, in-process (output tok/s, mean TPOT, acceptance) =="
 for conc in 1 32; do
-  for mode in off ngram; do
-    flags=(); [ "$mode" = ngram ] && flags=("${SPEC[@]}")
+  for mode in $MODES; do
+    flags_for "$mode"
     out=$("$ST" bench --backend builtin --model "$MODEL" --threads "$THREADS" --dataset-name sharegpt \
       --num-prompts "$NUM_PROMPTS" --max-concurrency "$conc" --seed 0 --sharegpt-output-len "$OUTPUT_LEN" \
       --sharegpt-max-prompt-len 512 --ignore-eos "${flags[@]}" 2>&1)
