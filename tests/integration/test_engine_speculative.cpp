@@ -470,8 +470,15 @@ TEST(EngineSpeculative, DraftModelBadInputsAreClearErrors) {
   EXPECT_NE(error_of(c).find("speculative_num_steps + 1"), std::string::npos) << error_of(c);
   c.speculative_num_draft_tokens = 5;
   EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(speculative_draft_tokens(c), 4);
   c.speculative_num_steps = 0;
   EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(speculative_draft_tokens(c), 4);
+  c.speculative_num_draft_tokens = 0;
+  EXPECT_EQ(speculative_draft_tokens(c), 4) << "the default";
+  c.speculative_num_draft_tokens = 1;
+  EXPECT_THROW(c.validate(), Error) << "no draft token left";
+  c.speculative_num_draft_tokens = 5;
   c.speculative_eagle_topk = 4;
   EXPECT_THROW(c.validate(), Error);
 
