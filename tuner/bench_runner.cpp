@@ -1,12 +1,15 @@
 // Measured workload runs (see bench_runner.h).
 #include "tuner/bench_runner.h"
 
+#include "loadgen/server_metrics.h"
+
 #include <sys/resource.h>
 
 #include <cmath>
 #include <limits>
 
 #include "loadgen/report.h"
+#include "loadgen/server_metrics.h"
 #include "servetune/engine.h"
 #include "tokenizer/tokenizer.h"
 #include "tuner/calibration.h"
@@ -43,15 +46,10 @@ void add_engine_deltas(nlohmann::ordered_json& m, const EngineStats& a, const En
 std::optional<loadgen::SpecDecodeStats> spec_decode_delta(const Engine& engine, const EngineStats& before,
                                                           const EngineStats& after) {
   if (engine.config().speculative_algorithm.empty()) return std::nullopt;
-  loadgen::SpecDecodeStats s;
-  s.num_drafts = after.spec_num_drafts - before.spec_num_drafts;
-  s.draft_tokens = after.spec_draft_tokens - before.spec_draft_tokens;
-  s.accepted_tokens = after.spec_accepted_tokens - before.spec_accepted_tokens;
-  for (size_t i = 0; i < after.spec_accepted_per_position.size(); ++i) {
-    const int64_t b = i < before.spec_accepted_per_position.size() ? before.spec_accepted_per_position[i] : 0;
-    s.accepted_per_position.push_back(after.spec_accepted_per_position[i] - b);
-  }
-  return s;
+  const auto counters = [](const EngineStats& s) {
+    return loadgen::SpecDecodeStats{s.spec_num_drafts, s.spec_draft_tokens, s.spec_accepted_tokens, s.spec_accepted_per_position};
+  };
+  return loadgen::spec_decode_difference(counters(after), counters(before));
 }
 
 RunOutput run_workload(loadgen::Client& client, const datasets::Workload& workload, const WorkloadSpec& spec,

@@ -24,6 +24,7 @@
 #include "loadgen/http_client.h"
 #include "loadgen/inprocess_client.h"
 #include "loadgen/report.h"
+#include "loadgen/server_metrics.h"
 #include "servetune/engine.h"
 #include "tokenizer/tokenizer.h"
 #include "tuner/bench_runner.h"
@@ -172,6 +173,10 @@ void run_bench(BenchOptions& o) {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Tokenizer> own_tokenizer;
   std::unique_ptr<loadgen::Client> client;
+  std::string api_key = o.api_key;
+  if (const char* k = std::getenv("OPENAI_API_KEY"); api_key.empty() && k != nullptr) api_key = k;
+  std::string server_root = o.base_url.empty() ? "http://" + o.host + ":" + std::to_string(o.port) : o.base_url;
+  while (!server_root.empty() && server_root.back() == '/') server_root.pop_back();
   if (builtin) {
     engine = std::make_unique<Engine>(o.engine);
     client = std::make_unique<loadgen::InProcessClient>(*engine);
@@ -179,12 +184,9 @@ void run_bench(BenchOptions& o) {
     loadgen::HttpClientOptions h;
     h.backend = o.backend;
     const std::string endpoint = o.endpoint.empty() ? loadgen::default_endpoint(o.backend) : o.endpoint;
-    h.api_url = (o.base_url.empty() ? "http://" + o.host + ":" + std::to_string(o.port) : o.base_url) + endpoint;
+    h.api_url = server_root + endpoint;
     h.model = o.served_model_name.empty() ? model_id : o.served_model_name;
-    h.api_key = o.api_key;
-    if (h.api_key.empty()) {
-      if (const char* k = std::getenv("OPENAI_API_KEY")) h.api_key = k;
-    }
+    h.api_key = api_key;
     h.request_timeout_s = o.request_timeout;
     client = std::make_unique<loadgen::HttpClient>(h);
   }
@@ -234,8 +236,12 @@ void run_bench(BenchOptions& o) {
   std::fflush(stdout);
   const double cpu_before = process_cpu_s();
   const EngineStats stats_before = builtin ? engine->stats() : EngineStats{};
+  // An HTTP server's speculative-decoding counters, when it exposes vLLM's (servetune serve and vLLM do).
+  const std::string metrics_url = server_root + "/metrics";
+  const auto spec_before = builtin ? std::nullopt : loadgen::scrape_spec_decode(metrics_url, api_key);
   const loadgen::RunResult run = client->run(spec);
   const EngineStats stats_after = builtin ? engine->stats() : EngineStats{};
+  const auto spec_after = spec_before ? loadgen::scrape_spec_decode(metrics_url, api_key) : std::nullopt;
   const double run_cpu_s = process_cpu_s() - cpu_before;
 
   const auto count_tokens = [&](const std::string& text) {
@@ -249,7 +255,11 @@ void run_bench(BenchOptions& o) {
   ro.request_rate = workload.timed ? std::numeric_limits<double>::infinity() : rate;
   ro.burstiness = o.burstiness;
   ro.slo = slo;
-  if (builtin) ro.spec_decode = tuner::spec_decode_delta(*engine, stats_before, stats_after);
+  if (builtin) {
+    ro.spec_decode = tuner::spec_decode_delta(*engine, stats_before, stats_after);
+  } else if (spec_before && spec_after) {
+    ro.spec_decode = loadgen::spec_decode_difference(*spec_after, *spec_before);
+  }
   loadgen::print_failures(stdout, run, m);
   loadgen::print_result_block(stdout, m, run.duration_s, ro);
   std::fflush(stdout);

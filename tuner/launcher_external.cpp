@@ -1,7 +1,6 @@
 // External launcher: renders the candidate's command, starts it in its own process group with its log in
 // raw/<candidate>/, polls the health endpoint until it answers 200 (or the process exits, or the startup timeout
 // passes), and benchmarks it over HTTP. Teardown stops the whole group.
-#include <curl/curl.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -13,28 +12,13 @@
 #include "core/error.h"
 #include "loadgen/backends.h"
 #include "loadgen/http_client.h"
+#include "loadgen/server_metrics.h"
 #include "tuner/launcher.h"
 #include "tuner/server_command.h"
 #include "tuner/server_process.h"
 
 namespace servetune::tuner {
 namespace {
-
-size_t discard(char*, size_t size, size_t n, void*) { return size * n; }
-
-// One GET; true on HTTP 200.
-bool healthy(const std::string& url) {
-  CURL* h = curl_easy_init();
-  if (h == nullptr) return false;
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 2000L);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
-  long code = 0;
-  const bool ok = curl_easy_perform(h) == CURLE_OK && curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code == 200;
-  curl_easy_cleanup(h);
-  return ok;
-}
 
 class ExternalSession : public Session {
  public:
@@ -52,7 +36,7 @@ class ExternalSession : public Session {
                                 " answered" + (tail.empty() ? "" : "; its log ends:\n" + tail),
                             log_rel);
       }
-      if (healthy(base + server.health)) break;
+      if (loadgen::http_get(base + server.health, 2000)) break;  // HTTP 200
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (waited > server.startup_timeout_s) {
         process_->stop(server.stop_timeout_s);

@@ -90,7 +90,7 @@ void ServerMetrics::count_finish(FinishReason r) {
   finished[i].fetch_add(1, std::memory_order_relaxed);
 }
 
-std::string render_metrics(const ServerMetrics& m, const EngineStats& s, const std::string& model_name) {
+std::string render_metrics(const ServerMetrics& m, const EngineStats& s, const std::string& model_name, bool speculative) {
   const std::string labels = "model_name=\"" + label_value(model_name) + '"';
   std::string out;
   out.reserve(16384);
@@ -128,16 +128,18 @@ std::string render_metrics(const ServerMetrics& m, const EngineStats& s, const s
   header(out, "vllm:e2e_request_latency_seconds", "histogram", "Histogram of end to end request latency in seconds.");
   m.e2e.render(out, "vllm:e2e_request_latency_seconds", labels);
 
-  header(out, "vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts (verifications with draft tokens).");
-  sample(out, "vllm:spec_decode_num_drafts_total", labels, s.spec_num_drafts);
-  header(out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.");
-  sample(out, "vllm:spec_decode_num_draft_tokens_total", labels, s.spec_draft_tokens);
-  header(out, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.");
-  sample(out, "vllm:spec_decode_num_accepted_tokens_total", labels, s.spec_accepted_tokens);
-  header(out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.");
-  for (size_t i = 0; i < s.spec_accepted_per_position.size(); ++i) {
-    sample(out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", labels + ",position=\"" + std::to_string(i) + '"',
-           s.spec_accepted_per_position[i]);
+  if (speculative) {
+    header(out, "vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts (verifications with draft tokens).");
+    sample(out, "vllm:spec_decode_num_drafts_total", labels, s.spec_num_drafts);
+    header(out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.");
+    sample(out, "vllm:spec_decode_num_draft_tokens_total", labels, s.spec_draft_tokens);
+    header(out, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.");
+    sample(out, "vllm:spec_decode_num_accepted_tokens_total", labels, s.spec_accepted_tokens);
+    header(out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.");
+    for (size_t i = 0; i < s.spec_accepted_per_position.size(); ++i) {
+      sample(out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", labels + ",position=\"" + std::to_string(i) + '"',
+             s.spec_accepted_per_position[i]);
+    }
   }
 
   header(out, "servetune:kv_blocks_used", "gauge", "KV cache blocks held by requests.");

@@ -45,7 +45,8 @@ struct ServerMetrics {
   void count_finish(FinishReason r);
 };
 
-// The /metrics body for `model_name` from the server's metrics and the engine's stats.
-std::string render_metrics(const ServerMetrics& m, const EngineStats& s, const std::string& model_name);
+// The /metrics body for `model_name` from the server's metrics and the engine's stats; the speculative-decoding
+// counters only when the engine speculates (as vLLM does), so a scraper can tell "no speculation" from "no drafts".
+std::string render_metrics(const ServerMetrics& m, const EngineStats& s, const std::string& model_name, bool speculative);
 
 }  // namespace servetune::server

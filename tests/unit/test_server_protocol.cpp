@@ -360,7 +360,8 @@ TEST(ServerMetricsText, PrometheusFormat) {
   s.spec_draft_tokens = 20;
   s.spec_accepted_tokens = 7;
   s.spec_accepted_per_position = {4, 3};
-  const std::string text = render_metrics(m, s, "my \"model\"");
+  const std::string text = render_metrics(m, s, "my \"model\"", true);
+  EXPECT_EQ(render_metrics(m, s, "m", false).find("spec_decode"), std::string::npos) << "counters without speculation";
   auto has = [&](const std::string& line) { EXPECT_NE(text.find(line + "\n"), std::string::npos) << line; };
   has(R"(vllm:num_requests_running{model_name="my \"model\""} 2)");
   has(R"(vllm:num_requests_waiting{model_name="my \"model\""} 1)");

@@ -1,11 +1,15 @@
 """`servetune serve` as a process: bad flags exit 2 with one message, a taken port exits 1, SIGINT and SIGTERM shut
 down gracefully (a stream in flight ends with a finish_reason and [DONE]; past --shutdown-timeout it is aborted)
-and the process exits 0; /metrics carries vLLM's histograms after traffic. Standard library only."""
+and the process exits 0; /metrics carries vLLM's histograms after traffic; `servetune bench` against a speculating
+server reports the server's speculative-decoding counters (scraped from /metrics before and after the run), and
+none against a server that does not speculate. Standard library only."""
 import http.client
 import json
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 
 import harness
@@ -44,6 +48,33 @@ def shutdown_during_stream(sig, timeout_s, max_tokens):
         return finishes[-1]
 
 
+def bench_over_http(port, result_dir):
+    r = subprocess.run([harness.servetune_bin(), "bench", "--backend", "openai", "--port", str(port), "--model", harness.STORIES,
+                        "--served-model-name", "test-model", "--dataset-name", "random", "--random-input-len", "16",
+                        "--random-output-len", "48", "--ignore-eos", "--num-prompts", "8", "--max-concurrency", "4",
+                        "--save-result", "--result-dir", result_dir, "--result-filename", "r.json"],
+                       capture_output=True, text=True, timeout=300)
+    harness.check(r.returncode == 0, f"bench exit {r.returncode}: {r.stderr}")
+    with open(os.path.join(result_dir, "r.json")) as f:
+        return r.stdout, json.load(f)
+
+
+def check_speculative_counters():
+    with tempfile.TemporaryDirectory() as d:
+        with harness.Server(harness.STORIES, "--speculative-algorithm", "ngram") as s:
+            stdout, result = bench_over_http(s.port, d)
+            server = s.metrics()
+            harness.check("Speculative Decoding" in stdout, stdout)
+            for key, counter in [("spec_decode_num_drafts", "vllm:spec_decode_num_drafts_total"),
+                                 ("spec_decode_draft_tokens", "vllm:spec_decode_num_draft_tokens_total"),
+                                 ("spec_decode_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_total")]:
+                harness.check(result[key] == server[counter], f"{key} {result[key]} vs the server's {server[counter]}")
+            harness.check(result["spec_decode_draft_tokens"] > 0, f"no drafts on stories260K: {result}")
+        with harness.Server(harness.STORIES) as s:
+            stdout, result = bench_over_http(s.port, d)
+            harness.check("Speculative Decoding" not in stdout and "spec_decode_num_drafts" not in result, stdout)
+
+
 def main():
     for args, needle in [(["--port", "70000"], "--port"), (["--host", "localhost:1"], "--host"),
                          (["--io-threads", "0"], "--io-threads"), (["--max-queued-requests", "-1"], "--max-queued-requests"),
@@ -68,6 +99,7 @@ def main():
     # Within the grace period the stream finishes normally; past it, it is aborted. Either way: [DONE], exit 0.
     harness.check(shutdown_during_stream(signal.SIGINT, 60, 64) == "length", "SIGINT: the stream should finish")
     harness.check(shutdown_during_stream(signal.SIGTERM, 0.2, 2000) in ("abort", "length"), "SIGTERM")
+    check_speculative_counters()
     print("ok")
 
 

@@ -1,0 +1,133 @@
+// Speculative-decoding counters from a server's /metrics (see server_metrics.h).
+#include "loadgen/server_metrics.h"
+
+#include <curl/curl.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+namespace servetune::loadgen {
+namespace {
+
+size_t append_body(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+// The value of label `key` in a `{k="v",...}` label set (escapes \" \\ \n undone); nullopt when absent.
+std::optional<std::string> label_value(std::string_view labels, std::string_view key) {
+  size_t p = 0;
+  while (p < labels.size()) {
+    const size_t eq = labels.find('=', p);
+    if (eq == std::string_view::npos || eq + 1 >= labels.size() || labels[eq + 1] != '"') return std::nullopt;
+    std::string_view name = labels.substr(p, eq - p);
+    while (!name.empty() && (name.front() == ',' || name.front() == ' ')) name.remove_prefix(1);
+    std::string value;
+    size_t q = eq + 2;
+    for (; q < labels.size() && labels[q] != '"'; ++q) {
+      if (labels[q] == '\\' && q + 1 < labels.size()) {
+        ++q;
+        value.push_back(labels[q] == 'n' ? '\n' : labels[q]);
+      } else {
+        value.push_back(labels[q]);
+      }
+    }
+    if (q >= labels.size()) return std::nullopt;
+    if (name == key) return value;
+    p = q + 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> http_get(const std::string& url, long timeout_ms, const std::string& api_key) {
+  CURL* h = curl_easy_init();
+  if (h == nullptr) return std::nullopt;
+  std::string body;
+  curl_slist* headers = nullptr;
+  if (!api_key.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + api_key).c_str());
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, append_body);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+  long code = 0;
+  const bool ok = curl_easy_perform(h) == CURLE_OK && curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK &&
+                  code == 200;
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(h);
+  if (!ok) return std::nullopt;
+  return body;
+}
+
+std::optional<SpecDecodeStats> parse_spec_decode_counters(std::string_view text) {
+  SpecDecodeStats s;
+  bool found = false;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.empty() || line.front() == '#') continue;
+    const size_t name_end = line.find_first_of("{ ");
+    if (name_end == std::string_view::npos) continue;
+    const std::string_view name = line.substr(0, name_end);
+    if (name.rfind("vllm:spec_decode_", 0) != 0) continue;
+    std::string_view labels, rest = line.substr(name_end);
+    if (rest.front() == '{') {
+      const size_t close = rest.rfind('}');
+      if (close == std::string_view::npos) continue;
+      labels = rest.substr(1, close - 1);
+      rest = rest.substr(close + 1);
+    }
+    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+    const std::string number(rest.substr(0, rest.find(' ')));
+    char* parsed_end = nullptr;
+    const double v = std::strtod(number.c_str(), &parsed_end);
+    if (number.empty() || parsed_end != number.c_str() + number.size() || !std::isfinite(v)) continue;
+    const auto count = static_cast<int64_t>(std::llround(v));
+    if (name == "vllm:spec_decode_num_drafts_total") {
+      s.num_drafts += count;
+      found = true;
+    } else if (name == "vllm:spec_decode_num_draft_tokens_total") {
+      s.draft_tokens += count;
+    } else if (name == "vllm:spec_decode_num_accepted_tokens_total") {
+      s.accepted_tokens += count;
+    } else if (name == "vllm:spec_decode_num_accepted_tokens_per_pos_total") {
+      const auto position = label_value(labels, "position");
+      size_t i = 0;
+      if (!position || std::from_chars(position->data(), position->data() + position->size(), i).ec != std::errc() ||
+          i > 4096) {
+        continue;
+      }
+      if (s.accepted_per_position.size() <= i) s.accepted_per_position.resize(i + 1, 0);
+      s.accepted_per_position[i] += count;
+    }
+  }
+  if (!found) return std::nullopt;
+  return s;
+}
+
+SpecDecodeStats spec_decode_difference(const SpecDecodeStats& after, const SpecDecodeStats& before) {
+  SpecDecodeStats d;
+  d.num_drafts = after.num_drafts - before.num_drafts;
+  d.draft_tokens = after.draft_tokens - before.draft_tokens;
+  d.accepted_tokens = after.accepted_tokens - before.accepted_tokens;
+  for (size_t i = 0; i < after.accepted_per_position.size(); ++i) {
+    const int64_t b = i < before.accepted_per_position.size() ? before.accepted_per_position[i] : 0;
+    d.accepted_per_position.push_back(after.accepted_per_position[i] - b);
+  }
+  return d;
+}
+
+std::optional<SpecDecodeStats> scrape_spec_decode(const std::string& metrics_url, const std::string& api_key) {
+  const auto body = http_get(metrics_url, 5000, api_key);
+  if (!body) return std::nullopt;
+  return parse_spec_decode_counters(*body);
+}
+
+}  // namespace servetune::loadgen
