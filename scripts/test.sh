@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command: setup, warnings-as-errors release build, all ctest suites, an ASan+UBSan build of the unit
-# tests, and 60 s of libFuzzer on each file-format parser. What CI runs (.ci/run).
+# The test command: setup, warnings-as-errors release build, all ctest suites, a compile+link of the nccl
+# communicator, an ASan+UBSan build of the unit tests, and 60 s of libFuzzer on each file-format parser. What CI runs (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -17,6 +17,14 @@ cmake --preset ci >/dev/null
 cmake --build build/ci -j "$JOBS"
 step "tests"
 ctest --test-dir build/ci --output-on-failure -j "$JOBS" --timeout 900
+
+step "nccl communicator compiles and links (preset nccl)"
+if [ -f /usr/local/cuda/include/nccl.h ]; then
+  cmake --preset nccl >/dev/null
+  cmake --build build/nccl -j "$JOBS" --target test_comm
+else
+  echo "skipped: no CUDA/NCCL at /usr/local/cuda"
+fi
 
 step "performance check against the committed baseline (configs/ci-perf.yaml)"
 bash scripts/perf_check.sh --bin build/ci/tuner/servetune

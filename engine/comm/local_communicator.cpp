@@ -1,0 +1,246 @@
+// The `local` backend: every collective is two rendezvous of the group's threads. After the first, each rank
+// reads its peers' published buffers and computes its result into scratch memory; after the second (nobody reads
+// any more) it writes the result to its output, so in-place and overlapping buffers are safe.
+#include "comm/local_communicator.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include "comm/comm_common.h"
+#include "core/error.h"
+
+namespace servetune {
+
+// What one rank published for the current collective.
+struct Posted {
+  std::string signature;  // op, dtype, sizes: must match across ranks
+  const void* in = nullptr;
+  const std::vector<size_t>* counts = nullptr;       // all_gatherv / reduce_scatter counts; all_to_allv send counts
+  const std::vector<size_t>* recv_counts = nullptr;  // all_to_allv
+};
+
+struct LocalGroup::State {
+  int size = 0;
+  std::chrono::milliseconds timeout{};
+  std::mutex mutex;
+  std::condition_variable cv;
+  uint64_t generation = 0;   // completed rendezvous
+  int arrived = 0;           // ranks waiting in the current one
+  std::vector<uint64_t> arrivals;  // per rank: rendezvous entered
+  std::vector<Posted> posted[2];  // by rendezvous parity: a rank can be at most one rendezvous ahead of another
+  std::vector<bool> taken;
+  bool failed = false;
+  std::string failure;
+};
+
+namespace {
+
+class LocalCommunicator final : public Communicator {
+ public:
+  LocalCommunicator(std::shared_ptr<LocalGroup> group, LocalGroup::State& state, int rank)
+      : group_(std::move(group)), state_(state), rank_(rank) {}
+
+  ~LocalCommunicator() override {
+    std::lock_guard lock(state_.mutex);
+    fail_locked("rank " + std::to_string(rank_) + " left the group");
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return state_.size; }
+  const char* backend() const override { return "local"; }
+
+  void all_reduce(void* data, size_t count, CommDType dtype, ReduceOp op) override {
+    const size_t bytes = count * comm_dtype_size(dtype);
+    rendezvous("all_reduce", signature("all_reduce", dtype, count) + reduce_op_name(op), data, nullptr, nullptr);
+    scratch_.resize(bytes);
+    if (bytes > 0) std::memcpy(scratch_.data(), slot_[0].in, bytes);
+    for (int r = 1; r < size(); ++r) reduce_into(scratch_.data(), slot_[r].in, count, dtype, op);
+    rendezvous("all_reduce", "done", nullptr, nullptr, nullptr);
+    if (bytes > 0) std::memcpy(data, scratch_.data(), bytes);
+  }
+
+  void all_gatherv(const void* in, void* out, const std::vector<size_t>& counts, CommDType dtype) override {
+    check_counts(*this, "all_gatherv", "counts", counts);
+    const size_t elem = comm_dtype_size(dtype);
+    rendezvous("all_gatherv", signature("all_gatherv", dtype, counts), in, nullptr, nullptr);
+    scratch_.resize(sum_counts(counts) * elem);
+    size_t offset = 0;
+    for (int r = 0; r < size(); ++r) {
+      const size_t bytes = counts[static_cast<size_t>(r)] * elem;
+      if (bytes > 0) std::memcpy(scratch_.data() + offset, slot_[r].in, bytes);
+      offset += bytes;
+    }
+    rendezvous("all_gatherv", "done", nullptr, nullptr, nullptr);
+    if (!scratch_.empty()) std::memcpy(out, scratch_.data(), scratch_.size());
+  }
+
+  void reduce_scatter(const void* in, void* out, const std::vector<size_t>& counts, CommDType dtype, ReduceOp op) override {
+    check_counts(*this, "reduce_scatter", "counts", counts);
+    const size_t elem = comm_dtype_size(dtype);
+    rendezvous("reduce_scatter", signature("reduce_scatter", dtype, counts) + reduce_op_name(op), in, nullptr, nullptr);
+    size_t offset = 0;
+    for (int r = 0; r < rank_; ++r) offset += counts[static_cast<size_t>(r)];
+    const size_t mine = counts[static_cast<size_t>(rank_)];
+    scratch_.resize(mine * elem);
+    if (mine > 0) {
+      std::memcpy(scratch_.data(), static_cast<const char*>(slot_[0].in) + offset * elem, mine * elem);
+      for (int r = 1; r < size(); ++r) {
+        reduce_into(scratch_.data(), static_cast<const char*>(slot_[r].in) + offset * elem, mine, dtype, op);
+      }
+    }
+    rendezvous("reduce_scatter", "done", nullptr, nullptr, nullptr);
+    if (mine > 0) std::memcpy(out, scratch_.data(), mine * elem);
+  }
+
+  void all_to_allv(const void* in, const std::vector<size_t>& send_counts, void* out, const std::vector<size_t>& recv_counts,
+                   CommDType dtype) override {
+    check_counts(*this, "all_to_allv", "send_counts", send_counts);
+    check_counts(*this, "all_to_allv", "recv_counts", recv_counts);
+    const size_t elem = comm_dtype_size(dtype);
+    rendezvous("all_to_allv", signature("all_to_allv", dtype, size_t{0}), in, &send_counts, &recv_counts);
+    // Rank p's block for me starts after what p sends to ranks before me.
+    for (int p = 0; p < size(); ++p) {
+      const auto& theirs = *slot_[p].counts;
+      if (theirs[static_cast<size_t>(rank_)] != recv_counts[static_cast<size_t>(p)]) {
+        const std::string what = "rank " + std::to_string(p) + " sends " + std::to_string(theirs[static_cast<size_t>(rank_)]) +
+                                 " elements to rank " + std::to_string(rank_) + ", which expects " +
+                                 std::to_string(recv_counts[static_cast<size_t>(p)]);
+        {
+          std::lock_guard lock(state_.mutex);
+          fail_locked("all_to_allv: " + what);
+        }
+        throw_comm_error(*this, "all_to_allv", what);
+      }
+    }
+    scratch_.resize(sum_counts(recv_counts) * elem);
+    size_t out_offset = 0;
+    for (int p = 0; p < size(); ++p) {
+      const auto& theirs = *slot_[p].counts;
+      size_t in_offset = 0;
+      for (int q = 0; q < rank_; ++q) in_offset += theirs[static_cast<size_t>(q)];
+      const size_t bytes = recv_counts[static_cast<size_t>(p)] * elem;
+      if (bytes > 0) {
+        std::memcpy(scratch_.data() + out_offset, static_cast<const char*>(slot_[p].in) + in_offset * elem,
+                    bytes);
+      }
+      out_offset += bytes;
+    }
+    rendezvous("all_to_allv", "done", nullptr, nullptr, nullptr);
+    if (!scratch_.empty()) std::memcpy(out, scratch_.data(), scratch_.size());
+  }
+
+  void broadcast(void* data, size_t count, CommDType dtype, int root) override {
+    check_root(*this, "broadcast", root);
+    const size_t bytes = count * comm_dtype_size(dtype);
+    rendezvous("broadcast", signature("broadcast", dtype, count) + " root " + std::to_string(root), data, nullptr, nullptr);
+    scratch_.resize(bytes);
+    if (bytes > 0) std::memcpy(scratch_.data(), slot_[root].in, bytes);
+    rendezvous("broadcast", "done", nullptr, nullptr, nullptr);
+    if (bytes > 0 && rank_ != root) std::memcpy(data, scratch_.data(), bytes);
+  }
+
+  void barrier() override { rendezvous("barrier", "barrier", nullptr, nullptr, nullptr); }
+
+  void abort(const std::string& reason) override {
+    std::lock_guard lock(state_.mutex);
+    fail_locked("rank " + std::to_string(rank_) + " aborted: " + reason);
+  }
+
+ private:
+  static std::string signature(const char* op, CommDType dtype, size_t count) {
+    return std::string(op) + " " + comm_dtype_name(dtype) + " x" + std::to_string(count) + " ";
+  }
+  static std::string signature(const char* op, CommDType dtype, const std::vector<size_t>& counts) {
+    std::string s = std::string(op) + " " + comm_dtype_name(dtype) + " counts";
+    for (size_t c : counts) s += " " + std::to_string(c);
+    return s + " ";
+  }
+
+  void fail_locked(const std::string& why) {
+    if (!state_.failed) {
+      state_.failed = true;
+      state_.failure = why;
+    }
+    state_.cv.notify_all();
+  }
+
+  // Publishes this rank's part and waits until every rank has arrived; then checks that all called the same
+  // collective with matching sizes. Throws on timeout, on a failed group and on a mismatch (failing the group).
+  void rendezvous(const char* op, std::string sig, const void* in, const std::vector<size_t>* counts,
+                  const std::vector<size_t>* recv_counts) {
+    auto& s = state_;
+    std::unique_lock lock(s.mutex);
+    if (s.failed) throw_comm_error(*this, op, "the group has failed: " + s.failure);
+    const uint64_t gen = s.generation;
+    s.posted[gen & 1][static_cast<size_t>(rank_)] = Posted{std::move(sig), in, counts, recv_counts};
+    const uint64_t mine = ++s.arrivals[static_cast<size_t>(rank_)];
+    if (++s.arrived == s.size) {
+      s.arrived = 0;
+      ++s.generation;
+      s.cv.notify_all();
+    } else {
+      const bool done = s.cv.wait_for(lock, s.timeout, [&] { return s.generation != gen || s.failed; });
+      if (s.generation == gen) {
+        if (!done) {
+          std::string missing;
+          for (int r = 0; r < s.size; ++r) {
+            if (s.arrivals[static_cast<size_t>(r)] < mine) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+          }
+          fail_locked(std::string(op) + " timed out after " + std::to_string(s.timeout.count()) + " ms waiting for rank(s) " + missing);
+        }
+        throw_comm_error(*this, op, s.failure);
+      }
+    }
+    slot_ = s.posted[gen & 1].data();
+    const std::string& expected = slot_[rank_].signature;
+    for (int r = 0; r < s.size; ++r) {
+      const std::string& theirs = slot_[r].signature;
+      if (theirs != expected) {
+        const std::string what = "ranks disagree: rank " + std::to_string(rank_) + " called '" + expected + "', rank " +
+                                 std::to_string(r) + " called '" + theirs + "'";
+        fail_locked(what);
+        throw_comm_error(*this, op, what);
+      }
+    }
+  }
+
+  std::shared_ptr<LocalGroup> group_;  // keeps state_ alive
+  LocalGroup::State& state_;
+  int rank_;
+  std::vector<char> scratch_;
+  const Posted* slot_ = nullptr;  // what each rank published for the current collective
+};
+
+}  // namespace
+
+LocalGroup::LocalGroup(int size, std::chrono::milliseconds timeout) : state_(std::make_unique<State>()) {
+  state_->size = size;
+  state_->timeout = timeout;
+  state_->arrivals.assign(static_cast<size_t>(size), 0);
+  for (auto& posted : state_->posted) posted.resize(static_cast<size_t>(size));
+  state_->taken.assign(static_cast<size_t>(size), false);
+}
+
+LocalGroup::~LocalGroup() = default;
+
+std::shared_ptr<LocalGroup> LocalGroup::create(int size, std::chrono::milliseconds timeout) {
+  if (size < 1) throw_usage("a local communicator group needs at least 1 rank, got " + std::to_string(size));
+  if (timeout.count() <= 0) throw_usage("the communicator timeout must be positive");
+  return std::shared_ptr<LocalGroup>(new LocalGroup(size, timeout));
+}
+
+int LocalGroup::size() const { return state_->size; }
+std::chrono::milliseconds LocalGroup::timeout() const { return state_->timeout; }
+
+std::unique_ptr<Communicator> LocalGroup::communicator(int rank) {
+  if (rank < 0 || rank >= state_->size) {
+    throw_usage("rank " + std::to_string(rank) + " is not in a local group of " + std::to_string(state_->size));
+  }
+  std::lock_guard lock(state_->mutex);
+  if (state_->taken[static_cast<size_t>(rank)]) throw_usage("the communicator of local rank " + std::to_string(rank) + " was already taken");
+  state_->taken[static_cast<size_t>(rank)] = true;
+  return std::make_unique<LocalCommunicator>(shared_from_this(), *state_, rank);
+}
+
+}  // namespace servetune
