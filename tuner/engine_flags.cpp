@@ -11,7 +11,8 @@ void add_engine_flags(CLI::App* cmd, EngineConfig& c) {
   cmd->add_option("--device", c.device, "cpu")->group(g);
   cmd->add_option("--threads,-t", c.threads, "CPU threads (0: all cores)")->group(g);
   cmd->add_option("--tp-size", c.tp_size, "Tensor-parallel size")->group(g);
-  cmd->add_option("--dp-size", c.dp_size, "Data-parallel size")->group(g);
+  cmd->add_option("--dp-size", c.dp_size, "Data-parallel size: engine replicas, each with threads / dp-size")->group(g);
+  cmd->add_option("--load-balance-method", c.load_balance_method, "round_robin | shortest_queue (how requests pick a replica)")->group(g);
   cmd->add_option("--ep-size", c.ep_size, "Expert-parallel size")->group(g);
   cmd->add_flag("--enable-dp-attention", c.enable_dp_attention, "Data-parallel attention")->group(g);
   cmd->add_option("--compile", c.compile, "eager | fused | graphs")->group(g);

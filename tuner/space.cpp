@@ -122,10 +122,15 @@ std::string SearchSpace::check(const Candidate& c) const {
     return "ep_size = " + std::to_string(ep) + " does not divide the " + std::to_string(*spec_.target.num_experts) + " experts";
   }
   if (spec_.builtin()) {
+    const EngineConfig config = engine_config(c);
     try {
-      engine_config(c).validate();
+      config.validate();
     } catch (const Error& e) {
+      // Unsupported settings and combinations that do not fit (tp x dp over the threads, ...) are skipped; a bad
+      // value on its own is a mistake in the sweep file.
       if (e.kind() == ErrorKind::kUnsupported) return std::string("the engine rejects it: ") + e.what();
+      const std::string problem = config.combination_problem();
+      if (!problem.empty() && problem == e.what()) return "the engine rejects it: " + problem;
       throw_usage(spec_.source + ": space: the candidate " + c.label + " is not a valid engine config: " + e.what());
     }
     return "";

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -34,7 +35,7 @@ void read(const nlohmann::json& j, const char* key, std::optional<T>& field) {
 
 const std::vector<std::string>& engine_config_keys() {
   static const std::vector<std::string> keys = {
-      "model", "load_format", "context_length", "device", "threads", "tp_size", "dp_size", "ep_size",
+      "model", "load_format", "context_length", "device", "threads", "tp_size", "dp_size", "load_balance_method", "ep_size",
       "enable_dp_attention", "compile", "cuda_graph_max_bs", "max_total_tokens", "mem_fraction_static", "page_size",
       "kv_cache_dtype", "max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy",
       "disable_radix_cache", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
@@ -51,6 +52,7 @@ void to_json(nlohmann::json& j, const EngineConfig& c) {
                      {"threads", c.threads},
                      {"tp_size", c.tp_size},
                      {"dp_size", c.dp_size},
+                     {"load_balance_method", c.load_balance_method},
                      {"ep_size", c.ep_size},
                      {"enable_dp_attention", c.enable_dp_attention},
                      {"compile", c.compile},
@@ -87,6 +89,7 @@ void from_json(const nlohmann::json& j, EngineConfig& c) {
   read(j, "threads", c.threads);
   read(j, "tp_size", c.tp_size);
   read(j, "dp_size", c.dp_size);
+  read(j, "load_balance_method", c.load_balance_method);
   read(j, "ep_size", c.ep_size);
   read(j, "enable_dp_attention", c.enable_dp_attention);
   read(j, "compile", c.compile);
@@ -123,6 +126,9 @@ void EngineConfig::validate() const {
   usage(!context_length || *context_length > 0, "context_length must be positive");
   usage(threads >= 0 && threads <= 1024, "threads must be in [0, 1024]");
   usage(tp_size >= 1 && dp_size >= 1 && ep_size >= 1, "tp_size, dp_size and ep_size must be at least 1");
+  usage(dp_size <= 1024 && tp_size <= 1024, "tp_size and dp_size must be at most 1024");
+  usage(load_balance_method == "round_robin" || load_balance_method == "shortest_queue",
+        "load_balance_method must be round_robin or shortest_queue, got '" + load_balance_method + "'");
   usage(compile == "eager" || compile == "fused" || compile == "graphs", "compile must be eager, fused or graphs");
   usage(cuda_graph_max_bs >= 0, "cuda_graph_max_bs must be non-negative");
   usage(!max_total_tokens || *max_total_tokens > 0, "max_total_tokens must be positive");
@@ -172,7 +178,6 @@ void EngineConfig::validate() const {
 
   unsupported(device == "cpu", "device '" + device + "' is not implemented yet (available: cpu)");
   unsupported(tp_size == 1, "tp_size > 1 (tensor parallelism) is not implemented yet");
-  unsupported(dp_size == 1, "dp_size > 1 (data parallelism) is not implemented yet");
   unsupported(ep_size == 1, "ep_size > 1 (expert parallelism) needs a mixture-of-experts model, which is not implemented yet");
   unsupported(!enable_dp_attention, "enable_dp_attention is not implemented yet");
   unsupported(compile == "eager", "compile = " + compile + " is not implemented yet (available: eager)");
@@ -180,6 +185,31 @@ void EngineConfig::validate() const {
   unsupported(kv_cache_dtype != "fp8_e4m3", "kv_cache_dtype fp8_e4m3 is not implemented yet (available: auto, f32, f16)");
   unsupported(algo.empty() || algo == "ngram" || algo == "draft",
               "speculative_algorithm '" + speculative_algorithm + "' is not implemented yet (available: ngram, draft)");
+  const std::string problem = combination_problem();
+  usage(problem.empty(), problem);
+}
+
+std::string EngineConfig::combination_problem() const {
+  if (tp_size < 1 || dp_size < 1) return "";  // a bad value, which validate() reports
+  const int64_t ranks = static_cast<int64_t>(tp_size) * dp_size;
+  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads > 0 && ranks > threads) {
+    return "tp_size x dp_size = " + std::to_string(ranks) + " ranks need at least one thread each, but threads = " +
+           std::to_string(threads);
+  }
+  if (threads == 0 && ranks > cores) {
+    return "tp_size x dp_size = " + std::to_string(ranks) + " ranks need at least one thread each, but this machine has " +
+           std::to_string(cores) + " (threads = 0 means all of them)";
+  }
+  if (max_total_tokens && *max_total_tokens / dp_size < page_size) {
+    return "max_total_tokens = " + std::to_string(*max_total_tokens) + " split over dp_size = " + std::to_string(dp_size) +
+           " replicas leaves less than one page (" + std::to_string(page_size) + " tokens) each";
+  }
+  if (dp_size > 1 && max_running_requests < dp_size) {
+    return "max_running_requests = " + std::to_string(max_running_requests) + " is less than dp_size = " + std::to_string(dp_size) +
+           " (each replica runs at least one request)";
+  }
+  return "";
 }
 
 }  // namespace servetune

@@ -10,3 +10,6 @@ servetune_test(test_speculative_rollback LABEL unit
 servetune_test(test_speculator LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_speculator.cpp
   LIBS servetune_runtime)
+servetune_test(test_data_parallel_config LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_parallel_config.cpp
+  LIBS servetune_runtime)

@@ -46,6 +46,18 @@ workloads: [{name: w, dataset: random}]
   EXPECT_NE(space.at(5).skip_reason.find("exceeds the 4 devices"), std::string::npos);  // tp 8, 64
 }
 
+TEST(TunerSpace, DataParallelCandidatesThatDoNotFitTheThreadsAreSkipped) {
+  const SweepSpec s = parse(R"(name: t
+target: {engine: builtin, model: m.gguf}
+space: {threads: [2], dp_size: [1, 2, 4], load_balance_method: [round_robin, shortest_queue]}
+workloads: [{name: w, dataset: random}]
+)");
+  SearchSpace space(s);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(space.at(i).skip_reason, "") << i;  // dp 1, 2
+  EXPECT_NE(space.at(4).skip_reason.find("the engine rejects it: tp_size x dp_size = 4 ranks need at least one thread each"),
+            std::string::npos) << space.at(4).skip_reason;
+}
+
 TEST(TunerSpace, ExpertsMustBeDivisible) {
   const SweepSpec s = parse(R"(name: t
 target: {engine: external, model: m, tokenizer: t, command: "srv --port {port} {flags}", num_experts: 6}

@@ -1,5 +1,5 @@
 // The built-in engine's public in-process API: submit requests, read their token streams, abort, read stats.
-// Thread-safe; the engine loop runs on its own thread. The load generator, server and tuner use only this API.
+// Thread-safe; each of the dp_size replicas runs its engine loop on its own thread; stats sum over them. The load generator, server and tuner use only this API.
 #pragma once
 
 #include <chrono>
@@ -98,7 +98,7 @@ class Engine {
   const EngineConfig& config() const;
   const ModelConfig& model_config() const;
   const Tokenizer& tokenizer() const;
-  int64_t kv_capacity_tokens() const;
+  int64_t kv_capacity_tokens() const;  // the most tokens one request can hold (one replica's KV when dp_size > 1)
 
   // Stops accepting requests, aborts the ones in flight, joins the engine thread. Idempotent.
   void shutdown();

@@ -21,7 +21,8 @@ struct EngineConfig {
   std::string device = "cpu";
   int threads = 0;                     // CPU threads (0: all cores)
   int tp_size = 1;
-  int dp_size = 1;
+  int dp_size = 1;                     // engine replicas, each with threads / dp_size, KV and running requests / dp_size
+  std::string load_balance_method = "round_robin";  // round_robin | shortest_queue: how requests pick a replica
   int ep_size = 1;
   bool enable_dp_attention = false;
   std::string compile = "eager";       // eager | fused | graphs
@@ -52,6 +53,10 @@ struct EngineConfig {
 
   // Throws Error(kUsage) for a bad value and Error(kUnsupported) for a setting this build cannot honour yet.
   void validate() const;
+  // The rules that combine settings with each other and with this machine (tp_size x dp_size ranks need that many
+  // threads, KV capacity must leave every replica a page, ...): "" when they hold, else what is wrong. validate()
+  // throws it as Error(kUsage); the tuner skips such candidates with this message.
+  std::string combination_problem() const;
 };
 
 void to_json(nlohmann::json& j, const EngineConfig& c);
