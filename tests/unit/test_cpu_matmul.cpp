@@ -233,7 +233,7 @@ void check_type(DType type, const std::vector<Case>& cases) {
           }
           for (int64_t r = c.rows; r < y_stride; ++r) ASSERT_EQ(y[static_cast<size_t>(t * y_stride + r)], kSentinel);
         }
-        // Quantized kernels all follow ggml's vec_dot arithmetic, which the reference spells out: bit for bit.
+        // Quantized kernels all follow the canonical block arithmetic, which the reference spells out: bit for bit.
         if (is_quantized(type)) {
           ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)), 0) << "differs from the reference";
         }

@@ -1,6 +1,6 @@
 // CPU matrix multiplication y = x · Wᵀ for f32 activations and F32/F16/BF16/GGML-quantized weights, following
-// ggml-cpu's numerics (activations quantized to Q8_0/Q8_1 per 32-block, ggml's vec_dot summation) so greedy output
-// can match llama.cpp. Runtime-dispatched to AVX-512 VNNI / AVX2 / plain C++ kernels.
+// ggml-cpu's activation quantization (Q8_0/Q8_1 per 32-block) with exact integer block dots, so outputs stay within
+// rounding of llama.cpp's. Runtime-dispatched to AVX-512 VNNI / AVX2 / plain C++ kernels.
 #pragma once
 
 #include <cstdint>
@@ -27,10 +27,10 @@ struct MatrixView {
 //   Q4_0, Q5_0, Q8_0, Q4_1, Q5_1
 //               activations quantized per 32-block as ggml's x86 quantize_row_q8_0 (Q4_1, Q5_1: _q8_1, which adds
 //               s = f16(d·Σq)): d = amax/127 stored as f16, q = round-half-even(x·127/amax). Each output is then
-//               summed exactly like ggml's x86 ggml_vec_dot_*_q8_*: eight f32 lanes, lane l accumulating
-//               fma(d_w·d_x, Σ_{k<4} q_w[4l+k]·q_x[4l+k], lane) block by block, mins as an fma chain of m_w·s_x,
-//               result ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) (+ mins). Every ISA and path reproduces the vec_dot
-//               results of libggml-cpu (vendored llama.cpp, AVX-512 build) bit for bit.
+//               acc = fma(d_w·d_x, float(Σ_{32} q_w·q_x), acc) block by block (the integer dot is exact), mins as
+//               an fma chain of m_w·s_x, result acc (+ mins). ggml's x86 vec_dot rounds per 4-element quad into
+//               eight lanes instead: the two differ by f32 rounding only (the quantized inputs are identical), and
+//               one float op per block instead of eight is what lets batched matmuls run at the integer rate.
 //   Q4_K, Q6_K  activations quantized per 256-block to Q8_K as ggml's quantize_row_q8_K_ref (f32 d = max/−127,
 //               q = round-half-even(x·−127/max)); per super-block integer sums with the 6-bit / 8-bit sub-block
 //               scales, y = Σ d_w·d_x·isum (− dmin_w·d_x·Σ min·bsum for Q4_K): close to ggml, not bit-exact.
@@ -39,8 +39,8 @@ struct MatrixView {
 // An output's value never depends on the batch it is computed in (other tokens, its position, the batch size) or
 // on the thread count: the engine's greedy output is the same alone or batched. The quantized kernels equal
 // matmul_reference bit for bit; the float kernels differ from it only in summation order.
-// Paths (AVX-512, quantized): whole groups of 16 tokens → token-lane VNNI GEMM (prefill); other tokens → row-pair
-// kernel streaming the GGML blocks with software prefetch (decode).
+// Paths (AVX-512, quantized): whole groups of 16 tokens → token-lane VNNI GEMM (prefill, batched decode); other
+// tokens → row-lane kernel over 16-row panels decoded to quad-major order, next panel prefetched (decode).
 bool matmul_supports(DType weight_type);
 
 // y[t*y_stride + r] = Σ_c x[t*x_stride + c] * W[r, c]   for t < n_tokens, r < rows. y must not overlap x or W.

@@ -1,6 +1,8 @@
 // AVX2 kernels for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights × Q8 activations, plus the activation quantizer (ggml's
 // x86 scheme). Rows decoded once into a panel, then 2×4 (rows × tokens) tiles of vpmaddubsw + vpmaddwd dots (signed
-// weights use the |w|, sign(x, w) trick, so 16-bit pair sums cannot saturate) following ggml's vec_dot arithmetic.
+// weights use the |w|, sign(x, w) trick, so 16-bit pair sums cannot saturate); the eight (row, token) block dots of a
+// tile are reduced together into one vector of exact integer sums, and one fma per block follows the canonical
+// arithmetic of matmul_reference.cpp.
 #include <immintrin.h>
 
 #include <cstring>
@@ -19,13 +21,6 @@ constexpr int kTokens = 4;
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
 inline float f16_round_trip(float v) { return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT)); }
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline int hsum_i32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -173,14 +168,19 @@ struct TileArgs {
   int64_t y_stride;
 };
 
+// Lane j of the result: the sum of v[j]'s eight lanes (exact integer adds).
+inline __m256i reduce8(const __m256i* v) {
+  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20), _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
 template <DType kType, int R, int T>
 void compute_tile(const TileArgs& g) {
+  static_assert(R <= 2 && T <= 4, "lane r * 4 + t holds row r, token t");
   constexpr bool kSigned = !has_min<kType>();
   constexpr int64_t kStep = panel_block_bytes<kType>();
-  __m256 acc[R][T];
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  }
+  __m256 acc = _mm256_setzero_ps();
   float mins[R][T] = {};
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < g.blocks; ++b) {
@@ -192,9 +192,11 @@ void compute_tile(const TileArgs& g) {
         }
       }
     }
+    __m256i dots[8];
+    for (auto& v : dots) v = _mm256_setzero_si256();
+    alignas(32) float dw[8] = {}, dx[8] = {};
     for (int t = 0; t < T; ++t) {
       const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(g.xq + t * g.xq_stride + b * 32));
-      const __m256 dx = _mm256_broadcast_ss(g.xd + t * g.xd_stride + b);
       for (int r = 0; r < R; ++r) {
         const uint8_t* wp = g.pq + r * g.pq_stride + b * kStep;
         const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp));
@@ -205,13 +207,18 @@ void compute_tile(const TileArgs& g) {
         } else {
           pairs = _mm256_maddubs_epi16(wv, xv);
         }
-        const __m256 scale = _mm256_mul_ps(_mm256_broadcast_ss(g.pd + r * g.pd_stride + b), dx);
-        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), scale, acc[r][t]);
+        dots[r * 4 + t] = _mm256_madd_epi16(pairs, ones);
+        dw[r * 4 + t] = g.pd[r * g.pd_stride + b];
+        dx[r * 4 + t] = g.xd[t * g.xd_stride + b];
       }
     }
+    const __m256 scale = _mm256_mul_ps(_mm256_load_ps(dw), _mm256_load_ps(dx));
+    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(reduce8(dots)), acc);
   }
+  alignas(32) float out[8];
+  _mm256_store_ps(out, acc);
   for (int t = 0; t < T; ++t) {
-    for (int r = 0; r < R; ++r) g.y[t * g.y_stride + r] = hsum(acc[r][t]) + (has_min<kType>() ? mins[r][t] : 0.0f);
+    for (int r = 0; r < R; ++r) g.y[t * g.y_stride + r] = has_min<kType>() ? out[r * 4 + t] + mins[r][t] : out[r * 4 + t];
   }
 }
 

@@ -1,9 +1,9 @@
 // AVX-512 VNNI kernels for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights × Q8 activations (quantized in
-// quantize_act_avx512.cpp). Every path computes each output with ggml's x86 vec_dot arithmetic (see
-// matmul_reference.cpp: 8 lanes of fma(d_w·d_x, 4-element partial, lane) per block, hsum8, + the min chain), so
-// results equal llama.cpp's dot products and never depend on the batch, a token's place in it, or the thread split.
-// Whole 16-token groups use the token-lane GEMM (matmul_tl_avx512.cpp); other tokens (decode) the row-pair kernel
-// here: one zmm holds two rows' 8 lanes for one token.
+// quantize_act_avx512.cpp). Every path computes each output with the canonical arithmetic of matmul_reference.cpp
+// (exact integer block dots, one fma per block in block order, + the min chain), so results never depend on the
+// batch, a token's place in it, or the thread split. Whole 16-token groups use the token-lane GEMM
+// (matmul_tl_avx512.cpp); other tokens (decode) the row-pair kernel here: one zmm holds two rows' block for one
+// token, and block sums of 16 rows are regrouped to one lane per row before the float work.
 #include <cstring>
 #include <type_traits>
 
@@ -16,8 +16,8 @@ namespace {
 
 using namespace avx512;
 
-constexpr int kPairs = 4;      // row pairs per tile (8 rows)
-constexpr int kMaxTokens = 2;  // tokens per pass (weights are unpacked once per pass)
+constexpr int64_t kPanelRows = 16;  // rows per row-pair tile (8 pairs): one zmm lane each after the block sums
+constexpr int kPassTokens = 2;      // tokens per pass (weights are unpacked once per pass)
 
 template <DType kType>
 struct QuantTraits;
@@ -79,129 +79,114 @@ inline __m512i unpack_two(const typename QuantTraits<kType>::Block* a, const typ
   }
 }
 
-// f16 d (and Q4_1 m) of blocks [b, b + n), n <= 16, widened to f32 in lanes 0..n-1 (other lanes zero).
-template <DType kType>
-inline void block_scales16(const typename QuantTraits<kType>::Block* blk, int64_t n, __m512* d, __m512* m) {
-  __m128i quads[4];
-  for (int q = 0; q < 4; ++q) {
-    int32_t w4[4];
-    for (int i = 0; i < 4; ++i) {
-      w4[i] = 0;
-      if (4 * q + i < n) std::memcpy(&w4[i], &blk[4 * q + i], 4);
-    }
-    quads[q] = _mm_setr_epi32(w4[0], w4[1], w4[2], w4[3]);
+constexpr int64_t kChunkBlocks = 8;  // blocks per step: 8 row pairs × 8 blocks of exact integer dots at a time
+
+// Σ of a token's 32 activation quants in one block (the offset correction of signed weight codes).
+inline int32_t block_sum(const int8_t* xq) {
+  const __m256i biased = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(xq)), _mm256_set1_epi8(-128));
+  const __m256i sad = _mm256_sad_epu8(biased, _mm256_setzero_si256());  // Σ (x + 128) in four u64 lanes
+  const __m128i s = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+  return static_cast<int32_t>(_mm_cvtsi128_si64(s) + _mm_extract_epi64(s, 1)) - 32 * 128;
+}
+
+// z[j] holds row a's 8 quad dots (lanes 0-7) and row b's (lanes 8-15) of block j; the result holds the block sums
+// [a: blocks 0-3, b: blocks 0-3, a: blocks 4-7, b: blocks 4-7] (exact integer adds).
+inline __m512i reduce_pair_blocks(const __m512i* z) {
+  __m512i m[4];
+  for (int i = 0; i < 4; ++i) {
+    m[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]), _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]));
   }
-  const __m512i v =
-      _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(quads[0]), quads[1], 1)),
-                         _mm256_inserti128_si256(_mm256_castsi128_si256(quads[2]), quads[3], 1), 1);
-  *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
-  if constexpr (QuantTraits<kType>::kHasMin) *m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+  const __m512i n0 = _mm512_add_epi32(_mm512_unpacklo_epi64(m[0], m[1]), _mm512_unpackhi_epi64(m[0], m[1]));
+  const __m512i n1 = _mm512_add_epi32(_mm512_unpacklo_epi64(m[2], m[3]), _mm512_unpackhi_epi64(m[2], m[3]));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(n0, n1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_i32x4(n0, n1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// ggml's hsum_float_8 on both 256-bit halves at once: lane 0 gets ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)) of lanes 0-7,
-// lane 8 the same of lanes 8-15.
-inline __m512 hsum8_halves(__m512 v) {
-  const __m512 a = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
-  const __m512 b = _mm512_add_ps(a, _mm512_permute_ps(a, _MM_SHUFFLE(1, 0, 3, 2)));
-  return _mm512_add_ps(b, _mm512_movehdup_ps(b));
-}
-
-// Row-pair kernel: rows [0, nrows) (nrows <= 2 * kPairs) from row0 × T tokens from t0, writing y[t*y_stride + r].
+// Row-pair kernel for tokens outside whole token groups (decode): 16 rows [0, rows) × T tokens from t0. Per 8 blocks,
+// vpdpbusd gives each row pair's quad dots (one zmm: two rows' block), reduce_pair_blocks turns 8 of them into block
+// sums, a gather transposes those to one zmm per block with a lane per row, and one fma per block and row follows the
+// canonical arithmetic. Weights are unpacked once per pass; short tiles repeat their last row (not stored).
 template <DType kType, int T>
-void rowpair_tile(const uint8_t* row0, int64_t row_bytes, int64_t nrows, const Activations& a, int64_t t0, float* y,
+void rowpair_tile(const uint8_t* row0, int64_t row_bytes, int64_t rows, const Activations& a, int64_t t0, float* y,
                   int64_t y_stride) {
   using Traits = QuantTraits<kType>;
   using Block = typename Traits::Block;
-  const __m512i zero = _mm512_setzero_si512();
-  // Pair p holds rows ra[p], rb[p]; a short tile repeats its last row, whose copies are not stored.
-  int64_t ra[kPairs], rb[kPairs];
-  for (int p = 0; p < kPairs; ++p) {
-    ra[p] = imin(2 * p, nrows - 1);
-    rb[p] = imin(2 * p + 1, nrows - 1);
+  const Block* row[16];
+  for (int i = 0; i < 16; ++i) row[i] = reinterpret_cast<const Block*>(row0 + imin(i, rows - 1) * row_bytes);
+  const __m512i row_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                 _mm512_set1_epi32(static_cast<int>(row_bytes)));
+  const __mmask16 valid = static_cast<__mmask16>((1u << rows) - 1);
+  // Lane of row 2p + h, block j in pair p's sums (see reduce_pair_blocks), as an index into sums[p * 16 + lane].
+  alignas(64) int32_t gather_index[kChunkBlocks][16];
+  for (int j = 0; j < kChunkBlocks; ++j) {
+    for (int i = 0; i < 16; ++i) gather_index[j][i] = (i / 2) * 16 + (j < 4 ? (i % 2) * 4 + j : 8 + (i % 2) * 4 + j - 4);
   }
-  __m512 acc[kPairs][T], mins[kPairs][T];
-  for (int p = 0; p < kPairs; ++p) {
-    for (int t = 0; t < T; ++t) acc[p][t] = mins[p][t] = _mm512_setzero_ps();
-  }
-  alignas(64) float dw[2 * kPairs][16], mw[2 * kPairs][16];
-  for (int64_t g = 0; g < a.nb; g += 16) {
-    const int64_t n = imin(16, a.nb - g);
-    for (int64_t i = 0; i < imin(nrows, 2 * kPairs); ++i) {
-      __m512 d16, m16 = _mm512_setzero_ps();
-      block_scales16<kType>(reinterpret_cast<const Block*>(row0 + i * row_bytes) + g, n, &d16, &m16);
-      // One token: store d_w·d_x directly (the same products the T > 1 path forms block by block).
-      if constexpr (T == 1) d16 = _mm512_mul_ps(d16, _mm512_loadu_ps(a.d + t0 * a.d_stride + g));
-      _mm512_store_ps(dw[i], d16);
-      _mm512_store_ps(mw[i], m16);
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t b = g + j;
-      const __m512i idx = _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16),
-                                           _mm512_set1_epi32(static_cast<int>(j)));
-      __m512i x2[T], init[T];
-      for (int t = 0; t < T; ++t) {
-        const int8_t* xq = a.q + (t0 + t) * a.q_stride + b * kQBlock;
-        x2[t] = _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(xq)));
-        init[t] = zero;
-        if constexpr (Traits::kOffset != 0) {
-          const __m512i offset = _mm512_set1_epi8(static_cast<char>(Traits::kOffset));
-          init[t] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, x2[t]));
-        }
-      }
-      for (int p = 0; p < kPairs; ++p) {
-        const auto* blk_a = reinterpret_cast<const Block*>(row0 + ra[p] * row_bytes) + b;
-        const auto* blk_b = reinterpret_cast<const Block*>(row0 + rb[p] * row_bytes) + b;
-        // One prefetch per 64 bytes of each row's stream is enough.
-        if (sizeof(Block) > 32 || j % 2 == 0) {
-          _mm_prefetch(reinterpret_cast<const char*>(blk_a) + kPrefetchBytes, _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(blk_b) + kPrefetchBytes, _MM_HINT_T0);
-        }
-        const __m512i w = unpack_two<kType>(blk_a, blk_b);
-        const __m512 d = _mm512_permutex2var_ps(_mm512_load_ps(dw[ra[p]]), idx, _mm512_load_ps(dw[rb[p]]));
-        for (int t = 0; t < T; ++t) {
-          const __m512 scale = T == 1 ? d : _mm512_mul_ps(d, _mm512_set1_ps(a.d[(t0 + t) * a.d_stride + b]));
-          const __m512 q = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init[t], w, x2[t]));
-          acc[p][t] = _mm512_fmadd_ps(scale, q, acc[p][t]);
-        }
-        if constexpr (Traits::kHasMin) {
-          const __m512 m = _mm512_permutex2var_ps(_mm512_load_ps(mw[ra[p]]), idx, _mm512_load_ps(mw[rb[p]]));
+  __m512 acc[T], mins[T];
+  for (int t = 0; t < T; ++t) acc[t] = mins[t] = _mm512_setzero_ps();
+  alignas(64) int32_t sums[T][8 * 16];
+  for (int64_t b0 = 0; b0 < a.nb; b0 += kChunkBlocks) {
+    const int n = static_cast<int>(imin(kChunkBlocks, a.nb - b0));
+    for (int p = 0; p < 8; ++p) {
+      __m512i z[T][kChunkBlocks];
+      for (int j = 0; j < kChunkBlocks; ++j) {
+        if (j < n) {
+          const __m512i w = unpack_two<kType>(row[2 * p] + b0 + j, row[2 * p + 1] + b0 + j);
           for (int t = 0; t < T; ++t) {
-            mins[p][t] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.s[(t0 + t) * a.d_stride + b]), mins[p][t]);
+            const int8_t* xq = a.q + (t0 + t) * a.q_stride + (b0 + j) * kQBlock;
+            const __m512i x2 = _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(xq)));
+            z[t][j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x2);
           }
+        } else {
+          for (int t = 0; t < T; ++t) z[t][j] = _mm512_setzero_si512();
+        }
+      }
+      for (int t = 0; t < T; ++t) _mm512_store_si512(sums[t] + p * 16, reduce_pair_blocks(z[t]));
+      // The same blocks of the next tile's row pair, whose short rows the hardware prefetcher does not get ahead of.
+      for (int h = 0; h < 2; ++h) {
+        const char* next = reinterpret_cast<const char*>(row0 + (16 + 2 * p + h) * row_bytes) + b0 * static_cast<int64_t>(sizeof(Block));
+        for (int64_t off = 0; off < n * static_cast<int64_t>(sizeof(Block)); off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+      }
+    }
+    for (int j = 0; j < n; ++j) {
+      const int64_t b = b0 + j;
+      // Each row's leading dword of block b: d, and m for Q4_1 / Q5_1.
+      const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, row_offsets, row[0] + b, 1);
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+      const __m512i index = _mm512_load_si512(gather_index[j]);
+      for (int t = 0; t < T; ++t) {
+        __m512i isum = _mm512_i32gather_epi32(index, sums[t], 4);
+        const int8_t* xq = a.q + (t0 + t) * a.q_stride + b * kQBlock;
+        if constexpr (Traits::kOffset != 0) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(Traits::kOffset * block_sum(xq)));
+        const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[(t0 + t) * a.d_stride + b]));
+        acc[t] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum), acc[t]);
+        if constexpr (Traits::kHasMin) {
+          const __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+          mins[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s[(t0 + t) * a.d_stride + b]), mins[t]);
         }
       }
     }
   }
-  for (int p = 0; p < kPairs && 2 * p < nrows; ++p) {
-    for (int t = 0; t < T; ++t) {
-      __m512 v = hsum8_halves(acc[p][t]);
-      if constexpr (Traits::kHasMin) v = _mm512_add_ps(v, mins[p][t]);
-      alignas(64) float out[16];
-      _mm512_store_ps(out, v);
-      float* yt = y + (t0 + t) * y_stride;
-      yt[ra[p]] = out[0];
-      if (rb[p] != ra[p]) yt[rb[p]] = out[8];
-    }
+  for (int t = 0; t < T; ++t) {
+    const __m512 v = Traits::kHasMin ? _mm512_add_ps(acc[t], mins[t]) : acc[t];
+    _mm512_mask_storeu_ps(y + (t0 + t) * y_stride, valid, v);
   }
 }
 
 template <DType kType>
 void quant_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, float* y,
                  int64_t y_stride) {
-  // Whole token groups go to the token-lane GEMM (t0 is a multiple of kTokenGroup); the rest to the row-pair tiles.
+  // Whole token groups go to the token-lane GEMM (t0 is a multiple of kTokenGroup); the rest to row-pair tiles.
   const int64_t group0 = t0 / kTokenGroup, group1 = imin(t1 / kTokenGroup, a.n_groups);
   if (a.xp != nullptr && group1 > group0) {
     avx512_tl_range(w, a, r0, r1, group0, group1, y, y_stride);
     t0 = group1 * kTokenGroup;
     if (t0 >= t1) return;
   }
-  for (int64_t r = r0; r < r1; r += 2 * kPairs) {
-    const int64_t nrows = imin(2 * kPairs, r1 - r);
+  for (int64_t r = r0; r < r1; r += kPanelRows) {
+    const int64_t rows = imin(kPanelRows, r1 - r);
     const uint8_t* row0 = w.data + r * w.row_bytes;
     int64_t t = t0;
-    for (; t + kMaxTokens <= t1; t += kMaxTokens)
-      rowpair_tile<kType, kMaxTokens>(row0, w.row_bytes, nrows, a, t, y + r, y_stride);
-    for (; t < t1; ++t) rowpair_tile<kType, 1>(row0, w.row_bytes, nrows, a, t, y + r, y_stride);
+    for (; t + kPassTokens <= t1; t += kPassTokens) rowpair_tile<kType, kPassTokens>(row0, w.row_bytes, rows, a, t, y + r, y_stride);
+    if (t < t1) rowpair_tile<kType, 1>(row0, w.row_bytes, rows, a, t, y + r, y_stride);
   }
 }
 

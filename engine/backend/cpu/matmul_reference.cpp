@@ -147,9 +147,10 @@ DecodedBlock decode_block(const uint8_t* src) {
   return out;
 }
 
-// The canonical arithmetic of every quantized kernel (ggml's x86 ggml_vec_dot_*_q8_*): eight f32 lanes, lane l
-// accumulating fma(d_w·d_x, Σ_{k<4} q_w[4l+k]·q_x[4l+k], lane) block by block; mins as a scalar fma chain
-// m_w·s_x; the result hsum8(lanes) (+ mins), hsum8 = ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+// The canonical arithmetic of every quantized kernel: per block the exact integer dot Σ_{32} q_w·q_x, then one f32
+// accumulator in block order, acc = fma(d_w·d_x, float(isum), acc); for Q4_1 / Q5_1 the mins as a second chain
+// mins = fma(m_w, s_x, mins); the result acc + mins. One rounding per block (ggml's x86 vec_dot rounds per 4-element
+// quad into eight lanes); the integer sums let the batched kernels spend one float op per block instead of eight.
 template <DType kType>
 void quant_kernel(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, float* y,
                   int64_t y_stride) {
@@ -159,21 +160,17 @@ void quant_kernel(const Weights& w, const Activations& a, int64_t r0, int64_t r1
     const uint8_t* row = w.data + r * w.row_bytes;
     for (int64_t t = t0; t < t1; ++t) {
       const int8_t* qt = a.q + t * a.q_stride;
-      float lanes[8] = {};
+      float acc = 0.0f;
       float mins = 0.0f;
       for (int64_t b = 0; b < a.nb; ++b) {
         const DecodedBlock blk = decode_block<kType>(row + b * block_bytes);
         const float d = blk.d * a.d[t * a.d_stride + b];
         if constexpr (kHasMin) mins = std::fma(blk.m, a.s[t * a.d_stride + b], mins);
-        for (int l = 0; l < 8; ++l) {
-          int partial = 0;
-          for (int k = 0; k < 4; ++k) partial += blk.q[4 * l + k] * qt[b * kQBlock + 4 * l + k];
-          lanes[l] = std::fma(d, static_cast<float>(partial), lanes[l]);
-        }
+        int isum = 0;
+        for (int j = 0; j < kQBlock; ++j) isum += blk.q[j] * qt[b * kQBlock + j];
+        acc = std::fma(d, static_cast<float>(isum), acc);
       }
-      const float sum =
-          ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
-      y[t * y_stride + r] = kHasMin ? sum + mins : sum;
+      y[t * y_stride + r] = kHasMin ? acc + mins : acc;
     }
   }
 }

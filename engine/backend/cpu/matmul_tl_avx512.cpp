@@ -1,7 +1,7 @@
-// Token-lane AVX-512 VNNI GEMM for prefill (Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights, groups of 16 tokens): each zmm
-// lane is a token, and one vpdpbusd multiplies one broadcast weight quad (u8, offset form) by 16 tokens' activation
-// quads (s8). Quad k of a block is ggml's lane k, so each (row, token) keeps eight accumulators and follows ggml's
-// vec_dot arithmetic exactly, like every other quantized path (see matmul_q_avx512.cpp).
+// Token-lane AVX-512 VNNI GEMM for prefill and batched decode (Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights, groups of
+// 16 tokens): each zmm lane is a token, and one vpdpbusd multiplies one broadcast weight quad (u8, offset form) by 16
+// tokens' activation quads (s8). A block's eight quads chain into exact integer sums (two chains per row), then one
+// fma per block and row follows the canonical arithmetic of matmul_reference.cpp, like every other quantized path.
 #include <cstring>
 #include <type_traits>
 
@@ -15,7 +15,7 @@ namespace {
 using namespace avx512;
 
 constexpr int64_t kRowsPerPanel = 16;
-constexpr int kRows = 2;  // register tile: 2 rows × 16 tokens × 8 lanes
+constexpr int kRows = 4;  // register tile: 4 rows × 16 tokens (two integer chains, one f32 accumulator per row)
 
 template <DType kType>
 using BlockOf = std::conditional_t<
@@ -73,37 +73,45 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
   const int32_t* nxs = a.nxs != nullptr ? a.nxs + group * a.q_stride * 4 : nullptr;
   const float* dt = a.dt + group * a.d_stride * 16;
   const float* st = a.st != nullptr ? a.st + group * a.d_stride * 16 : nullptr;
-  __m512 acc[R][8], mins[R];
-  for (int i = 0; i < R; ++i) {
-    mins[i] = _mm512_setzero_ps();
-    for (int k = 0; k < 8; ++k) acc[i][k] = _mm512_setzero_ps();
-  }
+  __m512 acc[R], mins[R];
+  for (int i = 0; i < R; ++i) acc[i] = mins[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
+    // Signed weight codes: Σ (w + offset)·x − offset·Σx, the correction entering the first chain.
+    __m512i init = _mm512_setzero_si512();
+    if constexpr (kShift >= 0) {
+      const int32_t* n = nxs + b * 8 * 16;
+      const __m512i lo = _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(n), _mm512_load_si512(n + 16)),
+                                          _mm512_add_epi32(_mm512_load_si512(n + 32), _mm512_load_si512(n + 48)));
+      const __m512i hi = _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(n + 64), _mm512_load_si512(n + 80)),
+                                          _mm512_add_epi32(_mm512_load_si512(n + 96), _mm512_load_si512(n + 112)));
+      init = _mm512_slli_epi32(_mm512_add_epi32(lo, hi), kShift);
+    }
+    __m512i chain[R][2];
+    for (int i = 0; i < R; ++i) {
+      chain[i][0] = init;
+      chain[i][1] = _mm512_setzero_si512();
+    }
+    for (int k = 0; k < 8; ++k) {
+      const __m512i xv = _mm512_load_si512(xp + (b * 8 + k) * 64);
+      for (int i = 0; i < R; ++i) {
+        int32_t quad;
+        std::memcpy(&quad, p.q + (r + i) * nb * 32 + b * 32 + 4 * k, 4);
+        chain[i][k / 4] = _mm512_dpbusd_epi32(chain[i][k / 4], _mm512_set1_epi32(quad), xv);
+      }
+    }
     const __m512 dx = _mm512_load_ps(dt + b * 16);
-    __m512 scale[R];
-    for (int i = 0; i < R; ++i) scale[i] = _mm512_mul_ps(dx, _mm512_set1_ps(p.d[(r + i) * nb + b]));
+    for (int i = 0; i < R; ++i) {
+      const __m512 scale = _mm512_mul_ps(dx, _mm512_set1_ps(p.d[(r + i) * nb + b]));
+      const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(chain[i][0], chain[i][1]));
+      acc[i] = _mm512_fmadd_ps(scale, isum, acc[i]);
+    }
     if constexpr (kHasMin) {
       const __m512 sx = _mm512_load_ps(st + b * 16);
       for (int i = 0; i < R; ++i) mins[i] = _mm512_fmadd_ps(_mm512_set1_ps(p.m[(r + i) * nb + b]), sx, mins[i]);
     }
-    for (int k = 0; k < 8; ++k) {
-      const __m512i xv = _mm512_load_si512(xp + (b * 8 + k) * 64);
-      __m512i init = _mm512_setzero_si512();
-      if constexpr (kShift >= 0) init = _mm512_slli_epi32(_mm512_load_si512(nxs + (b * 8 + k) * 16), kShift);
-      for (int i = 0; i < R; ++i) {
-        int32_t quad;
-        std::memcpy(&quad, p.q + (r + i) * nb * 32 + b * 32 + 4 * k, 4);
-        const __m512i partial = _mm512_dpbusd_epi32(init, _mm512_set1_epi32(quad), xv);
-        acc[i][k] = _mm512_fmadd_ps(scale[i], _mm512_cvtepi32_ps(partial), acc[i][k]);
-      }
-    }
   }
   for (int i = 0; i < R; ++i) {
-    // ggml's hsum_float_8 order, per token lane: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
-    const __m512 even = _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][4]), _mm512_add_ps(acc[i][2], acc[i][6]));
-    const __m512 odd = _mm512_add_ps(_mm512_add_ps(acc[i][1], acc[i][5]), _mm512_add_ps(acc[i][3], acc[i][7]));
-    __m512 sum = _mm512_add_ps(even, odd);
-    if constexpr (kHasMin) sum = _mm512_add_ps(sum, mins[i]);
+    const __m512 sum = kHasMin ? _mm512_add_ps(acc[i], mins[i]) : acc[i];
     alignas(64) float out[16];
     _mm512_store_ps(out, sum);
     for (int t = 0; t < 16; ++t) y[(group * 16 + t) * y_stride + r + i] = out[t];
@@ -133,6 +141,7 @@ void tl_range_impl(const Weights& w, const Activations& a, int64_t r0, int64_t r
     for (int64_t g = g0; g < g1; ++g) {
       int64_t i = 0;
       for (; i + kRows <= rows; i += kRows) tl_tile<kType, kRows>(p, i, a, g, y + rp, y_stride);
+      for (; i + 2 <= rows; i += 2) tl_tile<kType, 2>(p, i, a, g, y + rp, y_stride);
       for (; i < rows; ++i) tl_tile<kType, 1>(p, i, a, g, y + rp, y_stride);
     }
   }
