@@ -64,8 +64,9 @@ void decode_tl_row(const uint8_t* row, int64_t nb, const TlPanel& p, int64_t r) 
   }
 }
 
+// Rows [r, r + R) of the panel × the 16 tokens of `group`: out[row * 16 + token].
 template <DType kType, int R>
-void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, float* y, int64_t y_stride) {
+void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, float* out) {
   constexpr bool kHasMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;
   constexpr int kShift = kOffsetShift<kType>;
   const int64_t nb = p.nb;
@@ -110,12 +111,7 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
       for (int i = 0; i < R; ++i) mins[i] = _mm512_fmadd_ps(_mm512_set1_ps(p.m[(r + i) * nb + b]), sx, mins[i]);
     }
   }
-  for (int i = 0; i < R; ++i) {
-    const __m512 sum = kHasMin ? _mm512_add_ps(acc[i], mins[i]) : acc[i];
-    alignas(64) float out[16];
-    _mm512_store_ps(out, sum);
-    for (int t = 0; t < 16; ++t) y[(group * 16 + t) * y_stride + r + i] = out[t];
-  }
+  for (int i = 0; i < R; ++i) _mm512_store_ps(out + (r + i) * 16, kHasMin ? _mm512_add_ps(acc[i], mins[i]) : acc[i]);
 }
 
 template <DType kType>
@@ -138,11 +134,17 @@ void tl_range_impl(const Weights& w, const Activations& a, int64_t r0, int64_t r
       const char* next = reinterpret_cast<const char*>(w.data + (rp + kRowsPerPanel) * w.row_bytes);
       for (int64_t off = 0; off < next_rows * w.row_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T1);
     }
+    const __mmask16 keep = static_cast<__mmask16>((1u << rows) - 1);
     for (int64_t g = g0; g < g1; ++g) {
+      alignas(64) float out[16 * 16] = {};  // [panel row][token]
       int64_t i = 0;
-      for (; i + kRows <= rows; i += kRows) tl_tile<kType, kRows>(p, i, a, g, y + rp, y_stride);
-      for (; i + 2 <= rows; i += 2) tl_tile<kType, 2>(p, i, a, g, y + rp, y_stride);
-      for (; i < rows; ++i) tl_tile<kType, 1>(p, i, a, g, y + rp, y_stride);
+      for (; i + kRows <= rows; i += kRows) tl_tile<kType, kRows>(p, i, a, g, out);
+      for (; i + 2 <= rows; i += 2) tl_tile<kType, 2>(p, i, a, g, out);
+      for (; i < rows; ++i) tl_tile<kType, 1>(p, i, a, g, out);
+      __m512i v[16];
+      for (int k = 0; k < 16; ++k) v[k] = _mm512_load_si512(out + k * 16);
+      transpose16(v);  // v[t]: token t's 16 rows
+      for (int t = 0; t < 16; ++t) _mm512_mask_storeu_ps(y + (g * 16 + t) * y_stride + rp, keep, _mm512_castsi512_ps(v[t]));
     }
   }
 }
