@@ -35,7 +35,8 @@ RunOutput run_workload(loadgen::Client& client, const datasets::Workload& worklo
                        const std::vector<double>& percentiles, const Tokenizer& tokenizer, Engine* engine);
 
 // The built-in engine's counters over a measured run (after minus before) as engine_* keys of `m`: steps, batch
-// sizes, prompt/generation tokens, preemptions, prefix-cache hit tokens and rate.
+// sizes, prompt/generation tokens, preemptions, prefix-cache hit tokens and rate, forward-pass and collective
+// (tensor-parallel communication) seconds.
 void add_engine_deltas(nlohmann::ordered_json& m, const EngineStats& a, const EngineStats& b);
 
 // The speculative-decoding counters of a measured run on the built-in engine (after minus before), or nullopt

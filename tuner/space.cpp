@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "core/error.h"
+#include "model/checkpoint.h"
+#include "model/parallel.h"
 #include "tuner/server_command.h"
 
 namespace servetune::tuner {
@@ -87,6 +89,22 @@ EngineConfig SearchSpace::engine_config(const Candidate& c) const {
   return config;
 }
 
+const std::optional<ModelConfig>& SearchSpace::model_shape() const {
+  if (!model_shape_read_) {
+    model_shape_read_ = true;
+    try {
+      EngineConfig defaults;
+      const auto format = spec_.target.settings.contains("load_format") && spec_.target.settings["load_format"].is_string()
+                              ? spec_.target.settings["load_format"].get<std::string>()
+                              : defaults.load_format;
+      model_shape_ = Checkpoint(spec_.target.model, parse_load_format(format)).config();
+    } catch (const Error&) {
+      model_shape_.reset();
+    }
+  }
+  return model_shape_;
+}
+
 std::string SearchSpace::check(const Candidate& c) const {
   const nlohmann::ordered_json settings = full_settings(c);
   nlohmann::ordered_json vars = nlohmann::ordered_json::object();
@@ -132,6 +150,13 @@ std::string SearchSpace::check(const Candidate& c) const {
       const std::string problem = config.combination_problem();
       if (!problem.empty() && problem == e.what()) return "the engine rejects it: " + problem;
       throw_usage(spec_.source + ": space: the candidate " + c.label + " is not a valid engine config: " + e.what());
+    }
+    if (config.tp_size > 1 && model_shape()) {
+      try {
+        tensor_parallel_share(*model_shape(), config.tp_size, 0);
+      } catch (const Error& e) {
+        return std::string("the engine rejects it: ") + e.what();
+      }
     }
     return "";
   }

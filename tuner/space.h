@@ -1,15 +1,18 @@
 // The search space: the cartesian product of the sweep file's dimensions. A candidate is one point, named by its
 // mixed-radix index ("c07"), so every strategy and every resumed run gives the same point the same id. Candidates
 // that break a constraint or a validity rule (tp x dp over the device count, ep not dividing the experts, a
-// setting the built-in engine or the server cannot honour) carry the reason they are skipped.
+// setting the built-in engine or the server cannot honour, a tp_size the built-in engine's model cannot be split into)
+// carry the reason they are skipped.
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "model/model_config.h"
 #include "servetune/engine_config.h"
 #include "tuner/expr.h"
 #include "tuner/sweep_spec.h"
@@ -42,11 +45,15 @@ class SearchSpace {
 
  private:
   std::string check(const Candidate& c) const;
+  // The target model's shape, read once; nullopt when it cannot be read here (the launch reports why).
+  const std::optional<ModelConfig>& model_shape() const;
 
   const SweepSpec& spec_;
   std::vector<Expr> constraints_;
   size_t size_ = 1;
   size_t id_width_ = 1;
+  mutable bool model_shape_read_ = false;
+  mutable std::optional<ModelConfig> model_shape_;
 };
 
 }  // namespace servetune::tuner

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "comm/communicator.h"
 #include "core/error.h"
 
 namespace servetune {
@@ -14,17 +15,24 @@ std::string blk(int64_t i, const char* name) { return "blk." + std::to_string(i)
 }  // namespace
 
 LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel)
-    : config_(config), parallel_(parallel), backend_(backend) {
-  if (parallel.tp_size != 1) throw_unsupported("tensor parallelism (tp_size > 1) is not implemented yet");
-  n_heads_ = config.n_heads / parallel.tp_size;
-  n_kv_heads_ = config.n_kv_heads / parallel.tp_size;
+    : config_(config), parallel_(parallel), backend_(backend),
+      share_(tensor_parallel_share(config, parallel.tp_size, parallel.tp_rank)) {
+  if (parallel.tp_size > 1 && parallel.comm == nullptr) {
+    throw Error(ErrorKind::kInternal, "tensor parallelism needs a communicator");
+  }
+  n_heads_ = share_.q_heads.count;
+  n_kv_heads_ = share_.kv_heads.count;
   const int64_t d = config.hidden, hd = config.head_dim;
+  const SliceRange q_rows{share_.q_heads.begin * hd, share_.q_heads.count * hd};
+  const SliceRange kv_rows{share_.kv_heads.begin * hd, share_.kv_heads.count * hd};
 
-  tok_embd_ = loader.matrix("token_embd.weight", config.vocab, d, Shard::kNone);
-  output_norm_ = loader.vector("output_norm.weight", d, Shard::kNone);
-  output_ = config.tied_embeddings ? tok_embd_ : loader.matrix("output.weight", config.vocab, d, Shard::kRows);
+  // Every rank holds the whole embedding table (a lookup costs no matmul, and needs no all-reduce); the output head
+  // is vocab-parallel: each rank computes the logits of its vocabulary rows, gathered after the matmul.
+  tok_embd_ = loader.matrix("token_embd.weight", config.vocab, d);
+  output_norm_ = loader.vector("output_norm.weight", d);
+  output_ = loader.matrix_rows(config.tied_embeddings ? "token_embd.weight" : "output.weight", config.vocab, d, share_.vocab);
   if (loader.has("rope_freqs.weight")) {
-    const float* ff = loader.vector("rope_freqs.weight", config.rope_dim / 2, Shard::kNone);
+    const float* ff = loader.vector("rope_freqs.weight", config.rope_dim / 2);
     rope_freq_factors_.assign(ff, ff + config.rope_dim / 2);
   } else {
     rope_freq_factors_ = llama3_rope_freq_factors(config);
@@ -32,20 +40,20 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
 
   for (int64_t i = 0; i < config.n_layers; ++i) {
     Layer L;
-    L.attn_norm = loader.vector(blk(i, "attn_norm.weight"), d, Shard::kNone);
-    L.wq = loader.matrix(blk(i, "attn_q.weight"), config.n_heads * hd, d, Shard::kRows);
-    L.wk = loader.matrix(blk(i, "attn_k.weight"), config.n_kv_heads * hd, d, Shard::kRows);
-    L.wv = loader.matrix(blk(i, "attn_v.weight"), config.n_kv_heads * hd, d, Shard::kRows);
-    L.wo = loader.matrix(blk(i, "attn_output.weight"), d, config.n_heads * hd, Shard::kCols);
+    L.attn_norm = loader.vector(blk(i, "attn_norm.weight"), d);
+    L.wq = loader.matrix_rows(blk(i, "attn_q.weight"), config.n_heads * hd, d, q_rows);
+    L.wk = loader.matrix_rows(blk(i, "attn_k.weight"), config.n_kv_heads * hd, d, kv_rows);
+    L.wv = loader.matrix_rows(blk(i, "attn_v.weight"), config.n_kv_heads * hd, d, kv_rows);
+    L.wo = loader.matrix_cols(blk(i, "attn_output.weight"), d, config.n_heads * hd, q_rows);
     if (config.attention_bias || loader.has(blk(i, "attn_q.bias"))) {
-      L.bq = loader.vector(blk(i, "attn_q.bias"), config.n_heads * hd, Shard::kRows);
-      L.bk = loader.vector(blk(i, "attn_k.bias"), config.n_kv_heads * hd, Shard::kRows);
-      L.bv = loader.vector(blk(i, "attn_v.bias"), config.n_kv_heads * hd, Shard::kRows);
+      L.bq = loader.vector(blk(i, "attn_q.bias"), config.n_heads * hd, q_rows);
+      L.bk = loader.vector(blk(i, "attn_k.bias"), config.n_kv_heads * hd, kv_rows);
+      L.bv = loader.vector(blk(i, "attn_v.bias"), config.n_kv_heads * hd, kv_rows);
     }
-    L.ffn_norm = loader.vector(blk(i, "ffn_norm.weight"), d, Shard::kNone);
-    L.w_gate = loader.matrix(blk(i, "ffn_gate.weight"), config.ffn, d, Shard::kRows);
-    L.w_up = loader.matrix(blk(i, "ffn_up.weight"), config.ffn, d, Shard::kRows);
-    L.w_down = loader.matrix(blk(i, "ffn_down.weight"), d, config.ffn, Shard::kCols);
+    L.ffn_norm = loader.vector(blk(i, "ffn_norm.weight"), d);
+    L.w_gate = loader.matrix_rows(blk(i, "ffn_gate.weight"), config.ffn, d, share_.ffn);
+    L.w_up = loader.matrix_rows(blk(i, "ffn_up.weight"), config.ffn, d, share_.ffn);
+    L.w_down = loader.matrix_cols(blk(i, "ffn_down.weight"), d, config.ffn, share_.ffn);
     layers_.push_back(L);
   }
   weight_buffers_ = loader.take_buffers();
@@ -62,7 +70,7 @@ void LlamaModel::reserve(int64_t n_tokens, int64_t n_logits) {
   if (n_tokens > ws_.capacity) {
     const int64_t n = std::max<int64_t>(n_tokens, 16);
     auto alloc = [&](int64_t width) { return backend_.allocate(static_cast<size_t>(n * width) * sizeof(float)); };
-    const int64_t ffn = config_.ffn / parallel_.tp_size;
+    const int64_t ffn = share_.ffn.count;
     ws_.x = alloc(config_.hidden);
     ws_.h = alloc(config_.hidden);
     ws_.q = alloc(n_heads_ * config_.head_dim);
@@ -85,7 +93,7 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
   const int64_t n = batch.n_tokens();
   const int64_t n_out = static_cast<int64_t>(batch.logits_indices.size());
   const int64_t d = config_.hidden, hd = config_.head_dim;
-  const int64_t ffn = config_.ffn / parallel_.tp_size;
+  const int64_t ffn = share_.ffn.count;
   if (n == 0) {
     logits.clear();
     return;
@@ -117,6 +125,7 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
     backend_.store_kv(cache, k, v, batch.slot_mapping.data(), n);
     backend_.attention(cache, ab, q, n_heads_, scale, attn);
     backend_.matmul(L.wo, nullptr, attn, n, h);
+    sum_partials(h, n * d);
     backend_.add(x, h, n * d);
 
     backend_.rms_norm(x, L.ffn_norm, h, n, d, config_.rms_eps);
@@ -124,6 +133,7 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
     backend_.matmul(L.w_up, nullptr, h, n, up);
     backend_.silu_mul(gate, up, ffn, n, ffn, act);
     backend_.matmul(L.w_down, nullptr, act, n, h);
+    sum_partials(h, n * d);
     backend_.add(x, h, n * d);
   }
 
@@ -140,8 +150,37 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
   backend_.rms_norm(xs, output_norm_, xs, n_out, d, config_.rms_eps);
   float* out = static_cast<float*>(logits_out_->data());
   backend_.matmul(output_, nullptr, xs, n_out, out);
-  logits.resize(static_cast<size_t>(n_out * output_.rows));
-  backend_.download(logits.data(), *logits_out_, 0, logits.size() * sizeof(float));
+  if (parallel_.tp_size == 1) {
+    logits.resize(static_cast<size_t>(n_out * output_.rows));
+    backend_.download(logits.data(), *logits_out_, 0, logits.size() * sizeof(float));
+    return;
+  }
+  gather_logits(out, n_out, logits);
+}
+
+void LlamaModel::sum_partials(float* partial, int64_t count) {
+  if (parallel_.tp_size == 1) return;
+  backend_.synchronize();
+  parallel_.comm->all_reduce(partial, static_cast<size_t>(count), ReduceOp::kSum);
+}
+
+void LlamaModel::gather_logits(const float* local, int64_t n_out, std::vector<float>& logits) {
+  // Rank r holds [n_out, vocab_r] for its vocabulary rows; gather them all, then interleave into [n_out, vocab].
+  backend_.synchronize();
+  const int tp = parallel_.tp_size;
+  std::vector<size_t> counts(static_cast<size_t>(tp));
+  for (int r = 0; r < tp; ++r) counts[static_cast<size_t>(r)] = static_cast<size_t>(n_out * balanced_slice(config_.vocab, tp, r).count);
+  gathered_.resize(static_cast<size_t>(n_out * config_.vocab));
+  parallel_.comm->all_gatherv(local, gathered_.data(), counts);
+  logits.resize(gathered_.size());
+  const float* part = gathered_.data();
+  for (int r = 0; r < tp; ++r) {
+    const SliceRange v = balanced_slice(config_.vocab, tp, r);
+    for (int64_t i = 0; i < n_out; ++i) {
+      std::copy(part + i * v.count, part + (i + 1) * v.count, logits.begin() + i * config_.vocab + v.begin);
+    }
+    part += n_out * v.count;
+  }
 }
 
 }  // namespace servetune

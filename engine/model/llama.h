@@ -38,11 +38,16 @@ class LlamaModel final : public Model {
   };
 
   void reserve(int64_t n_tokens, int64_t n_logits);
+  // Row-parallel layers: sums every rank's partial output in place (all-reduce; a no-op without tensor parallelism).
+  void sum_partials(float* partial, int64_t count);
+  // Vocab-parallel head: gathers every rank's logits columns into full [n_out, vocab] rows.
+  void gather_logits(const float* local, int64_t n_out, std::vector<float>& logits);
   float* buf(std::unique_ptr<Buffer>& b) { return static_cast<float*>(b->data()); }
 
   ModelConfig config_;
   ParallelContext parallel_;
   Backend& backend_;
+  TensorParallelShare share_;
   int64_t n_heads_;     // local query heads
   int64_t n_kv_heads_;  // local KV heads
   WeightMatrix tok_embd_;
@@ -55,6 +60,7 @@ class LlamaModel final : public Model {
   Workspace ws_;
   std::unique_ptr<Buffer> logits_out_;
   int64_t logits_capacity_ = 0;
+  std::vector<float> gathered_;  // all ranks' logits before interleaving (tp_size > 1)
 };
 
 }  // namespace servetune

@@ -27,6 +27,8 @@ struct Shape {
 
 constexpr Shape kPresets[] = {
     {"tiny", "llama", 512, 64, 128, 2, 4, 2, 2048, 10000.0, 1e-5, false, 0, 0},
+    // Awkward tensor-parallel splits: 3 KV groups of 4 heads (uneven over 2 ranks, replicated over 6), vocab 500.
+    {"tiny-gqa", "llama", 500, 192, 384, 2, 12, 3, 2048, 10000.0, 1e-5, true, 0, 0},
     {"smollm2-135m", "llama", 49152, 576, 1536, 30, 9, 3, 8192, 100000.0, 1e-5, true, 0, 0},
     {"tinyllama-1.1b", "llama", 32000, 2048, 5632, 22, 32, 4, 2048, 10000.0, 1e-5, false, 0, 0},
     {"llama-2-7b", "llama", 32000, 4096, 11008, 32, 32, 32, 4096, 10000.0, 1e-5, false, 0, 0},

@@ -18,7 +18,7 @@ class Model {
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
   virtual const ParallelContext& parallel() const = 0;
-  // KV heads this shard stores (n_kv_heads / tp, or 1 replicated head when there are fewer KV heads than ranks).
+  // KV heads this shard stores (its KV groups, or 1 replicated head when there are fewer KV heads than ranks).
   virtual int64_t local_kv_heads() const = 0;
   // Runs `batch`, storing its K/V in `kv`, and writes logits [batch.logits_indices.size(), vocab] to `logits`.
   virtual void forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) = 0;

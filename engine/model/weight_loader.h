@@ -1,6 +1,6 @@
 // Sharding-aware weight loading: checks each tensor's shape against the config, slices this rank's part
-// (rows for column-parallel layers, cols for row-parallel ones) and places it in backend memory — in place
-// from the memory map when the backend uses host memory and no slicing or conversion is needed.
+// (whole rows for column-parallel layers, whole quant blocks of every row for row-parallel ones) and places it in
+// backend memory — in place from the memory map when the backend uses host memory and the part is contiguous.
 #pragma once
 
 #include <memory>
@@ -13,27 +13,28 @@
 
 namespace servetune {
 
-enum class Shard {
-  kNone,  // every rank holds the whole tensor
-  kRows,  // split output features (column-parallel: QKV, gate/up, vocab-parallel embedding and head)
-  kCols,  // split input features (row-parallel: attention output, down)
-};
-
 class WeightLoader {
  public:
   WeightLoader(const WeightSource& source, Backend& backend, ParallelContext parallel);
 
   bool has(const std::string& name) const { return source_.find(name).has_value(); }
-  // A [rows, cols] matrix (full shape, before sharding); throws Error(kFormat) naming the tensor on a shape mismatch.
-  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols, Shard shard);
-  // A vector of `n` values as f32 (norm weights, biases), sharded like the rows of the matrix it belongs to.
-  const float* vector(const std::string& name, int64_t n, Shard shard);
+  // A whole [rows, cols] matrix; throws Error(kFormat) naming the tensor on a shape mismatch with the config.
+  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols);
+  // Rows [range) of a [rows, cols] matrix (column-parallel layers: output features).
+  WeightMatrix matrix_rows(const std::string& name, int64_t rows, int64_t cols, SliceRange range);
+  // Columns [range) of every row (row-parallel layers: input features). For block-quantized types the range must
+  // fall on quant-block boundaries, else Error(kUsage) naming the tensor, the range and tp_size.
+  WeightMatrix matrix_cols(const std::string& name, int64_t rows, int64_t cols, SliceRange range);
+  // A vector of `n` values as f32 (norm weights, biases), or its part [range) (biases of column-parallel layers).
+  const float* vector(const std::string& name, int64_t n);
+  const float* vector(const std::string& name, int64_t n, SliceRange range);
 
   // Buffers the loaded weights live in; the model keeps them.
   std::vector<std::unique_ptr<Buffer>> take_buffers() { return std::move(buffers_); }
 
  private:
   TensorRef require(const std::string& name) const;
+  TensorRef require_matrix(const std::string& name, int64_t rows, int64_t cols) const;
   const void* place(const void* host, size_t bytes);
 
   const WeightSource& source_;

@@ -177,7 +177,6 @@ void EngineConfig::validate() const {
   }
 
   unsupported(device == "cpu", "device '" + device + "' is not implemented yet (available: cpu)");
-  unsupported(tp_size == 1, "tp_size > 1 (tensor parallelism) is not implemented yet");
   unsupported(ep_size == 1, "ep_size > 1 (expert parallelism) needs a mixture-of-experts model, which is not implemented yet");
   unsupported(!enable_dp_attention, "enable_dp_attention is not implemented yet");
   unsupported(compile == "eager", "compile = " + compile + " is not implemented yet (available: eager)");

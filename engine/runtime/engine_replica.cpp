@@ -20,6 +20,7 @@
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
 #include "runtime/speculator.h"
+#include "runtime/tensor_parallel_group.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servetune {
@@ -67,9 +68,10 @@ class EngineReplica::Impl {
   explicit Impl(const EngineConfig& config) : config_(config) {
     checkpoint_ = std::make_unique<Checkpoint>(config_.model, parse_load_format(config_.load_format), config_.seed);
     tokenizer_ = checkpoint_->load_tokenizer();
-    backend_ = make_backend(config_.device, config_.threads);
-    model_ = checkpoint_->load(*backend_, ParallelContext{});
-    model_config_ = model_->config();
+    // The replica's threads split evenly over its tensor-parallel ranks (validate() ensures one each at least).
+    const int threads = config_.threads > 0 ? config_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, config_.device, config_.tp_size, std::max(1, threads / config_.tp_size));
+    model_config_ = ranks_->model(0).config();
     context_length_ = model_config_.context_length;
     if (config_.context_length) {
       if (*config_.context_length > context_length_) {
@@ -81,7 +83,7 @@ class EngineReplica::Impl {
 
     const DType kv_dtype = kv_dtype_for(config_.kv_cache_dtype);
     const int64_t page = config_.page_size;
-    const int64_t block_bytes = KvStorage::block_bytes(model_config_, model_->local_kv_heads(), page, kv_dtype);
+    const int64_t block_bytes = ranks_->kv_block_bytes(page, kv_dtype);
     int64_t num_blocks = 0;
     if (config_.max_total_tokens) {
       num_blocks = (*config_.max_total_tokens + page - 1) / page;
@@ -93,7 +95,7 @@ class EngineReplica::Impl {
       num_blocks = std::min(budget / block_bytes, useful);
       if (num_blocks <= 0) throw_usage("mem_fraction_static leaves no memory for the KV cache");
     }
-    kv_ = std::make_unique<KvStorage>(*backend_, model_config_, model_->local_kv_heads(), num_blocks, page, kv_dtype);
+    ranks_->create_kv(num_blocks, page, kv_dtype);
     blocks_ = std::make_unique<BlockManager>(num_blocks, page, !config_.disable_radix_cache);
     SchedulerConfig sc;
     sc.max_running_requests = config_.max_running_requests;
@@ -101,9 +103,9 @@ class EngineReplica::Impl {
     sc.chunked_prefill_size = config_.chunked_prefill_size;
     sc.policy = parse_schedule_policy(config_.schedule_policy);
     scheduler_ = std::make_unique<Scheduler>(sc, *blocks_);
-    runner_ = std::make_unique<ModelRunner>(*model_, *kv_);
+    runner_ = std::make_unique<ModelRunner>(*ranks_);
     SpeculatorContext spec_context;
-    spec_context.backend = backend_.get();
+    spec_context.backend = &ranks_->backend(0);
     spec_context.target_tokenizer = tokenizer_.get();
     spec_context.target_vocab = model_config_.vocab;
     spec_context.kv_tokens = num_blocks * page;  // the draft cache holds as many tokens as the target's
@@ -192,8 +194,7 @@ class EngineReplica::Impl {
   EngineConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<TensorParallelGroup> ranks_;  // every rank's backend, weight shard and KV cache shard
   ModelConfig model_config_;
   int64_t context_length_ = 0;
 
@@ -399,7 +400,9 @@ class EngineReplica::Impl {
       return;
     }
     try {
+      const auto start = EngineClock::now();
       runner_->run(out);
+      forward_seconds_ += std::chrono::duration<double>(EngineClock::now() - start).count();
     } catch (const std::exception& ex) {
       for (const auto& s : out.seqs) {
         const auto id = static_cast<uint64_t>(s.seq->id);
@@ -464,6 +467,8 @@ class EngineReplica::Impl {
     s.requests_finished = finished_;
     s.requests_aborted = aborted_;
     s.preemptions = preemptions_;
+    s.forward_seconds = forward_seconds_;
+    s.comm_seconds = ranks_->comm_seconds();
     s.spec_num_drafts = spec_num_drafts_;
     s.spec_draft_tokens = spec_draft_tokens_;
     s.spec_accepted_tokens = spec_accepted_tokens_;
@@ -475,7 +480,6 @@ class EngineReplica::Impl {
     stats_ = s;
   }
 
-  std::unique_ptr<KvStorage> kv_;
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
@@ -493,6 +497,7 @@ class EngineReplica::Impl {
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> states_;  // engine thread only
   std::vector<std::pair<std::shared_ptr<RequestStream>, TokenEvent>> outbox_;
   int64_t steps_ = 0, batched_tokens_ = 0, running_sum_ = 0, max_batch_ = 0;
+  double forward_seconds_ = 0.0;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0, finished_ = 0, aborted_ = 0, preemptions_ = 0;
   int64_t spec_num_drafts_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
   std::vector<int64_t> spec_accepted_per_position_;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "runtime/tensor_parallel_group.h"
+
 namespace servetune {
 
 void ModelRunner::build_batch(const SchedulerOutput& step, int64_t page_size, Batch& batch) {
@@ -33,9 +35,15 @@ void ModelRunner::build_batch(const SchedulerOutput& step, int64_t page_size, Ba
   }
 }
 
+ModelRunner::ModelRunner(TensorParallelGroup& group) : model_(group.model(0)), kv_(group.kv(0)), group_(&group) {}
+
 void ModelRunner::run(const SchedulerOutput& step) {
   build_batch(step, kv_.page_size(), batch_);
-  model_.forward(batch_, kv_, logits_);
+  if (group_) {
+    group_->forward(batch_, logits_);
+  } else {
+    model_.forward(batch_, kv_, logits_);
+  }
 }
 
 std::span<float> ModelRunner::logits(size_t i) {

@@ -13,9 +13,13 @@
 
 namespace servetune {
 
+class TensorParallelGroup;
+
 class ModelRunner {
  public:
   ModelRunner(Model& model, KvStorage& kv) : model_(model), kv_(kv) {}
+  // Runs every step on all ranks of `group` (rank 0's model and KV cache describe the batch geometry).
+  explicit ModelRunner(TensorParallelGroup& group);
 
   // Runs `step`; afterwards logits(i) is the i-th logits row: sampling sequences in step order, each with
   // 1 + num_draft consecutive rows.
@@ -29,6 +33,7 @@ class ModelRunner {
  private:
   Model& model_;
   KvStorage& kv_;
+  TensorParallelGroup* group_ = nullptr;
   Batch batch_;
   std::vector<float> logits_;
 };

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "test_paths.h"
 #include "tuner/plan.h"
 #include "tuner/server_command.h"
 #include "tuner/space.h"
@@ -34,16 +35,27 @@ workloads: [{name: w, dataset: random}]
 TEST(TunerSpace, ConstraintsAndValidityRulesSkipWithAReason) {
   const SweepSpec s = parse(R"(name: t
 target: {engine: builtin, model: m.gguf, devices: 4}
-space: {tp_size: [1, 2, 8], max_running_requests: [8, 64]}
+space: {tp_size: [1, 2, 8], max_running_requests: [8, 64], threads: 8}
 constraints: ["max_running_requests >= 16 * tp_size or tp_size != 2"]
 workloads: [{name: w, dataset: random}]
 )");
   SearchSpace space(s);
   EXPECT_EQ(space.at(0).skip_reason, "");                                           // tp 1, 8
   EXPECT_NE(space.at(2).skip_reason.find("constraint"), std::string::npos);          // tp 2, 8
-  EXPECT_NE(space.at(3).skip_reason.find("the engine rejects it"), std::string::npos);  // tp 2, 64
-  EXPECT_NE(space.at(3).skip_reason.find("tensor parallelism"), std::string::npos);
+  EXPECT_EQ(space.at(3).skip_reason, "");                                           // tp 2, 64 (m.gguf unread here)
   EXPECT_NE(space.at(5).skip_reason.find("exceeds the 4 devices"), std::string::npos);  // tp 8, 64
+}
+
+TEST(TunerSpace, TensorParallelSizesTheModelCannotBeSplitIntoAreSkipped) {
+  const SweepSpec s = parse(R"(name: t
+target: {engine: builtin, model: )" + testing::stories_path() + R"(}
+space: {threads: 8, tp_size: [1, 2, 4, 8]}
+workloads: [{name: w, dataset: random}]
+)");
+  SearchSpace space(s);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(space.at(i).skip_reason, "") << i;  // stories260K: 8 heads, 4 KV heads, ffn 172
+  EXPECT_NE(space.at(3).skip_reason.find("the engine rejects it: tp_size 8 does not divide the model's feed-forward dimension 172"),
+            std::string::npos) << space.at(3).skip_reason;
 }
 
 TEST(TunerSpace, DataParallelCandidatesThatDoNotFitTheThreadsAreSkipped) {

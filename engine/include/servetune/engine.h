@@ -68,6 +68,8 @@ struct EngineStats {
   int64_t requests_finished = 0;
   int64_t requests_aborted = 0;
   int64_t preemptions = 0;
+  double forward_seconds = 0.0;        // wall time of the model's forward passes, over all steps
+  double comm_seconds = 0.0;           // of which inside tensor-parallel collectives (rank 0, waits included)
   // Speculative decoding (vLLM's spec_decode counters): a "draft" is one verification of >= 1 draft tokens.
   int64_t spec_num_drafts = 0;
   int64_t spec_draft_tokens = 0;
