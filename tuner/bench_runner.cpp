@@ -39,12 +39,15 @@ void add_engine_deltas(nlohmann::ordered_json& m, const EngineStats& a, const En
   m["engine_prompt_tokens"] = b.prompt_tokens - a.prompt_tokens;
   m["engine_generation_tokens"] = b.generation_tokens - a.generation_tokens;
   m["engine_preemptions"] = b.preemptions - a.preemptions;
-  // Tensor parallelism's communication cost: time in collectives against the forward passes' time.
+  // Tensor parallelism's communication cost (and waits for slower ranks) against the forward passes' time.
   const double forward = b.forward_seconds - a.forward_seconds, comm = b.comm_seconds - a.comm_seconds;
+  const double wait = b.comm_wait_seconds - a.comm_wait_seconds;
   m["engine_forward_seconds"] = forward;
   m["engine_comm_seconds"] = comm;
+  m["engine_comm_wait_seconds"] = wait;
   m["engine_comm_ms_per_step"] = steps > 0 ? 1000.0 * comm / static_cast<double>(steps) : 0.0;
   m["engine_comm_fraction"] = forward > 0 ? comm / forward : 0.0;
+  m["engine_comm_wait_fraction"] = forward > 0 ? wait / forward : 0.0;
   m["engine_prefix_hit_tokens"] = hit;
   m["engine_prefix_cache_hit_rate"] = query > 0 ? static_cast<double>(hit) / static_cast<double>(query) : 0.0;
 }

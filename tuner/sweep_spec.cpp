@@ -300,7 +300,8 @@ bool is_known_metric(const std::string& key) {
       "max_concurrent_requests", "process_cpu_s", "cpu_ms_per_token", "engine_steps", "engine_batched_tokens",
       "engine_mean_batch_tokens", "engine_mean_running", "engine_prompt_tokens", "engine_generation_tokens",
       "engine_preemptions", "engine_prefix_hit_tokens", "engine_prefix_cache_hit_rate", "engine_forward_seconds",
-      "engine_comm_seconds", "engine_comm_ms_per_step", "engine_comm_fraction", "calibration_ms",
+      "engine_comm_seconds", "engine_comm_wait_seconds", "engine_comm_ms_per_step", "engine_comm_fraction",
+      "engine_comm_wait_fraction", "calibration_ms",
       "calibrated_cpu_per_token", "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
       "spec_decode_draft_tokens", "spec_decode_accepted_tokens"};
   if (plain.count(key)) return true;
@@ -310,7 +311,8 @@ bool is_known_metric(const std::string& key) {
 bool lower_is_better(const std::string& key) {
   return (key.size() > 3 && key.compare(key.size() - 3, 3, "_ms") == 0) || key == "failed" || key == "duration" ||
          key == "cpu_ms_per_token" || key == "calibrated_cpu_per_token" || key == "process_cpu_s" || key == "engine_preemptions" || key == "engine_steps" ||
-         key == "engine_forward_seconds" || key == "engine_comm_seconds" || key == "engine_comm_fraction";
+         key == "engine_forward_seconds" || key == "engine_comm_seconds" || key == "engine_comm_fraction" ||
+         key == "engine_comm_wait_seconds" || key == "engine_comm_wait_fraction";
 }
 
 SweepSpec parse_sweep(const SpecFile& f) {

@@ -1,11 +1,15 @@
 // The `local` backend: every collective is two rendezvous of the group's threads. After the first, each rank
 // reads its peers' published buffers and computes its result into scratch memory; after the second (nobody reads
-// any more) it writes the result to its output, so in-place and overlapping buffers are safe.
+// any more) it writes the result to its output, so in-place and overlapping buffers are safe. A waiting rank spins
+// briefly (yielding its core) before it sleeps, since a futex wake-up costs more than most collectives here.
 #include "comm/local_communicator.h"
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "comm/comm_common.h"
 #include "core/error.h"
@@ -26,6 +30,9 @@ struct LocalGroup::State {
   std::mutex mutex;
   std::condition_variable cv;
   uint64_t generation = 0;   // completed rendezvous
+  std::atomic<uint64_t> published_generation{0};  // generation, readable without the mutex (spinning waiters)
+  std::atomic<bool> published_failed{false};
+  std::chrono::nanoseconds spin{0};  // how long a waiting rank spins before sleeping
   int arrived = 0;           // ranks waiting in the current one
   std::vector<uint64_t> arrivals;  // per rank: rendezvous entered
   std::vector<Posted> posted[2];  // by rendezvous parity: a rank can be at most one rendezvous ahead of another
@@ -35,6 +42,20 @@ struct LocalGroup::State {
 };
 
 namespace {
+
+// Spins until `done()` holds or `budget` passes (yielding the core after the first microseconds); true when it held.
+template <class Pred>
+bool spin_until(Pred done, std::chrono::nanoseconds budget) {
+  if (budget.count() <= 0) return false;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if ((i & 31) != 31) continue;
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    if (elapsed >= budget) return done();
+    if (elapsed >= std::chrono::microseconds(5)) std::this_thread::yield();
+  }
+}
 
 class LocalCommunicator final : public Communicator {
  public:
@@ -161,6 +182,7 @@ class LocalCommunicator final : public Communicator {
     if (!state_.failed) {
       state_.failed = true;
       state_.failure = why;
+      state_.published_failed.store(true, std::memory_order_release);
     }
     state_.cv.notify_all();
   }
@@ -178,8 +200,13 @@ class LocalCommunicator final : public Communicator {
     if (++s.arrived == s.size) {
       s.arrived = 0;
       ++s.generation;
+      s.published_generation.store(s.generation, std::memory_order_release);
       s.cv.notify_all();
     } else {
+      lock.unlock();
+      spin_until([&] { return s.published_generation.load(std::memory_order_acquire) != gen || s.published_failed.load(std::memory_order_acquire); },
+                 s.spin);
+      lock.lock();
       const bool done = s.cv.wait_for(lock, s.timeout, [&] { return s.generation != gen || s.failed; });
       if (s.generation == gen) {
         if (!done) {
@@ -217,6 +244,8 @@ class LocalCommunicator final : public Communicator {
 LocalGroup::LocalGroup(int size, std::chrono::milliseconds timeout) : state_(std::make_unique<State>()) {
   state_->size = size;
   state_->timeout = timeout;
+  // Spinning pays only when every rank can have a core of its own.
+  if (static_cast<unsigned>(size) <= std::max(1u, std::thread::hardware_concurrency())) state_->spin = std::chrono::microseconds(200);
   state_->arrivals.assign(static_cast<size_t>(size), 0);
   for (auto& posted : state_->posted) posted.resize(static_cast<size_t>(size));
   state_->taken.assign(static_cast<size_t>(size), false);

@@ -1,22 +1,23 @@
-// Wall-time accounting around every collective (see timed_communicator.h).
+// Start and end times of every collective (see timed_communicator.h).
 #include "comm/timed_communicator.h"
 
 #include <chrono>
 
 namespace servetune {
 
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
 template <class F>
 void TimedCommunicator::timed(F&& call) {
-  const auto start = std::chrono::steady_clock::now();
-  struct AddElapsed {
-    std::atomic<int64_t>& total;
-    std::chrono::steady_clock::time_point start;
-    ~AddElapsed() {
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-      total.fetch_add(ns, std::memory_order_relaxed);
-    }
-  } add{nanos_, start};
-  call();
+  const int64_t start = now_ns();
+  call();  // a throwing collective breaks the group; its interval does not matter
+  intervals_.push_back({start, now_ns()});
 }
 
 void TimedCommunicator::all_reduce(void* data, size_t count, CommDType dtype, ReduceOp op) {

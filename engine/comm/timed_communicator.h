@@ -1,9 +1,12 @@
-// A Communicator decorator that adds up the wall time spent inside collectives (waiting for peers included), so an
-// engine can report how much of a step its communication path costs. The total is readable from any thread.
+// A Communicator decorator that records when each collective started and ended on this rank (waiting for peers
+// included), so an engine can tell the cost of its communication path from time spent waiting for slower ranks.
+// Not synchronised: the owner reads the intervals between collectives (e.g. after a step all ranks finished).
 #pragma once
 
-#include <atomic>
+#include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -11,9 +14,15 @@ namespace servetune {
 
 class TimedCommunicator final : public Communicator {
  public:
+  struct Interval {
+    int64_t start_ns = 0;  // steady clock
+    int64_t end_ns = 0;
+  };
+
   explicit TimedCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
 
-  double seconds() const { return nanos_.load(std::memory_order_relaxed) * 1e-9; }
+  // The collectives since the last call, in call order; clears them.
+  std::vector<Interval> take_intervals() { return std::exchange(intervals_, {}); }
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -37,7 +46,7 @@ class TimedCommunicator final : public Communicator {
   template <class F> void timed(F&& call);
 
   std::unique_ptr<Communicator> inner_;
-  std::atomic<int64_t> nanos_{0};
+  std::vector<Interval> intervals_;
 };
 
 }  // namespace servetune

@@ -57,6 +57,7 @@ EngineStats aggregate(const std::vector<EngineStats>& all) {
     s.preemptions += r.preemptions;
     s.forward_seconds += r.forward_seconds;
     s.comm_seconds += r.comm_seconds;
+    s.comm_wait_seconds += r.comm_wait_seconds;
     s.spec_num_drafts += r.spec_num_drafts;
     s.spec_draft_tokens += r.spec_draft_tokens;
     s.spec_accepted_tokens += r.spec_accepted_tokens;

@@ -469,6 +469,7 @@ class EngineReplica::Impl {
     s.preemptions = preemptions_;
     s.forward_seconds = forward_seconds_;
     s.comm_seconds = ranks_->comm_seconds();
+    s.comm_wait_seconds = ranks_->comm_wait_seconds();
     s.spec_num_drafts = spec_num_drafts_;
     s.spec_draft_tokens = spec_draft_tokens_;
     s.spec_accepted_tokens = spec_accepted_tokens_;

@@ -1,6 +1,8 @@
 // Tensor-parallel ranks of a replica in lockstep over a local communicator (see tensor_parallel_group.h).
 #include "runtime/tensor_parallel_group.h"
 
+#include <algorithm>
+
 #include "comm/local_communicator.h"
 #include "comm/timed_communicator.h"
 #include "core/error.h"
@@ -63,6 +65,25 @@ void TensorParallelGroup::forward(const Batch& batch, std::vector<float>& logits
   batch_ = nullptr;
   if (own_error) std::rethrow_exception(own_error);
   if (worker_error_) std::rethrow_exception(worker_error_);
+  account_collectives();
+}
+
+void TensorParallelGroup::account_collectives() {
+  std::vector<std::vector<TimedCommunicator::Interval>> per_rank;
+  for (Rank& rank : ranks_) per_rank.push_back(rank.comm->take_intervals());
+  const size_t n = per_rank[0].size();
+  for (const auto& intervals : per_rank) {
+    if (intervals.size() != n) throw Error(ErrorKind::kInternal, "tensor-parallel ranks ran different numbers of collectives");
+  }
+  int64_t shortest_ns = 0, rank0_ns = 0;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t shortest = per_rank[0][i].end_ns - per_rank[0][i].start_ns;
+    rank0_ns += shortest;
+    for (const auto& intervals : per_rank) shortest = std::min(shortest, intervals[i].end_ns - intervals[i].start_ns);
+    shortest_ns += shortest;
+  }
+  comm_seconds_ += static_cast<double>(shortest_ns) * 1e-9;
+  comm_wait_seconds_ += static_cast<double>(rank0_ns - shortest_ns) * 1e-9;
 }
 
 void TensorParallelGroup::worker(int r) {
@@ -102,7 +123,5 @@ void TensorParallelGroup::stop_workers() {
     if (rank.thread.joinable()) rank.thread.join();
   }
 }
-
-double TensorParallelGroup::comm_seconds() const { return ranks_[0].comm ? ranks_[0].comm->seconds() : 0.0; }
 
 }  // namespace servetune

@@ -44,8 +44,11 @@ class TensorParallelGroup {
 
   // Runs `batch` on every rank; `logits` receives the full-vocabulary logits (rank 0's copy). Call from one thread.
   void forward(const Batch& batch, std::vector<float>& logits);
-  // Wall seconds rank 0 spent inside collectives (waiting for the other ranks included), over all steps.
-  double comm_seconds() const;
+  // Over all steps: the cost of the communication path itself — per collective, the shortest time any rank spent
+  // in it (the last rank to arrive waits for nobody) — and rank 0's further time in collectives, spent waiting for
+  // slower ranks (uneven work, OS scheduling).
+  double comm_seconds() const { return comm_seconds_; }
+  double comm_wait_seconds() const { return comm_wait_seconds_; }
 
  private:
   struct Rank {
@@ -59,6 +62,7 @@ class TensorParallelGroup {
   };
 
   void worker(int rank);
+  void account_collectives();
   void stop_workers();
 
   std::vector<Rank> ranks_;
@@ -69,6 +73,7 @@ class TensorParallelGroup {
   int pending_ = 0;
   bool stopping_ = false;
   std::exception_ptr worker_error_;
+  double comm_seconds_ = 0.0, comm_wait_seconds_ = 0.0;
 };
 
 }  // namespace servetune

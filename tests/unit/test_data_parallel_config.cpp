@@ -86,17 +86,15 @@ TEST(DataParallelConfig, BadSettingsGiveClearErrors) {
   EXPECT_NE(usage_message(c).find("max_running_requests = 1 is less than dp_size = 2"), std::string::npos);
 }
 
-TEST(DataParallelConfig, TensorParallelismIsStillNotImplemented) {
+TEST(DataParallelConfig, TensorParallelismCombinesWithDataParallelWithinTheThreads) {
   EngineConfig c = with_model();
   c.tp_size = 2;
   c.threads = 2;
-  try {
-    c.validate();
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("tp_size > 1 (tensor parallelism) is not implemented yet"), std::string::npos);
-  }
+  EXPECT_NO_THROW(c.validate());
+  c.dp_size = 2;
+  EXPECT_NE(usage_message(c).find("tp_size x dp_size = 4 ranks need at least one thread each, but threads = 2"), std::string::npos);
+  c.threads = 4;
+  EXPECT_NO_THROW(c.validate());
 }
 
 TEST(DataParallelConfig, LoadBalanceMethodRoundTripsThroughJson) {

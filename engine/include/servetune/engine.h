@@ -69,7 +69,10 @@ struct EngineStats {
   int64_t requests_aborted = 0;
   int64_t preemptions = 0;
   double forward_seconds = 0.0;        // wall time of the model's forward passes, over all steps
-  double comm_seconds = 0.0;           // of which inside tensor-parallel collectives (rank 0, waits included)
+  // Tensor-parallel collectives: the communication path's own cost (per collective, the shortest time a rank spent
+  // in it) and rank 0's further time in them waiting for slower ranks; both part of forward_seconds.
+  double comm_seconds = 0.0;
+  double comm_wait_seconds = 0.0;
   // Speculative decoding (vLLM's spec_decode counters): a "draft" is one verification of >= 1 draft tokens.
   int64_t spec_num_drafts = 0;
   int64_t spec_draft_tokens = 0;

@@ -20,7 +20,7 @@ struct EngineConfig {
   // Device and parallelism
   std::string device = "cpu";
   int threads = 0;                     // CPU threads (0: all cores)
-  int tp_size = 1;
+  int tp_size = 1;                     // tensor-parallel ranks per replica (threads in each rank: the replica's / tp_size)
   int dp_size = 1;                     // engine replicas, each with threads / dp_size, KV and running requests / dp_size
   std::string load_balance_method = "round_robin";  // round_robin | shortest_queue: how requests pick a replica
   int ep_size = 1;
