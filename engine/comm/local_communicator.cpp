@@ -1,6 +1,7 @@
-// The `local` backend: every collective is two rendezvous of the group's threads. After the first, each rank
-// reads its peers' published buffers and computes its result into scratch memory; after the second (nobody reads
-// any more) it writes the result to its output, so in-place and overlapping buffers are safe. A waiting rank spins
+// The `local` backend: collectives are rendezvous of the group's threads. all_reduce and all_gatherv stage each
+// rank's input and need one; the others take two: after the first, each rank reads its peers' published buffers and
+// computes its result into scratch memory; after the second (nobody reads any more) it writes the result to its
+// output. Either way in-place and overlapping buffers are safe. A waiting rank spins
 // briefly (yielding its core) before it sleeps, since a futex wake-up costs more than most collectives here.
 #include "comm/local_communicator.h"
 
@@ -36,6 +37,9 @@ struct LocalGroup::State {
   int arrived = 0;           // ranks waiting in the current one
   std::vector<uint64_t> arrivals;  // per rank: rendezvous entered
   std::vector<Posted> posted[2];  // by rendezvous parity: a rank can be at most one rendezvous ahead of another
+  // Per rank, by rendezvous parity: staged inputs (all_reduce, all_gatherv), here so they outlive a rank that
+  // leaves right after its last collective while peers still read them. Only the owning rank writes its own.
+  std::vector<std::vector<char>> staging[2];
   std::vector<bool> taken;
   bool failed = false;
   std::string failure;
@@ -71,29 +75,34 @@ class LocalCommunicator final : public Communicator {
   int size() const override { return state_.size; }
   const char* backend() const override { return "local"; }
 
+  // all_reduce and all_gatherv stage this rank's input in a buffer of its own, so one rendezvous suffices: peers
+  // read the staged copies while this rank already writes its output. Staging buffers alternate with the rendezvous
+  // parity; a rank reuses one only after the next rendezvous, when every peer has finished reading it.
   void all_reduce(void* data, size_t count, CommDType dtype, ReduceOp op) override {
     const size_t bytes = count * comm_dtype_size(dtype);
-    rendezvous("all_reduce", signature("all_reduce", dtype, count) + reduce_op_name(op), data, nullptr, nullptr);
-    scratch_.resize(bytes);
-    if (bytes > 0) std::memcpy(scratch_.data(), slot_[0].in, bytes);
-    for (int r = 1; r < size(); ++r) reduce_into(scratch_.data(), slot_[r].in, count, dtype, op);
-    rendezvous("all_reduce", "done", nullptr, nullptr, nullptr);
-    if (bytes > 0) std::memcpy(data, scratch_.data(), bytes);
+    std::vector<char>& stage = state_.staging[entered_ & 1][static_cast<size_t>(rank_)];
+    stage.resize(bytes);
+    if (bytes > 0) std::memcpy(stage.data(), data, bytes);
+    rendezvous("all_reduce", signature("all_reduce", dtype, count) + reduce_op_name(op), stage.data(), nullptr, nullptr);
+    if (bytes == 0) return;
+    std::memcpy(data, slot_[0].in, bytes);
+    for (int r = 1; r < size(); ++r) reduce_into(data, slot_[r].in, count, dtype, op);
   }
 
   void all_gatherv(const void* in, void* out, const std::vector<size_t>& counts, CommDType dtype) override {
     check_counts(*this, "all_gatherv", "counts", counts);
     const size_t elem = comm_dtype_size(dtype);
-    rendezvous("all_gatherv", signature("all_gatherv", dtype, counts), in, nullptr, nullptr);
-    scratch_.resize(sum_counts(counts) * elem);
+    std::vector<char>& stage = state_.staging[entered_ & 1][static_cast<size_t>(rank_)];
+    const size_t mine = counts[static_cast<size_t>(rank_)] * elem;
+    stage.resize(mine);
+    if (mine > 0) std::memcpy(stage.data(), in, mine);
+    rendezvous("all_gatherv", signature("all_gatherv", dtype, counts), stage.data(), nullptr, nullptr);
     size_t offset = 0;
     for (int r = 0; r < size(); ++r) {
       const size_t bytes = counts[static_cast<size_t>(r)] * elem;
-      if (bytes > 0) std::memcpy(scratch_.data() + offset, slot_[r].in, bytes);
+      if (bytes > 0) std::memcpy(static_cast<char*>(out) + offset, slot_[r].in, bytes);
       offset += bytes;
     }
-    rendezvous("all_gatherv", "done", nullptr, nullptr, nullptr);
-    if (!scratch_.empty()) std::memcpy(out, scratch_.data(), scratch_.size());
   }
 
   void reduce_scatter(const void* in, void* out, const std::vector<size_t>& counts, CommDType dtype, ReduceOp op) override {
@@ -195,6 +204,8 @@ class LocalCommunicator final : public Communicator {
     std::unique_lock lock(s.mutex);
     if (s.failed) throw_comm_error(*this, op, "the group has failed: " + s.failure);
     const uint64_t gen = s.generation;
+    if (gen != entered_) throw Error(ErrorKind::kInternal, "local communicator: rank " + std::to_string(rank_) + " lost count of rendezvous");
+    ++entered_;
     s.posted[gen & 1][static_cast<size_t>(rank_)] = Posted{std::move(sig), in, counts, recv_counts};
     const uint64_t mine = ++s.arrivals[static_cast<size_t>(rank_)];
     if (++s.arrived == s.size) {
@@ -236,6 +247,7 @@ class LocalCommunicator final : public Communicator {
   LocalGroup::State& state_;
   int rank_;
   std::vector<char> scratch_;
+  uint64_t entered_ = 0;          // rendezvous this rank has entered (= the generation of its next one)
   const Posted* slot_ = nullptr;  // what each rank published for the current collective
 };
 
@@ -248,6 +260,7 @@ LocalGroup::LocalGroup(int size, std::chrono::milliseconds timeout) : state_(std
   if (static_cast<unsigned>(size) <= std::max(1u, std::thread::hardware_concurrency())) state_->spin = std::chrono::microseconds(200);
   state_->arrivals.assign(static_cast<size_t>(size), 0);
   for (auto& posted : state_->posted) posted.resize(static_cast<size_t>(size));
+  for (auto& staging : state_->staging) staging.resize(static_cast<size_t>(size));
   state_->taken.assign(static_cast<size_t>(size), false);
 }
 
