@@ -1,5 +1,7 @@
 // The llama architecture family (Llama 2/3, SmolLM2, TinyLlama, Mistral, Qwen2 with q/k/v biases): token embedding,
 // RMSNorm, rotary embeddings, grouped-query attention over the paged KV cache, SwiGLU MLP, tied or separate head.
+// Under tensor parallelism one instance is one rank's shard (see parallel.h): its partial attention-output and down
+// projections are all-reduced, and its vocabulary rows' logits all-gathered, over the ParallelContext's communicator.
 #pragma once
 
 #include <memory>
