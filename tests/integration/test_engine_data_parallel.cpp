@@ -9,30 +9,16 @@
 #include "core/error.h"
 #include "model/make_model.h"
 #include "servetune/engine.h"
+#include "integration/greedy_jobs.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servetune {
 namespace {
 
-struct Job {
-  std::vector<int32_t> prompt;
-  int max_tokens;
-};
-
-std::vector<Job> mixed_jobs(const Tokenizer& tok) {
-  const std::vector<std::string> texts = {"Once upon a time, there was a little girl named Lily.", "The cat sat on the mat.",
-                                          "Tom and Sue went to the park to play with a big red ball.", "Hi",
-                                          "One day, a bird flew into the garden and sang a song."};
-  std::vector<Job> jobs;
-  for (int i = 0; i < 24; ++i) {
-    std::string text;
-    for (int k = 0; k <= i % 4; ++k) text += texts[static_cast<size_t>((i + k) % texts.size())] + " ";
-    if (i % 3 == 0) text = texts[2] + texts[2] + text;  // a shared prefix
-    jobs.push_back({tok.encode(text), 1 + (i * 11) % 48});
-  }
-  return jobs;
-}
+using testing::drain;
+using testing::Job;
+using testing::run_greedy;
 
 EngineConfig config_for(int dp, const std::string& method = "round_robin") {
   EngineConfig c;
@@ -44,49 +30,20 @@ EngineConfig config_for(int dp, const std::string& method = "round_robin") {
   return c;
 }
 
-std::shared_ptr<RequestStream> submit(Engine& engine, const Job& job) {
-  Request r;
-  r.prompt_ids = job.prompt;
-  r.sampling.temperature = 0.0f;
-  r.sampling.max_tokens = job.max_tokens;
-  return engine.submit(r);
-}
-
-// Collects a stream's tokens to its end; returns the finish reason.
-FinishReason drain(RequestStream& s, std::vector<int32_t>& out) {
-  while (auto e = s.next()) {
-    out.insert(out.end(), e->token_ids.begin(), e->token_ids.end());
-    if (e->finish != FinishReason::kNone) {
-      EXPECT_NE(e->finish, FinishReason::kError) << e->error;
-      return e->finish;
-    }
-  }
-  ADD_FAILURE() << "stream ended without a final event";
-  return FinishReason::kError;
-}
-
-std::vector<std::vector<int32_t>> run_all(Engine& engine, const std::vector<Job>& jobs) {
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const auto& job : jobs) streams.push_back(submit(engine, job));
-  std::vector<std::vector<int32_t>> outs(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) drain(*streams[i], outs[i]);
-  return outs;
-}
-
 TEST(EngineDataParallel, GreedyOutputsIdenticalToOneReplicaUnderBothMethods) {
   std::vector<Job> jobs;
   std::vector<std::vector<int32_t>> reference;
   int64_t reference_blocks = 0;
   {
     Engine engine(config_for(1));
-    jobs = mixed_jobs(engine.tokenizer());
-    reference = run_all(engine, jobs);
+    jobs = testing::mixed_jobs(engine.tokenizer(), 24, 48);
+    reference = run_greedy(engine, jobs);
     reference_blocks = engine.stats().kv_blocks_total;
   }
   for (const std::string method : {"round_robin", "shortest_queue"}) {
     Engine engine(config_for(2, method));
     EXPECT_EQ(engine.kv_capacity_tokens(), 32768 / 2) << "each replica holds half of max_total_tokens";
-    const auto outs = run_all(engine, jobs);
+    const auto outs = run_greedy(engine, jobs);
     int64_t generated = 0;
     for (size_t i = 0; i < jobs.size(); ++i) {
       EXPECT_EQ(outs[i], reference[i]) << method << ": request " << i;
@@ -118,19 +75,7 @@ TEST(EngineDataParallel, RandomWeightLlamaGreedyOutputsIdenticalToOneReplica) {
     EngineConfig c = config_for(dp, method);
     c.model = dir.string();
     Engine engine(c);
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    for (const auto& job : jobs) {
-      Request r;
-      r.prompt_ids = job.prompt;
-      r.sampling.temperature = 0.0f;
-      r.sampling.max_tokens = job.max_tokens;
-      r.sampling.ignore_eos = true;
-      r.detokenize = false;
-      streams.push_back(engine.submit(r));
-    }
-    std::vector<std::vector<int32_t>> outs(jobs.size());
-    for (size_t i = 0; i < jobs.size(); ++i) drain(*streams[i], outs[i]);
-    return outs;
+    return run_greedy(engine, jobs, true);
   };
   const auto reference = run(1, "round_robin");
   for (size_t i = 0; i < jobs.size(); ++i) ASSERT_EQ(reference[i].size(), static_cast<size_t>(jobs[i].max_tokens));
@@ -143,7 +88,7 @@ TEST(EngineDataParallel, RunningRequestsSumOverReplicasAndAbortReachesTheRightOn
   Engine engine(config_for(2, "round_robin"));
   const auto prompt = engine.tokenizer().encode("Once upon a time");
   std::vector<std::shared_ptr<RequestStream>> streams;
-  for (int i = 0; i < 4; ++i) streams.push_back(submit(engine, {prompt, 400}));  // replicas 0, 1, 0, 1
+  for (int i = 0; i < 4; ++i) streams.push_back(testing::submit_greedy(engine, {prompt, 400}));  // replicas 0, 1, 0, 1
   // The second (on replica 1) and third (on replica 0) are aborted at once, long before 400 tokens can be made.
   EXPECT_TRUE(engine.abort(streams[1]->id()));
   EXPECT_TRUE(engine.abort(streams[2]->id()));

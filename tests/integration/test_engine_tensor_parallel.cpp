@@ -14,6 +14,7 @@
 #include "model/make_model.h"
 #include "runtime/tensor_parallel_group.h"
 #include "servetune/engine.h"
+#include "integration/greedy_jobs.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 
@@ -132,24 +133,7 @@ TEST(TensorParallelLogits, RandomLlamaWithUnevenAndReplicatedKvHeadsMatchesOneRa
   expect_logits_match(tiny.path(), {2, 4});  // 2 KV heads replicated over 4 ranks
 }
 
-struct Job {
-  std::vector<int32_t> prompt;
-  int max_tokens;
-};
-
-std::vector<Job> mixed_jobs(const Tokenizer& tok) {
-  const std::vector<std::string> texts = {"Once upon a time, there was a little girl named Lily.", "The cat sat on the mat.",
-                                          "Tom and Sue went to the park to play with a big red ball.", "Hi",
-                                          "One day, a bird flew into the garden and sang a song."};
-  std::vector<Job> jobs;
-  for (int i = 0; i < 16; ++i) {
-    std::string text;
-    for (int k = 0; k <= i % 4; ++k) text += texts[static_cast<size_t>((i + k) % texts.size())] + " ";
-    if (i % 3 == 0) text = texts[2] + texts[2] + text;  // a shared prefix
-    jobs.push_back({tok.encode(text), 1 + (i * 11) % 40});
-  }
-  return jobs;
-}
+using testing::Job;
 
 EngineConfig config_for(const std::string& model, int tp, int dp) {
   EngineConfig c;
@@ -163,43 +147,19 @@ EngineConfig config_for(const std::string& model, int tp, int dp) {
   return c;
 }
 
-std::vector<std::vector<int32_t>> run_greedy(Engine& engine, const std::vector<Job>& jobs) {
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const auto& job : jobs) {
-    Request r;
-    r.prompt_ids = job.prompt;
-    r.sampling.temperature = 0.0f;
-    r.sampling.max_tokens = job.max_tokens;
-    r.sampling.ignore_eos = true;
-    r.detokenize = false;
-    streams.push_back(engine.submit(r));
-  }
-  std::vector<std::vector<int32_t>> outs(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    while (auto e = streams[i]->next()) {
-      outs[i].insert(outs[i].end(), e->token_ids.begin(), e->token_ids.end());
-      if (e->finish != FinishReason::kNone) {
-        EXPECT_EQ(e->finish, FinishReason::kLength) << e->error;
-        break;
-      }
-    }
-  }
-  return outs;
-}
-
 void expect_greedy_identical(const std::string& model, const std::vector<std::pair<int, int>>& layouts) {
   std::vector<Job> jobs;
   std::vector<std::vector<int32_t>> reference;
   {
     Engine engine(config_for(model, 1, 1));
-    jobs = mixed_jobs(engine.tokenizer());
-    reference = run_greedy(engine, jobs);
+    jobs = testing::mixed_jobs(engine.tokenizer(), 16, 40);
+    reference = testing::run_greedy(engine, jobs, true);
     EXPECT_EQ(engine.stats().comm_seconds, 0.0);
   }
   for (size_t i = 0; i < jobs.size(); ++i) ASSERT_EQ(reference[i].size(), static_cast<size_t>(jobs[i].max_tokens));
   for (const auto& [tp, dp] : layouts) {
     Engine engine(config_for(model, tp, dp));
-    const auto outs = run_greedy(engine, jobs);
+    const auto outs = testing::run_greedy(engine, jobs, true);
     for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(outs[i], reference[i]) << model << " tp " << tp << " dp " << dp << ": request " << i;
     const EngineStats s = engine.stats();
     EXPECT_GT(s.comm_seconds, 0.0) << "tp " << tp;
