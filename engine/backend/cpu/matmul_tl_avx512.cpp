@@ -15,6 +15,8 @@ namespace {
 using namespace avx512;
 
 constexpr int64_t kRowsPerPanel = 16;
+constexpr int64_t kPrefetchPanels = 2;  // weights are prefetched this many panels ahead of their decode
+constexpr int64_t kStreamAhead = 8192;  // and, while a row is decoded, this many bytes ahead in the weight stream
 constexpr int kRows = 4;  // register tile: 4 rows × 16 tokens (two integer chains, one f32 accumulator per row)
 
 template <DType kType>
@@ -46,6 +48,8 @@ void decode_tl_row(const uint8_t* row, int64_t nb, const TlPanel& p, int64_t r) 
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const auto* blk = reinterpret_cast<const BlockOf<kType>*>(row) + b;
+    // Rows are contiguous: this stream continues into the next panels, kStreamAhead bytes ahead.
+    if (sizeof(BlockOf<kType>) > 32 || b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(blk) + kStreamAhead, _MM_HINT_T0);
     __m256i v;
     if constexpr (kType == DType::kQ8_0) {
       v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs)), _mm256_set1_epi8(-128));
@@ -139,14 +143,16 @@ void tl_range_impl(const Weights& w, const Activations& a, int64_t r0, int64_t r
     const int64_t rows = imin(kRowsPerPanel, r1 - rp);
     for (int64_t i = 0; i < rows; ++i) decode_tl_row<kType>(w.data + (rp + i) * w.row_bytes, nb, p, i);
     // The tiles below are compute-bound; fetch the next panel's rows meanwhile so its decode does not wait on DRAM.
-    const int64_t next_rows = imin(kRowsPerPanel, r1 - rp - kRowsPerPanel);
+    const int64_t ahead = kPrefetchPanels * kRowsPerPanel;
+    const int64_t next_rows = imin(kRowsPerPanel, r1 - rp - ahead);
     if (next_rows > 0) {
-      const char* next = reinterpret_cast<const char*>(w.data + (rp + kRowsPerPanel) * w.row_bytes);
+      const char* next = reinterpret_cast<const char*>(w.data + (rp + ahead) * w.row_bytes);
       for (int64_t off = 0; off < next_rows * w.row_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T1);
     }
     const __mmask16 keep = static_cast<__mmask16>((1u << rows) - 1);
     for (int64_t g = g0; g < g1; ++g) {
-      alignas(64) float out[16 * 16] = {};  // [panel row][token]
+      alignas(64) float out[16 * 16];  // [panel row][token]; rows past `rows` are zeroed, then masked off
+      for (int64_t k = rows; k < 16; ++k) _mm512_store_ps(out + k * 16, _mm512_setzero_ps());
       int64_t i = 0;
       for (; i + kRows <= rows; i += kRows) tl_tile<kType, kRows>(p, i, a, g, out);
       for (; i + 2 <= rows; i += 2) tl_tile<kType, 2>(p, i, a, g, out);
