@@ -15,7 +15,6 @@
 #include "tuner/calibration.h"
 
 namespace servetune::tuner {
-namespace {
 
 double process_cpu_s() {
   rusage u{};
@@ -23,8 +22,6 @@ double process_cpu_s() {
   return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
-
-}  // namespace
 
 void add_engine_deltas(nlohmann::ordered_json& m, const EngineStats& a, const EngineStats& b) {
   const int64_t steps = b.steps - a.steps;

@@ -39,6 +39,9 @@ RunOutput run_workload(loadgen::Client& client, const datasets::Workload& worklo
 // (tensor-parallel communication) seconds.
 void add_engine_deltas(nlohmann::ordered_json& m, const EngineStats& a, const EngineStats& b);
 
+// User + system CPU seconds this process has used so far.
+double process_cpu_s();
+
 // The speculative-decoding counters of a measured run on the built-in engine (after minus before), or nullopt
 // when the engine does not speculate.
 std::optional<loadgen::SpecDecodeStats> spec_decode_delta(const Engine& engine, const EngineStats& before,

@@ -1,7 +1,6 @@
 // `servetune bench`: the load generator. Takes `vllm bench serve`'s flags, builds a workload (sharegpt, random,
 // trace, prefix), sends it to the built-in engine in-process (--backend builtin, with the engine flags) or to an
 // OpenAI-compatible server, and prints / saves the result with vLLM's block text and JSON keys.
-#include <sys/resource.h>
 
 #include <chrono>
 #include <cmath>
@@ -122,13 +121,6 @@ void check_flag_use(const BenchOptions& o) {
   }
 }
 
-double process_cpu_s() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
 std::string now_stamp() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -234,7 +226,7 @@ void run_bench(BenchOptions& o) {
   }
   std::printf("Maximum request concurrency: %s\n", o.max_concurrency ? std::to_string(*o.max_concurrency).c_str() : "None");
   std::fflush(stdout);
-  const double cpu_before = process_cpu_s();
+  const double cpu_before = tuner::process_cpu_s();
   const EngineStats stats_before = builtin ? engine->stats() : EngineStats{};
   // An HTTP server's speculative-decoding counters, when it exposes vLLM's (servetune serve and vLLM do).
   const std::string metrics_url = server_root + "/metrics";
@@ -242,7 +234,7 @@ void run_bench(BenchOptions& o) {
   const loadgen::RunResult run = client->run(spec);
   const EngineStats stats_after = builtin ? engine->stats() : EngineStats{};
   const auto spec_after = spec_before ? loadgen::scrape_spec_decode(metrics_url, api_key) : std::nullopt;
-  const double run_cpu_s = process_cpu_s() - cpu_before;
+  const double run_cpu_s = tuner::process_cpu_s() - cpu_before;
 
   const auto count_tokens = [&](const std::string& text) {
     return static_cast<int64_t>(tokenizer.encode(text, false, false).size());

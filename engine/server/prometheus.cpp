@@ -146,6 +146,13 @@ std::string render_metrics(const ServerMetrics& m, const EngineStats& s, const s
   sample(out, "servetune:kv_blocks_used", labels, s.kv_blocks_used);
   header(out, "servetune:kv_blocks_total", "gauge", "KV cache blocks.");
   sample(out, "servetune:kv_blocks_total", labels, s.kv_blocks_total);
+  header(out, "servetune:forward_seconds_total", "counter", "Wall time of the model's forward passes.");
+  sample(out, "servetune:forward_seconds_total", labels, s.forward_seconds);
+  header(out, "servetune:comm_seconds_total", "counter",
+         "Tensor-parallel collectives: the communication path's own time (per collective, the fastest rank's).");
+  sample(out, "servetune:comm_seconds_total", labels, s.comm_seconds);
+  header(out, "servetune:comm_wait_seconds_total", "counter", "Tensor-parallel collectives: rank 0's waits for slower ranks.");
+  sample(out, "servetune:comm_wait_seconds_total", labels, s.comm_wait_seconds);
   header(out, "servetune:requests_in_flight", "gauge", "Generation requests accepted by the HTTP server and not finished.");
   sample(out, "servetune:requests_in_flight", labels, m.in_flight.load(std::memory_order_relaxed));
   header(out, "servetune:engine_requests_aborted_total", "counter", "Requests the engine aborted (client gone, shutdown).");

@@ -360,6 +360,7 @@ TEST(ServerMetricsText, PrometheusFormat) {
   s.spec_draft_tokens = 20;
   s.spec_accepted_tokens = 7;
   s.spec_accepted_per_position = {4, 3};
+  s.comm_seconds = 1.5;
   const std::string text = render_metrics(m, s, "my \"model\"", true);
   EXPECT_EQ(render_metrics(m, s, "m", false).find("spec_decode"), std::string::npos) << "counters without speculation";
   auto has = [&](const std::string& line) { EXPECT_NE(text.find(line + "\n"), std::string::npos) << line; };
@@ -375,6 +376,7 @@ TEST(ServerMetricsText, PrometheusFormat) {
   has(R"(vllm:time_to_first_token_seconds_count{model_name="my \"model\""} 3)");
   has(R"(vllm:request_success_total{model_name="my \"model\"",finished_reason="stop"} 1)");
   has(R"(servetune:http_responses_total{model_name="my \"model\"",status="200"} 1)");
+  has(R"(servetune:comm_seconds_total{model_name="my \"model\""} 1.5)");
   has(R"(vllm:spec_decode_num_drafts_total{model_name="my \"model\""} 5)");
   has(R"(vllm:spec_decode_num_draft_tokens_total{model_name="my \"model\""} 20)");
   has(R"(vllm:spec_decode_num_accepted_tokens_total{model_name="my \"model\""} 7)");
