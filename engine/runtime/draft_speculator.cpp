@@ -55,37 +55,9 @@ void draft_distribution(std::span<const float> logits, const SamplingParams& par
     for (float& v : q) v = static_cast<float>(v / total);
     return;
   }
-  // As the sampler: candidates within e^-40 of the best, sorted, cut by top-k, then top-p, then min-p.
   std::vector<int32_t> order;
-  const float floor = best - 40.0f * params.temperature;
-  for (size_t i = 0; i < vocab; ++i) {
-    if (logits[i] >= floor) order.push_back(static_cast<int32_t>(i));
-  }
-  size_t keep = order.size();
-  if (params.top_k > 0) keep = std::min(keep, static_cast<size_t>(params.top_k));
-  std::partial_sort(order.begin(), order.begin() + static_cast<long>(keep), order.end(), [&](int32_t a, int32_t b) {
-    const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
-    return la > lb || (la == lb && a < b);
-  });
-  std::vector<double> p(keep);
-  double total = 0.0;
-  for (size_t i = 0; i < keep; ++i) total += p[i] = std::exp(static_cast<double>((logits[static_cast<size_t>(order[i])] - best) * inv_t));
-  size_t cut = keep;
-  if (params.top_p < 1.0f) {
-    double cum = 0.0;
-    for (size_t i = 0; i < keep; ++i) {
-      cum += p[i] / total;
-      if (cum >= params.top_p) {
-        cut = i + 1;
-        break;
-      }
-    }
-  }
-  if (params.min_p > 0.0f) {
-    size_t i = 1;
-    while (i < cut && p[i] >= params.min_p * p[0]) ++i;
-    cut = i;
-  }
+  std::vector<double> p;
+  const size_t cut = filtered_candidates(logits, params, order, p);
   const double kept = std::accumulate(p.begin(), p.begin() + static_cast<long>(cut), 0.0);
   for (size_t i = 0; i < cut; ++i) q[static_cast<size_t>(order[i])] = static_cast<float>(p[i] / kept);
 }

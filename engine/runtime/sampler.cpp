@@ -99,6 +99,49 @@ std::vector<TokenLogprob> Sampler::top_logprobs(std::span<const float> logits, i
   return top;
 }
 
+size_t filtered_candidates(std::span<const float> logits, const SamplingParams& params, std::vector<int32_t>& order,
+                           std::vector<double>& p) {
+  // Tokens whose tempered probability is below e^-40 of the best one carry < 1e-12 of the mass in any
+  // vocabulary size used in practice; dropping them before sorting keeps full-vocabulary sampling cheap.
+  const float best = *std::max_element(logits.begin(), logits.end());
+  const float floor = best - 40.0f * params.temperature;
+  const float inv_t = 1.0f / params.temperature;
+  order.clear();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] >= floor) order.push_back(static_cast<int32_t>(i));
+  }
+  size_t keep = order.size();
+  if (params.top_k > 0) keep = std::min(keep, static_cast<size_t>(params.top_k));
+  std::partial_sort(order.begin(), order.begin() + static_cast<long>(keep), order.end(), [&](int32_t a, int32_t b) {
+    const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+    return la > lb || (la == lb && a < b);
+  });
+  p.resize(keep);
+  double total = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    p[i] = std::exp(static_cast<double>((logits[static_cast<size_t>(order[i])] - best) * inv_t));
+    total += p[i];
+  }
+  size_t cut = keep;
+  if (params.top_p < 1.0f) {
+    double cum = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+      cum += p[i] / total;
+      if (cum >= params.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+  }
+  if (params.min_p > 0.0f) {
+    const double threshold = params.min_p * p[0];
+    size_t i = 1;
+    while (i < cut && p[i] >= threshold) ++i;
+    cut = i;
+  }
+  return cut;
+}
+
 int32_t Sampler::draw(std::span<const float> logits, int32_t draft, std::span<const float> draft_probs) {
   // Candidates sorted by logit and cut by top-k; then top-p and min-p on the tempered distribution.
   const auto vocab = static_cast<int32_t>(logits.size());
@@ -106,54 +149,17 @@ int32_t Sampler::draw(std::span<const float> logits, int32_t draft, std::span<co
     throw Error(ErrorKind::kInternal, "draft distribution size differs from the vocabulary");
   }
   if (draft >= vocab) draft = -1;
-  candidates_.resize(static_cast<size_t>(vocab));
-  std::iota(candidates_.begin(), candidates_.end(), 0);
-  const float inv_t = 1.0f / params_.temperature;
   if (params_.top_k <= 0 && params_.top_p >= 1.0f && params_.min_p <= 0.0f) {
     // Plain temperature sampling needs no ordering: one pass for the normaliser, one to find the draw.
+    candidates_.resize(static_cast<size_t>(vocab));
+    std::iota(candidates_.begin(), candidates_.end(), 0);
+    const float inv_t = 1.0f / params_.temperature;
     const float best = *std::max_element(logits.begin(), logits.end());
     probs_.resize(logits.size());
     for (size_t i = 0; i < logits.size(); ++i) probs_[i] = std::exp((logits[i] - best) * inv_t);
     return pick(logits.size(), draft, draft >= 0 ? static_cast<size_t>(draft) : 0, draft_probs);
   }
-  // Tokens whose tempered probability is below e^-40 of the best one carry < 1e-12 of the mass in any
-  // vocabulary size used in practice; dropping them before sorting keeps full-vocabulary sampling cheap.
-  const float best = *std::max_element(logits.begin(), logits.end());
-  const float floor = best - 40.0f * params_.temperature;
-  auto last = std::partition(candidates_.begin(), candidates_.end(),
-                             [&](int32_t t) { return logits[static_cast<size_t>(t)] >= floor; });
-  candidates_.erase(last, candidates_.end());
-  size_t keep = candidates_.size();
-  if (params_.top_k > 0) keep = std::min(keep, static_cast<size_t>(params_.top_k));
-  auto by_logit = [&](int32_t a, int32_t b) {
-    const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
-    return la > lb || (la == lb && a < b);
-  };
-  std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep), candidates_.end(), by_logit);
-  const float max_logit = logits[static_cast<size_t>(candidates_[0])];
-  probs_.resize(keep);
-  double total = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    probs_[i] = std::exp(static_cast<double>((logits[static_cast<size_t>(candidates_[i])] - max_logit) * inv_t));
-    total += probs_[i];
-  }
-  size_t cut = keep;
-  if (params_.top_p < 1.0f) {
-    double cum = 0.0;
-    for (size_t i = 0; i < keep; ++i) {
-      cum += probs_[i] / total;
-      if (cum >= params_.top_p) {
-        cut = i + 1;
-        break;
-      }
-    }
-  }
-  if (params_.min_p > 0.0f) {
-    const double threshold = params_.min_p * probs_[0];
-    size_t i = 1;
-    while (i < cut && probs_[i] >= threshold) ++i;
-    cut = i;
-  }
+  const size_t cut = filtered_candidates(logits, params_, candidates_, probs_);
   // A draft outside the kept candidates has probability 0 (draft_index == cut): it is always rejected.
   size_t draft_index = 0;
   if (draft >= 0) {

@@ -25,6 +25,12 @@ struct SampleResult {
   std::vector<TokenLogprob> top;    // top-n of the raw distribution, best first
 };
 
+// The candidates of filtered sampling (top-k, top-p or min-p set): tokens within e^-40 of the best, sorted by logit
+// (ties by id), cut by top-k, then top-p, then min-p on the tempered distribution. Fills `order` (token ids) and `p`
+// (tempered probabilities relative to the best, unnormalised) and returns how many of them are kept.
+size_t filtered_candidates(std::span<const float> logits, const SamplingParams& params, std::vector<int32_t>& order,
+                           std::vector<double>& p);
+
 class Sampler {
  public:
   // `default_seed` is used when params.seed is unset; `prompt` feeds the repetition penalty.
