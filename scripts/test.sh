@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command: setup, warnings-as-errors release build, all ctest suites, a compile+link of the nccl
-# communicator, an ASan+UBSan build of the unit tests, and 60 s of libFuzzer on each file-format parser. What CI runs (.ci/run).
+# The test command: setup, warnings-as-errors release build, all ctest suites, a compile+link of the cuda preset
+# (CUDA backend + nccl communicator) and of the hip preset, an ASan+UBSan build of the unit tests, and 60 s of libFuzzer on each file-format parser. What CI runs (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -18,12 +18,24 @@ cmake --build build/ci -j "$JOBS"
 step "tests"
 ctest --test-dir build/ci --output-on-failure -j "$JOBS" --timeout 900
 
-step "nccl communicator compiles and links (preset nccl)"
-if [ -f /usr/local/cuda/include/nccl.h ]; then
+step "cuda backend and nccl communicator compile and link (preset cuda: sm_90a + sm_80; nothing runs without a GPU)"
+if [ -x /usr/local/cuda/bin/nvcc ] && [ -f /usr/local/cuda/include/nccl.h ]; then
+  cmake --preset cuda >/dev/null
+  cmake --build build/cuda -j "$JOBS" --target servetune test_gpu_ops test_gpu_parity test_comm
+elif [ -f /usr/local/cuda/include/nccl.h ]; then
+  echo "no nvcc: only the nccl communicator (preset nccl)"
   cmake --preset nccl >/dev/null
   cmake --build build/nccl -j "$JOBS" --target test_comm
 else
   echo "skipped: no CUDA/NCCL at /usr/local/cuda"
+fi
+
+step "hip backend compiles and links (preset hip: the same .cu sources through hipcc, gfx90a)"
+if command -v hipcc >/dev/null; then
+  cmake --preset hip >/dev/null
+  cmake --build build/hip -j "$JOBS" --target servetune test_gpu_ops test_gpu_parity
+else
+  echo "skipped: no hipcc (scripts/setup.sh installs Debian's)"
 fi
 
 step "performance check against the committed baseline (configs/ci-perf.yaml)"

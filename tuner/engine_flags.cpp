@@ -8,7 +8,7 @@ void add_engine_flags(CLI::App* cmd, EngineConfig& c) {
   auto* g = "Engine settings";
   cmd->add_option("--load-format", c.load_format, "auto | gguf | safetensors | dummy")->group(g);
   cmd->add_option("--context-length", c.context_length, "Use a context shorter than the model's")->group(g);
-  cmd->add_option("--device", c.device, "cpu")->group(g);
+  cmd->add_option("--device", c.device, "cpu | cuda (the cuda preset build) | hip (the hip preset build)")->group(g);
   cmd->add_option("--threads,-t", c.threads, "CPU threads (0: all cores)")->group(g);
   cmd->add_option("--tp-size", c.tp_size, "Tensor-parallel size")->group(g);
   cmd->add_option("--dp-size", c.dp_size, "Data-parallel size: engine replicas, each with threads / dp-size")->group(g);

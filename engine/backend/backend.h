@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/dtype.h"
@@ -55,6 +56,12 @@ struct AttentionBatch {
   int64_t max_blocks_per_seq = 0;
 };
 
+// Device memory of a GPU backend, in bytes.
+struct DeviceMemory {
+  int64_t total = 0;
+  int64_t free = 0;
+};
+
 // Memory owned by a backend (host memory on CPU, device memory on GPUs).
 class Buffer {
  public:
@@ -69,6 +76,11 @@ class Backend {
   virtual std::string name() const = 0;
   // True when buffers are ordinary host memory, so weights can be used in place from a memory map.
   virtual bool host_memory() const { return false; }
+  // The type a weight matrix stored as `file_type` is kept in (GPU backends: bf16 for quantized and f16 weights,
+  // dequantized once at load; f32 and bf16 stay as they are).
+  virtual DType matrix_storage_type(DType file_type) const { return file_type; }
+  // Total and free memory of the device; nullopt for host-memory backends (they size the KV cache by physical RAM).
+  virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
 
   virtual std::unique_ptr<Buffer> allocate(size_t bytes) = 0;
   // Copies host bytes into backend memory (a plain copy on CPU).
@@ -92,11 +104,27 @@ class Backend {
   virtual void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) = 0;
   // x += y elementwise over n values.
   virtual void add(float* x, const float* y, int64_t n) = 0;
+
+  // Fused ops (compile = fused). add_rms_norm: x += residual, then y = rms_norm(x) per row (y may alias residual).
+  virtual void add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) = 0;
+  // Rotary fused into the QKV path: qkv rows hold [q | k | v] ([n_heads + 2 * kv.n_kv_heads] heads of head_dim);
+  // writes rotated q to q_out [n, n_heads * head_dim] and stores rotated k and v into the cache slots `slots[t]`.
+  virtual void rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots,
+                              int64_t n, int64_t n_heads, const RopeParams& p, float* q_out) = 0;
+  // Fills `n` values of `type` (f32 or bf16) at `dst` with N(mean, std) draws keyed by (seed, index), in place
+  // (dummy weights without a host copy). Returns false when the backend leaves that to the host (CPU).
+  virtual bool fill_random(void* /*dst*/, DType /*type*/, int64_t /*n*/, uint64_t /*seed*/, float /*mean*/, float /*std*/) {
+    return false;
+  }
   // Blocks until queued work is done (no-op on CPU).
   virtual void synchronize() {}
 };
 
-// Creates the backend for `device` ("cpu"); `threads` sizes the CPU thread pool (0 = all cores).
+// Creates the backend for `device` ("cpu", or "cuda" / "hip" in a GPU build); `threads` sizes the CPU thread pool
+// (0 = all cores). Error(kUnsupported) names the devices this build has.
 std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
+// Whether this build has a backend for `device`, and the list of those it has ("cpu, cuda").
+bool backend_available(const std::string& device);
+std::string available_backends();
 
 }  // namespace servetune

@@ -1,6 +1,7 @@
 // Llama-family forward pass over a flattened varlen batch (see llama.h).
 #include "model/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -14,8 +15,8 @@ std::string blk(int64_t i, const char* name) { return "blk." + std::to_string(i)
 
 }  // namespace
 
-LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel)
-    : config_(config), parallel_(parallel), backend_(backend),
+LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel, bool fused)
+    : config_(config), parallel_(parallel), backend_(backend), fused_(fused),
       share_(tensor_parallel_share(config, parallel.tp_size, parallel.tp_rank)) {
   if (parallel.tp_size > 1 && parallel.comm == nullptr) {
     throw Error(ErrorKind::kInternal, "tensor parallelism needs a communicator");
@@ -41,18 +42,35 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
   for (int64_t i = 0; i < config.n_layers; ++i) {
     Layer L;
     L.attn_norm = loader.vector(blk(i, "attn_norm.weight"), d);
-    L.wq = loader.matrix_rows(blk(i, "attn_q.weight"), config.n_heads * hd, d, q_rows);
-    L.wk = loader.matrix_rows(blk(i, "attn_k.weight"), config.n_kv_heads * hd, d, kv_rows);
-    L.wv = loader.matrix_rows(blk(i, "attn_v.weight"), config.n_kv_heads * hd, d, kv_rows);
-    L.wo = loader.matrix_cols(blk(i, "attn_output.weight"), d, config.n_heads * hd, q_rows);
-    if (config.attention_bias || loader.has(blk(i, "attn_q.bias"))) {
-      L.bq = loader.vector(blk(i, "attn_q.bias"), config.n_heads * hd, q_rows);
-      L.bk = loader.vector(blk(i, "attn_k.bias"), config.n_kv_heads * hd, kv_rows);
-      L.bv = loader.vector(blk(i, "attn_v.bias"), config.n_kv_heads * hd, kv_rows);
+    const bool bias = config.attention_bias || loader.has(blk(i, "attn_q.bias"));
+    if (fused) {
+      L.wqkv = loader.stacked_rows({{blk(i, "attn_q.weight"), config.n_heads * hd, d, q_rows},
+                                    {blk(i, "attn_k.weight"), config.n_kv_heads * hd, d, kv_rows},
+                                    {blk(i, "attn_v.weight"), config.n_kv_heads * hd, d, kv_rows}});
+      if (bias) {
+        L.bqkv = loader.stacked_vectors({{blk(i, "attn_q.bias"), config.n_heads * hd, q_rows},
+                                         {blk(i, "attn_k.bias"), config.n_kv_heads * hd, kv_rows},
+                                         {blk(i, "attn_v.bias"), config.n_kv_heads * hd, kv_rows}});
+      }
+    } else {
+      L.wq = loader.matrix_rows(blk(i, "attn_q.weight"), config.n_heads * hd, d, q_rows);
+      L.wk = loader.matrix_rows(blk(i, "attn_k.weight"), config.n_kv_heads * hd, d, kv_rows);
+      L.wv = loader.matrix_rows(blk(i, "attn_v.weight"), config.n_kv_heads * hd, d, kv_rows);
+      if (bias) {
+        L.bq = loader.vector(blk(i, "attn_q.bias"), config.n_heads * hd, q_rows);
+        L.bk = loader.vector(blk(i, "attn_k.bias"), config.n_kv_heads * hd, kv_rows);
+        L.bv = loader.vector(blk(i, "attn_v.bias"), config.n_kv_heads * hd, kv_rows);
+      }
     }
+    L.wo = loader.matrix_cols(blk(i, "attn_output.weight"), d, config.n_heads * hd, q_rows);
     L.ffn_norm = loader.vector(blk(i, "ffn_norm.weight"), d);
-    L.w_gate = loader.matrix_rows(blk(i, "ffn_gate.weight"), config.ffn, d, share_.ffn);
-    L.w_up = loader.matrix_rows(blk(i, "ffn_up.weight"), config.ffn, d, share_.ffn);
+    if (fused) {
+      L.w_gate_up = loader.stacked_rows({{blk(i, "ffn_gate.weight"), config.ffn, d, share_.ffn},
+                                         {blk(i, "ffn_up.weight"), config.ffn, d, share_.ffn}});
+    } else {
+      L.w_gate = loader.matrix_rows(blk(i, "ffn_gate.weight"), config.ffn, d, share_.ffn);
+      L.w_up = loader.matrix_rows(blk(i, "ffn_up.weight"), config.ffn, d, share_.ffn);
+    }
     L.w_down = loader.matrix_cols(blk(i, "ffn_down.weight"), d, config.ffn, share_.ffn);
     layers_.push_back(L);
   }
@@ -63,7 +81,36 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
   rope_.theta = config.rope_theta;
   rope_.freq_scale = config.rope_scaling == RopeKind::kLinear ? 1.0f / config.rope_factor : 1.0f;
   rope_.neox = config.rope_neox;
-  rope_.freq_factors = rope_freq_factors_.empty() ? nullptr : rope_freq_factors_.data();
+  if (!rope_freq_factors_.empty()) {
+    const size_t bytes = rope_freq_factors_.size() * sizeof(float);
+    rope_freq_buffer_ = backend_.allocate(bytes);
+    backend_.upload(*rope_freq_buffer_, 0, rope_freq_factors_.data(), bytes);
+    rope_.freq_factors = static_cast<const float*>(rope_freq_buffer_->data());
+  }
+}
+
+LlamaModel::BatchIndices LlamaModel::place_indices(const Batch& batch) {
+  const std::vector<int32_t>* parts[] = {&batch.tokens, &batch.slot_mapping, &batch.positions, &batch.seq_of_token,
+                                         &batch.block_tables, &batch.logits_indices};
+  BatchIndices ix;
+  const int32_t** fields[] = {&ix.tokens, &ix.slots, &ix.positions, &ix.seq_of_token, &ix.block_tables, &ix.logits_rows};
+  constexpr size_t kParts = sizeof(parts) / sizeof(parts[0]);
+  if (backend_.host_memory()) {
+    for (size_t i = 0; i < kParts; ++i) *fields[i] = parts[i]->data();
+    return ix;
+  }
+  size_t offsets[kParts];
+  ws_.packed.clear();
+  for (size_t i = 0; i < kParts; ++i) {
+    offsets[i] = ws_.packed.size();
+    ws_.packed.insert(ws_.packed.end(), parts[i]->begin(), parts[i]->end());
+  }
+  const size_t bytes = ws_.packed.size() * sizeof(int32_t);
+  if (!ws_.indices || ws_.indices->size() < bytes) ws_.indices = backend_.allocate(std::max<size_t>(2 * bytes, 4096));
+  backend_.upload(*ws_.indices, 0, ws_.packed.data(), bytes);
+  const auto* base = static_cast<const int32_t*>(ws_.indices->data());
+  for (size_t i = 0; i < kParts; ++i) *fields[i] = base + offsets[i];
+  return ix;
 }
 
 void LlamaModel::reserve(int64_t n_tokens, int64_t n_logits) {
@@ -74,10 +121,10 @@ void LlamaModel::reserve(int64_t n_tokens, int64_t n_logits) {
     ws_.x = alloc(config_.hidden);
     ws_.h = alloc(config_.hidden);
     ws_.q = alloc(n_heads_ * config_.head_dim);
-    ws_.k = alloc(n_kv_heads_ * config_.head_dim);
+    ws_.k = alloc(fused_ ? (n_heads_ + 2 * n_kv_heads_) * config_.head_dim : n_kv_heads_ * config_.head_dim);
     ws_.v = alloc(n_kv_heads_ * config_.head_dim);
     ws_.attn = alloc(n_heads_ * config_.head_dim);
-    ws_.gate = alloc(ffn);
+    ws_.gate = alloc(fused_ ? 2 * ffn : ffn);
     ws_.up = alloc(ffn);
     ws_.act = alloc(ffn);
     ws_.logits_in = alloc(config_.hidden);
@@ -92,13 +139,42 @@ void LlamaModel::reserve(int64_t n_tokens, int64_t n_logits) {
 void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) {
   const int64_t n = batch.n_tokens();
   const int64_t n_out = static_cast<int64_t>(batch.logits_indices.size());
-  const int64_t d = config_.hidden, hd = config_.head_dim;
-  const int64_t ffn = share_.ffn.count;
+  const int64_t d = config_.hidden;
   if (n == 0) {
     logits.clear();
     return;
   }
   reserve(n, n_out);
+  for (const int32_t row : batch.logits_indices) {
+    if (row < 0 || row >= n) throw Error(ErrorKind::kInternal, "logits index out of range");
+  }
+  const BatchIndices ix = place_indices(batch);
+  backend_.embed(tok_embd_, ix.tokens, n, buf(ws_.x));
+  if (fused_) forward_layers_fused(batch, ix, kv);
+  else forward_layers_eager(batch, ix, kv);
+  float* x = buf(ws_.x);
+
+  if (n_out == 0) {  // a prefill chunk that does not reach the end of its prompt
+    logits.clear();
+    return;
+  }
+  // Gathers the rows whose logits are returned: an embedding lookup in the f32 table of hidden states.
+  float* xs = buf(ws_.logits_in);
+  const WeightMatrix hidden{x, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
+  backend_.embed(hidden, ix.logits_rows, n_out, xs);
+  backend_.rms_norm(xs, output_norm_, xs, n_out, d, config_.rms_eps);
+  float* out = static_cast<float*>(logits_out_->data());
+  backend_.matmul(output_, nullptr, xs, n_out, out);
+  if (parallel_.tp_size == 1) {
+    logits.resize(static_cast<size_t>(n_out * output_.rows));
+    backend_.download(logits.data(), *logits_out_, 0, logits.size() * sizeof(float));
+    return;
+  }
+  gather_logits(out, n_out, logits);
+}
+
+void LlamaModel::forward_layers_eager(const Batch& batch, const BatchIndices& ix, KvStorage& kv) {
+  const int64_t n = batch.n_tokens(), d = config_.hidden, ffn = share_.ffn.count;
   float* x = buf(ws_.x);
   float* h = buf(ws_.h);
   float* q = buf(ws_.q);
@@ -108,11 +184,8 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
   float* gate = buf(ws_.gate);
   float* up = buf(ws_.up);
   float* act = buf(ws_.act);
-
-  AttentionBatch ab{n, batch.positions.data(), batch.seq_of_token.data(), batch.block_tables.data(), batch.max_blocks_per_seq};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-
-  backend_.embed(tok_embd_, batch.tokens.data(), n, x);
+  const AttentionBatch ab{n, ix.positions, ix.seq_of_token, ix.block_tables, batch.max_blocks_per_seq};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     const KvLayerView& cache = kv.layer(static_cast<int64_t>(l));
@@ -120,9 +193,9 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
     backend_.matmul(L.wq, L.bq, h, n, q);
     backend_.matmul(L.wk, L.bk, h, n, k);
     backend_.matmul(L.wv, L.bv, h, n, v);
-    backend_.rope(q, batch.positions.data(), n, n_heads_, rope_);
-    backend_.rope(k, batch.positions.data(), n, n_kv_heads_, rope_);
-    backend_.store_kv(cache, k, v, batch.slot_mapping.data(), n);
+    backend_.rope(q, ix.positions, n, n_heads_, rope_);
+    backend_.rope(k, ix.positions, n, n_kv_heads_, rope_);
+    backend_.store_kv(cache, k, v, ix.slots, n);
     backend_.attention(cache, ab, q, n_heads_, scale, attn);
     backend_.matmul(L.wo, nullptr, attn, n, h);
     sum_partials(h, n * d);
@@ -136,26 +209,38 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
     sum_partials(h, n * d);
     backend_.add(x, h, n * d);
   }
+}
 
-  if (n_out == 0) {  // a prefill chunk that does not reach the end of its prompt
-    logits.clear();
-    return;
+// The same arithmetic as forward_layers_eager in fewer launches: stacked QKV and gate/up matmuls, rotary fused with
+// the KV store, and each residual add fused into the RMSNorm that follows it (the last one is a plain add).
+void LlamaModel::forward_layers_fused(const Batch& batch, const BatchIndices& ix, KvStorage& kv) {
+  const int64_t n = batch.n_tokens(), d = config_.hidden, ffn = share_.ffn.count;
+  float* x = buf(ws_.x);
+  float* h = buf(ws_.h);
+  float* q = buf(ws_.q);
+  float* qkv = buf(ws_.k);
+  float* attn = buf(ws_.attn);
+  float* gate_up = buf(ws_.gate);
+  float* act = buf(ws_.act);
+  const AttentionBatch ab{n, ix.positions, ix.seq_of_token, ix.block_tables, batch.max_blocks_per_seq};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    const KvLayerView& cache = kv.layer(static_cast<int64_t>(l));
+    if (l == 0) backend_.rms_norm(x, L.attn_norm, h, n, d, config_.rms_eps);
+    else backend_.add_rms_norm(x, h, L.attn_norm, h, n, d, config_.rms_eps);  // h: the previous layer's MLP output
+    backend_.matmul(L.wqkv, L.bqkv, h, n, qkv);
+    backend_.rope_store_qkv(cache, qkv, ix.positions, ix.slots, n, n_heads_, rope_, q);
+    backend_.attention(cache, ab, q, n_heads_, scale, attn);
+    backend_.matmul(L.wo, nullptr, attn, n, h);
+    sum_partials(h, n * d);
+    backend_.add_rms_norm(x, h, L.ffn_norm, h, n, d, config_.rms_eps);
+    backend_.matmul(L.w_gate_up, nullptr, h, n, gate_up);
+    backend_.silu_mul(gate_up, gate_up + ffn, 2 * ffn, n, ffn, act);
+    backend_.matmul(L.w_down, nullptr, act, n, h);
+    sum_partials(h, n * d);
   }
-  float* xs = buf(ws_.logits_in);
-  for (int64_t i = 0; i < n_out; ++i) {
-    const int32_t row = batch.logits_indices[static_cast<size_t>(i)];
-    if (row < 0 || row >= n) throw Error(ErrorKind::kInternal, "logits index out of range");
-    std::copy(x + row * d, x + (row + 1) * d, xs + i * d);
-  }
-  backend_.rms_norm(xs, output_norm_, xs, n_out, d, config_.rms_eps);
-  float* out = static_cast<float*>(logits_out_->data());
-  backend_.matmul(output_, nullptr, xs, n_out, out);
-  if (parallel_.tp_size == 1) {
-    logits.resize(static_cast<size_t>(n_out * output_.rows));
-    backend_.download(logits.data(), *logits_out_, 0, logits.size() * sizeof(float));
-    return;
-  }
-  gather_logits(out, n_out, logits);
+  backend_.add(x, h, n * d);
 }
 
 void LlamaModel::sum_partials(float* partial, int64_t count) {

@@ -14,8 +14,9 @@ namespace servetune {
 
 class LlamaModel final : public Model {
  public:
-  // Loads this rank's shard of every weight through `loader`.
-  LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel);
+  // Loads this rank's shard of every weight through `loader`. `fused` (compile = fused): one stacked QKV and one
+  // gate/up matmul per layer, rotary fused with the KV store, residual adds fused into the next RMSNorm.
+  LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel, bool fused = false);
 
   const ModelConfig& config() const override { return config_; }
   const ParallelContext& parallel() const override { return parallel_; }
@@ -31,24 +32,43 @@ class LlamaModel final : public Model {
     const float* bv = nullptr;
     const float* ffn_norm = nullptr;
     WeightMatrix w_gate, w_up, w_down;
+    WeightMatrix wqkv, w_gate_up;  // fused: [q | k | v] and [gate | up] rows stacked
+    const float* bqkv = nullptr;
   };
 
-  // Activation buffers sized for `n_tokens` tokens (grown on demand).
+  // Activation buffers sized for `n_tokens` tokens (grown on demand), and the batch's index arrays in backend memory.
   struct Workspace {
     int64_t capacity = 0;
-    std::unique_ptr<Buffer> x, h, q, k, v, attn, gate, up, act, logits_in;
+    std::unique_ptr<Buffer> x, h, q, k, v, attn, gate, up, act, logits_in;  // fused: k holds qkv rows, gate gate|up
+    std::unique_ptr<Buffer> indices;
+    std::vector<int32_t> packed;  // host staging of `indices`
+  };
+
+  // The batch's index arrays where the backend's ops read them: the Batch's own vectors on host-memory backends,
+  // one packed copy in backend memory otherwise.
+  struct BatchIndices {
+    const int32_t* tokens = nullptr;
+    const int32_t* positions = nullptr;
+    const int32_t* seq_of_token = nullptr;
+    const int32_t* slots = nullptr;
+    const int32_t* block_tables = nullptr;
+    const int32_t* logits_rows = nullptr;
   };
 
   void reserve(int64_t n_tokens, int64_t n_logits);
+  BatchIndices place_indices(const Batch& batch);
   // Row-parallel layers: sums every rank's partial output in place (all-reduce; a no-op without tensor parallelism).
   void sum_partials(float* partial, int64_t count);
   // Vocab-parallel head: gathers every rank's logits columns into full [n_out, vocab] rows.
   void gather_logits(const float* local, int64_t n_out, std::vector<float>& logits);
   float* buf(std::unique_ptr<Buffer>& b) { return static_cast<float*>(b->data()); }
+  void forward_layers_eager(const Batch& batch, const BatchIndices& ix, KvStorage& kv);
+  void forward_layers_fused(const Batch& batch, const BatchIndices& ix, KvStorage& kv);
 
   ModelConfig config_;
   ParallelContext parallel_;
   Backend& backend_;
+  bool fused_;
   TensorParallelShare share_;
   int64_t n_heads_;     // local query heads
   int64_t n_kv_heads_;  // local KV heads
@@ -57,6 +77,7 @@ class LlamaModel final : public Model {
   WeightMatrix output_;
   std::vector<Layer> layers_;
   std::vector<float> rope_freq_factors_;
+  std::unique_ptr<Buffer> rope_freq_buffer_;  // rope_freq_factors_ in backend memory
   RopeParams rope_;
   std::vector<std::unique_ptr<Buffer>> weight_buffers_;
   Workspace ws_;

@@ -79,6 +79,20 @@ RandomWeightSource::RandomWeightSource(const HfModelConfig& config, std::string 
   for (auto& spec : llama_tensor_specs(config)) specs_.emplace(spec.hf_name, spec);
 }
 
+std::optional<RandomRecipe> RandomWeightSource::random_recipe(const std::string& name) const {
+  if (name == "output.weight" && tied_) return std::nullopt;
+  const std::string hf = hf_tensor_name(name);
+  auto spec = specs_.find(hf);
+  if (spec == specs_.end()) return std::nullopt;
+  RandomRecipe r;
+  r.shape = spec->second.shape;
+  r.seed = seed_ ^ name_hash(hf);
+  r.mean = spec->second.is_norm ? 1.0f : 0.0f;
+  r.std = spec->second.is_norm ? 0.1f : init_std_;
+  r.dtype = dtype_;
+  return r;
+}
+
 std::optional<TensorRef> RandomWeightSource::find(const std::string& name) const {
   if (name == "output.weight" && tied_) return std::nullopt;
   const std::string hf = hf_tensor_name(name);

@@ -31,6 +31,7 @@ class RandomWeightSource final : public WeightSource {
   RandomWeightSource(const HfModelConfig& config, std::string path, uint64_t seed, float init_std, DType dtype);
   const std::string& path() const override { return path_; }
   std::optional<TensorRef> find(const std::string& name) const override;
+  std::optional<RandomRecipe> random_recipe(const std::string& name) const override;
 
  private:
   std::string path_;

@@ -1,10 +1,12 @@
 // Sharding-aware weight loading (see weight_loader.h).
 #include "model/weight_loader.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "core/quant.h"
 
 namespace servetune {
@@ -37,6 +39,103 @@ const void* WeightLoader::place(const void* host, size_t bytes) {
   return p;
 }
 
+void WeightLoader::append_rows(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first,
+                               int64_t stride, std::vector<uint8_t>& out) const {
+  const DType store = backend_.matrix_storage_type(type);
+  const int64_t row_bytes = *dtype_row_bytes(store, cols);
+  const size_t begin = out.size();
+  out.resize(begin + static_cast<size_t>(rows * row_bytes));
+  uint8_t* dst = out.data() + begin;
+  if (store == type) {
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * row_bytes, first + r * stride, static_cast<size_t>(row_bytes));
+    return;
+  }
+  if (store != DType::kBF16 || !can_dequantize(type)) {
+    throw_unsupported(source_.path() + ": tensor '" + name + "' (" + std::string(dtype_name(type)) + ") cannot be converted to " +
+                      std::string(dtype_name(store)) + " for the " + backend_.name() + " backend");
+  }
+  // Dequantized once at load, row by row, into the backend's storage type.
+  std::vector<float> row(static_cast<size_t>(cols));
+  auto* bf16 = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(type, first + r * stride, row.data(), cols);
+    for (int64_t c = 0; c < cols; ++c) bf16[r * cols + c] = f32_to_bf16(row[static_cast<size_t>(c)]);
+  }
+}
+
+WeightMatrix WeightLoader::place_matrix(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first,
+                                        int64_t stride) {
+  WeightMatrix w;
+  w.type = backend_.matrix_storage_type(type);
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = *dtype_row_bytes(w.type, cols);
+  if (w.type == type && stride == w.row_bytes && backend_.host_memory()) {
+    w.data = first;
+    return w;
+  }
+  std::vector<uint8_t> bytes;
+  append_rows(name, type, rows, cols, first, stride, bytes);
+  w.data = place(bytes.data(), bytes.size());
+  return w;
+}
+
+WeightMatrix WeightLoader::stacked_rows(const std::vector<RowPart>& parts) {
+  if (parts.empty()) throw Error(ErrorKind::kInternal, "stacked_rows needs parts");
+  const int64_t cols = parts.front().cols;
+  int64_t rows = 0;
+  for (const RowPart& part : parts) {
+    if (part.cols != cols) throw Error(ErrorKind::kInternal, "stacked matrices need equal column counts");
+    if (part.range.begin < 0 || part.range.count <= 0 || part.range.begin + part.range.count > part.rows) {
+      throw Error(ErrorKind::kInternal, "row range of tensor '" + part.name + "' out of bounds");
+    }
+    rows += part.range.count;
+  }
+  // Dummy weights on a device: each part drawn in place at its offset.
+  std::vector<std::optional<RandomRecipe>> recipes;
+  for (const RowPart& part : parts) recipes.push_back(backend_.host_memory() ? std::nullopt : source_.random_recipe(part.name));
+  if (std::all_of(recipes.begin(), recipes.end(), [&](const auto& r) { return r && r->dtype == recipes.front()->dtype; })) {
+    WeightMatrix w{nullptr, backend_.matrix_storage_type(recipes.front()->dtype), rows, cols, 0};
+    w.row_bytes = *dtype_row_bytes(w.type, cols);
+    auto buffer = backend_.allocate(static_cast<size_t>(rows * w.row_bytes));
+    int64_t offset = 0;
+    bool filled = true;
+    for (size_t i = 0; i < parts.size() && filled; ++i) {
+      const RowPart& part = parts[i];
+      if (recipes[i]->shape != std::vector<int64_t>{part.rows, part.cols}) {
+        throw_format(source_.path(), "tensor '" + part.name + "' has shape " + shape_str(recipes[i]->shape) +
+                                         " but the model config implies " + shape_str({part.rows, part.cols}));
+      }
+      const uint64_t seed = recipes[i]->seed ^ (static_cast<uint64_t>(part.range.begin) << 32);
+      filled = backend_.fill_random(static_cast<uint8_t*>(buffer->data()) + offset * w.row_bytes, w.type,
+                                    part.range.count * cols, seed, recipes[i]->mean, recipes[i]->std);
+      offset += part.range.count;
+    }
+    if (filled) {
+      w.data = buffer->data();
+      buffers_.push_back(std::move(buffer));
+      return w;
+    }
+  }
+  std::vector<uint8_t> bytes;
+  DType type = DType::kF32;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const RowPart& part = parts[i];
+    TensorRef t = require_matrix(part.name, part.rows, part.cols);
+    if (i > 0 && t.type != type) {
+      throw_unsupported(source_.path() + ": tensor '" + part.name + "' (" + std::string(dtype_name(t.type)) + ") cannot be fused with '" +
+                        parts.front().name + "' (" + std::string(dtype_name(type)) + "); use compile = eager");
+    }
+    type = t.type;
+    const int64_t row_bytes = *dtype_row_bytes(t.type, cols);
+    append_rows(part.name, t.type, part.range.count, cols, t.data + part.range.begin * row_bytes, row_bytes, bytes);
+  }
+  WeightMatrix w{nullptr, backend_.matrix_storage_type(type), rows, cols, 0};
+  w.row_bytes = *dtype_row_bytes(w.type, cols);
+  w.data = place(bytes.data(), bytes.size());
+  return w;
+}
+
 TensorRef WeightLoader::require_matrix(const std::string& name, int64_t rows, int64_t cols) const {
   TensorRef t = require(name);
   if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols) {
@@ -55,19 +154,14 @@ WeightMatrix WeightLoader::matrix(const std::string& name, int64_t rows, int64_t
 }
 
 WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t rows, int64_t cols, SliceRange range) {
+  // Dummy weights on a device backend are drawn there (stacked_rows generates in place).
+  if (!backend_.host_memory() && source_.random_recipe(name)) return stacked_rows({RowPart{name, rows, cols, range}});
   TensorRef t = require_matrix(name, rows, cols);
   if (range.begin < 0 || range.count <= 0 || range.begin + range.count > rows) {
     throw Error(ErrorKind::kInternal, "row range of tensor '" + name + "' out of bounds");
   }
-  WeightMatrix w;
-  w.type = t.type;
-  w.rows = range.count;
-  w.cols = cols;
-  w.row_bytes = *dtype_row_bytes(t.type, cols);
-  const uint8_t* first = t.data + range.begin * w.row_bytes;
-  const size_t bytes = static_cast<size_t>(w.rows * w.row_bytes);
-  w.data = backend_.host_memory() ? static_cast<const void*>(first) : place(first, bytes);
-  return w;
+  const int64_t row_bytes = *dtype_row_bytes(t.type, cols);
+  return place_matrix(name, t.type, range.count, cols, t.data + range.begin * row_bytes, row_bytes);
 }
 
 WeightMatrix WeightLoader::matrix_cols(const std::string& name, int64_t rows, int64_t cols, SliceRange range) {
@@ -84,23 +178,29 @@ WeightMatrix WeightLoader::matrix_cols(const std::string& name, int64_t rows, in
                 std::to_string(range.begin) + ", " + std::to_string(range.begin + range.count) + ") of " + std::to_string(cols) +
                 " do not fall on its quant-block boundaries (" + std::to_string(dtype_info(t.type).block_size) + " values)");
   }
-  WeightMatrix w;
-  w.type = t.type;
-  w.rows = rows;
-  w.cols = range.count;
-  w.row_bytes = *slice_bytes;
-  const int64_t full_row_bytes = *dtype_row_bytes(t.type, cols);
-  std::vector<uint8_t> slice(static_cast<size_t>(w.rows * w.row_bytes));
-  for (int64_t r = 0; r < w.rows; ++r) {
-    std::memcpy(slice.data() + r * w.row_bytes, t.data + r * full_row_bytes + *begin_bytes, static_cast<size_t>(w.row_bytes));
-  }
-  w.data = place(slice.data(), slice.size());
-  return w;
+  return place_matrix(name, t.type, rows, range.count, t.data + *begin_bytes, *dtype_row_bytes(t.type, cols));
 }
 
 const float* WeightLoader::vector(const std::string& name, int64_t n) { return vector(name, n, SliceRange{0, n}); }
 
 const float* WeightLoader::vector(const std::string& name, int64_t n, SliceRange range) {
+  std::vector<float> values;
+  append_vector(name, n, range, values);
+  if (host_view_) return host_view_;
+  return static_cast<const float*>(place(values.data(), values.size() * sizeof(float)));
+}
+
+const float* WeightLoader::stacked_vectors(const std::vector<VectorPart>& parts) {
+  std::vector<float> values;
+  for (const VectorPart& part : parts) {
+    append_vector(part.name, part.n, part.range, values);
+    host_view_ = nullptr;
+  }
+  return static_cast<const float*>(place(values.data(), values.size() * sizeof(float)));
+}
+
+void WeightLoader::append_vector(const std::string& name, int64_t n, SliceRange range, std::vector<float>& out) {
+  host_view_ = nullptr;
   TensorRef t = require(name);
   if (t.shape.size() != 1 || t.shape[0] != n) {
     throw_format(source_.path(), "tensor '" + name + "' has shape " + shape_str(t.shape) + " but the model config implies [" +
@@ -112,10 +212,14 @@ const float* WeightLoader::vector(const std::string& name, int64_t n, SliceRange
   if (range.begin < 0 || range.count <= 0 || range.begin + range.count > n) {
     throw Error(ErrorKind::kInternal, "range of tensor '" + name + "' out of bounds");
   }
-  if (t.type == DType::kF32 && backend_.host_memory()) return reinterpret_cast<const float*>(t.data) + range.begin;
+  if (t.type == DType::kF32 && backend_.host_memory()) {
+    host_view_ = reinterpret_cast<const float*>(t.data) + range.begin;  // usable in place
+    out.insert(out.end(), host_view_, host_view_ + range.count);
+    return;
+  }
   std::vector<float> values(static_cast<size_t>(n));
   dequantize_row(t.type, t.data, values.data(), n);
-  return static_cast<const float*>(place(values.data() + range.begin, static_cast<size_t>(range.count) * sizeof(float)));
+  out.insert(out.end(), values.begin() + range.begin, values.begin() + range.begin + range.count);
 }
 
 }  // namespace servetune

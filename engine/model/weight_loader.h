@@ -29,6 +29,23 @@ class WeightLoader {
   const float* vector(const std::string& name, int64_t n);
   const float* vector(const std::string& name, int64_t n, SliceRange range);
 
+  // Several matrices' rows [range) stacked into one matrix (fused QKV and gate/up projections); all parts share cols
+  // and file type.
+  struct RowPart {
+    std::string name;
+    int64_t rows = 0;
+    int64_t cols = 0;
+    SliceRange range;
+  };
+  WeightMatrix stacked_rows(const std::vector<RowPart>& parts);
+  // Several vectors' parts [range) one after another (the fused QKV bias).
+  struct VectorPart {
+    std::string name;
+    int64_t n = 0;
+    SliceRange range;
+  };
+  const float* stacked_vectors(const std::vector<VectorPart>& parts);
+
   // Buffers the loaded weights live in; the model keeps them.
   std::vector<std::unique_ptr<Buffer>> take_buffers() { return std::move(buffers_); }
 
@@ -36,11 +53,20 @@ class WeightLoader {
   TensorRef require(const std::string& name) const;
   TensorRef require_matrix(const std::string& name, int64_t rows, int64_t cols) const;
   const void* place(const void* host, size_t bytes);
+  // Rows `stride` bytes apart starting at `first`, in the backend's storage type for `type` (in place from the map
+  // when the backend uses host memory and the rows are contiguous; otherwise packed, converted and uploaded).
+  WeightMatrix place_matrix(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first, int64_t stride);
+  // Appends `rows` rows (`stride` bytes apart from `first`) to `out` in the backend's storage type for `type`.
+  void append_rows(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first, int64_t stride,
+                   std::vector<uint8_t>& out) const;
+  // Appends values [range) of vector `name` as f32; sets host_view_ when they can be used in place from the map.
+  void append_vector(const std::string& name, int64_t n, SliceRange range, std::vector<float>& out);
 
   const WeightSource& source_;
   Backend& backend_;
   ParallelContext parallel_;
   std::vector<std::unique_ptr<Buffer>> buffers_;
+  const float* host_view_ = nullptr;
 };
 
 }  // namespace servetune

@@ -25,11 +25,23 @@ struct TensorRef {
   int64_t rows() const;  // product of all but the last dimension
 };
 
+// How a random (dummy) tensor is drawn: N(mean, std) values from a counter-based generator keyed by `seed`, so a
+// device backend can generate it in place instead of copying host values.
+struct RandomRecipe {
+  std::vector<int64_t> shape;
+  uint64_t seed = 0;  // already mixed with the tensor's name
+  float mean = 0.0f;
+  float std = 0.0f;
+  DType dtype = DType::kF32;
+};
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
   virtual const std::string& path() const = 0;
   virtual std::optional<TensorRef> find(const std::string& name) const = 0;
+  // The recipe of a random tensor (dummy weights); nullopt for tensors read from files.
+  virtual std::optional<RandomRecipe> random_recipe(const std::string& /*name*/) const { return std::nullopt; }
 };
 
 // Tensors of a GGUF file, used in place.

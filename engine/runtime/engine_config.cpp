@@ -6,6 +6,7 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "core/error.h"
 
 namespace servetune {
@@ -176,11 +177,21 @@ void EngineConfig::validate() const {
               " and " + std::to_string(speculative_num_steps) + "; give either one");
   }
 
-  unsupported(device == "cpu", "device '" + device + "' is not implemented yet (available: cpu)");
+  if (device == "cuda" || device == "hip") {
+    unsupported(backend_available(device), "device '" + device + "' needs the " + device + " build (cmake --preset " + device +
+                                               "); this build has: " + available_backends());
+    unsupported(tp_size == 1 && dp_size == 1,
+                "tp_size or dp_size > 1 on device " + device + " is not implemented yet (one GPU per engine for now)");
+  }
+  unsupported(backend_available(device), "device '" + device + "' is not available (this build has: " + available_backends() + ")");
   unsupported(ep_size == 1, "ep_size > 1 (expert parallelism) needs a mixture-of-experts model, which is not implemented yet");
   unsupported(!enable_dp_attention, "enable_dp_attention is not implemented yet");
-  unsupported(compile == "eager", "compile = " + compile + " is not implemented yet (available: eager)");
-  unsupported(cuda_graph_max_bs == 0, "cuda_graph_max_bs needs the CUDA backend, which is not implemented yet");
+  if (compile == "graphs") {
+    unsupported(device != "cpu", "compile = graphs (CUDA graphs) needs a GPU device; on cpu use eager or fused");
+    unsupported(false, "compile = graphs (CUDA graphs for decode batch sizes up to cuda_graph_max_bs, padded replay) is "
+                       "not implemented yet (available: eager, fused)");
+  }
+  unsupported(cuda_graph_max_bs == 0, "cuda_graph_max_bs needs compile = graphs (CUDA graphs), which is not implemented yet");
   unsupported(kv_cache_dtype != "fp8_e4m3", "kv_cache_dtype fp8_e4m3 is not implemented yet (available: auto, f32, f16)");
   unsupported(algo.empty() || algo == "ngram" || algo == "draft",
               "speculative_algorithm '" + speculative_algorithm + "' is not implemented yet (available: ngram, draft)");

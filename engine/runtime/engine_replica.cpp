@@ -32,9 +32,21 @@ int64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{8} << 30;
 }
 
-DType kv_dtype_for(const std::string& name) {
-  if (name == "f16") return DType::kF16;
-  return DType::kF32;  // "auto" and "f32"
+// "auto" is f32 on the CPU (exact against the reference) and f16 on GPUs (half the memory and bandwidth).
+DType kv_dtype_for(const std::string& name, const Backend& backend) {
+  if (name == "f16" || (name == "auto" && !backend.host_memory())) return DType::kF16;
+  return DType::kF32;
+}
+
+// KV bytes available under mem_fraction_static: of physical RAM on the CPU; on a GPU, SGLang's meaning: the fraction
+// of device memory for weights and KV together, less what is in use now (the weights are loaded already).
+int64_t kv_budget_bytes(double mem_fraction_static, const Backend& backend) {
+  if (const auto mem = backend.device_memory()) {
+    const double fraction = mem_fraction_static > 0 ? mem_fraction_static : kGpuDefaultMemFraction;
+    return static_cast<int64_t>(fraction * static_cast<double>(mem->total)) - (mem->total - mem->free);
+  }
+  const double fraction = mem_fraction_static > 0 ? mem_fraction_static : kCpuDefaultMemFraction;
+  return static_cast<int64_t>(fraction * static_cast<double>(physical_memory_bytes()));
 }
 
 struct RequestState {
@@ -70,7 +82,8 @@ class EngineReplica::Impl {
     tokenizer_ = checkpoint_->load_tokenizer();
     // The replica's threads split evenly over its tensor-parallel ranks (validate() ensures one each at least).
     const int threads = config_.threads > 0 ? config_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, config_.device, config_.tp_size, std::max(1, threads / config_.tp_size));
+    ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, config_.device, config_.tp_size, std::max(1, threads / config_.tp_size),
+                                                   config_.compile == "fused");
     model_config_ = ranks_->model(0).config();
     context_length_ = model_config_.context_length;
     if (config_.context_length) {
@@ -81,15 +94,14 @@ class EngineReplica::Impl {
       context_length_ = *config_.context_length;
     }
 
-    const DType kv_dtype = kv_dtype_for(config_.kv_cache_dtype);
+    const DType kv_dtype = kv_dtype_for(config_.kv_cache_dtype, ranks_->backend(0));
     const int64_t page = config_.page_size;
     const int64_t block_bytes = ranks_->kv_block_bytes(page, kv_dtype);
     int64_t num_blocks = 0;
     if (config_.max_total_tokens) {
       num_blocks = (*config_.max_total_tokens + page - 1) / page;
     } else {
-      const double fraction = config_.mem_fraction_static > 0 ? config_.mem_fraction_static : kCpuDefaultMemFraction;
-      const auto budget = static_cast<int64_t>(fraction * static_cast<double>(physical_memory_bytes()));
+      const int64_t budget = kv_budget_bytes(config_.mem_fraction_static, ranks_->backend(0));
       // No point in more KV than every running request at full context.
       const int64_t useful = (static_cast<int64_t>(config_.max_running_requests) * context_length_ + page - 1) / page;
       num_blocks = std::min(budget / block_bytes, useful);

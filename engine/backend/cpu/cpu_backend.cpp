@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-#include <thread>
 
 #include "backend/cpu/activation_simd.h"
 #include "backend/cpu/attention_simd.h"
@@ -140,14 +139,28 @@ void CpuBackend::add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
-}  // namespace cpu
-
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
-  if (device == "cpu") {
-    if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return std::make_unique<cpu::CpuBackend>(threads);
-  }
-  throw_unsupported("device '" + device + "' is not available in this build (available: cpu)");
+void CpuBackend::add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) {
+  pool_.parallel_for(n, grain_for(dim), [&](int64_t begin, int64_t end) {
+    ref::add_rms_norm(x + begin * dim, residual + begin * dim, w, y + begin * dim, end - begin, dim, eps);
+  });
 }
+
+void CpuBackend::rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots,
+                                int64_t n, int64_t n_heads, const RopeParams& p, float* q_out) {
+  const int64_t hd = p.head_dim, kv_width = kv.n_kv_heads * hd, row = n_heads * hd + 2 * kv_width;
+  const int64_t capacity = kv.num_blocks * kv.page_size;
+  for (int64_t t = 0; t < n; ++t) {
+    if (slots[t] < 0 || slots[t] >= capacity) throw Error(ErrorKind::kInternal, "KV slot out of range");
+  }
+  pool_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> cos_sin(static_cast<size_t>(p.rope_dim)), k(static_cast<size_t>(kv_width));
+    for (int64_t t = begin; t < end; ++t) {
+      ref::rope_store_qkv_row(kv, qkv + t * row, static_cast<float>(positions[t]), slots[t], n_heads, p,
+                              q_out + t * n_heads * hd, cos_sin.data(), k.data());
+    }
+  });
+}
+
+}  // namespace cpu
 
 }  // namespace servetune

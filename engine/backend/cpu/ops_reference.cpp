@@ -37,6 +37,14 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, 
   }
 }
 
+void add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) {
+  for (int64_t t = 0; t < n; ++t) {
+    float* xr = x + t * dim;
+    for (int64_t i = 0; i < dim; ++i) xr[i] += residual[t * dim + i];
+    rms_norm(xr, w, y + t * dim, 1, dim, eps);
+  }
+}
+
 void rope_cache(float position, const RopeParams& p, float* cos_sin) {
   const float theta_scale = std::pow(p.theta, -2.0f / static_cast<float>(p.rope_dim));
   float theta = position;
@@ -124,6 +132,18 @@ void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const fl
       for (int64_t d = 0; d < hd; ++d) out[d] += wj * v[d];
     }
   }
+}
+
+void rope_store_qkv_row(const KvLayerView& kv, const float* qkv_row, float position, int64_t slot, int64_t n_heads,
+                        const RopeParams& p, float* q_out_row, float* cos_sin, float* k_scratch) {
+  const int64_t hd = p.head_dim, kv_width = kv.n_kv_heads * hd;
+  rope_cache(position, p, cos_sin);
+  std::copy(qkv_row, qkv_row + n_heads * hd, q_out_row);
+  for (int64_t h = 0; h < n_heads; ++h) rope_head(q_out_row + h * hd, cos_sin, p);
+  std::copy(qkv_row + n_heads * hd, qkv_row + n_heads * hd + kv_width, k_scratch);
+  for (int64_t h = 0; h < kv.n_kv_heads; ++h) rope_head(k_scratch + h * hd, cos_sin, p);
+  store_kv_row(kv, kv.k, k_scratch, slot);
+  store_kv_row(kv, kv.v, qkv_row + n_heads * hd + kv_width, slot);
 }
 
 void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) {

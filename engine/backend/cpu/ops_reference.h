@@ -11,6 +11,8 @@ namespace servetune::cpu::ref {
 
 void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out);
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps);
+// x += residual, then y = rms_norm(x), row by row (y may alias residual).
+void add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps);
 // Fills cos_sin [rope_dim] (interleaved cos, sin per pair) for one position.
 void rope_cache(float position, const RopeParams& p, float* cos_sin);
 // Rotates one head vector in place with a precomputed cache.
@@ -21,6 +23,9 @@ void store_kv_row(const KvLayerView& kv, void* cache, const float* row, int64_t 
 // Attention of token t, head h (writes head_dim floats to out). `scratch` holds positions[t] + 1 floats.
 void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                     int64_t t, int64_t h, float* scratch, float* out);
+// Token t's [q | k | v] row: rotated q to q_out, rotated k and v stored into cache slot `slot`.
+void rope_store_qkv_row(const KvLayerView& kv, const float* qkv_row, float position, int64_t slot, int64_t n_heads,
+                        const RopeParams& p, float* q_out_row, float* cos_sin, float* k_scratch);
 void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out);
 
 }  // namespace servetune::cpu::ref

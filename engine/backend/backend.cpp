@@ -1,0 +1,45 @@
+// The backend factory: the CPU backend always, the GPU backend (CUDA or HIP, same sources) when the build has one.
+#include "backend/backend.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#if defined(SERVETUNE_WITH_GPU)
+#include "backend/cuda/gpu_backend.h"
+#endif
+
+namespace servetune {
+
+bool backend_available(const std::string& device) {
+#if defined(SERVETUNE_WITH_GPU)
+  if (device == gpu_backend_name()) return true;
+#endif
+  return device == "cpu";
+}
+
+std::string available_backends() {
+#if defined(SERVETUNE_WITH_GPU)
+  return std::string("cpu, ") + gpu_backend_name();
+#else
+  return "cpu";
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
+  if (device == "cpu") {
+    if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return std::make_unique<cpu::CpuBackend>(threads);
+  }
+#if defined(SERVETUNE_WITH_GPU)
+  if (device == gpu_backend_name()) return make_gpu_backend();
+#endif
+  if (device == "cuda" || device == "hip") {
+    throw_unsupported("device '" + device + "' needs the GPU build (cmake --preset " + device + "); this build has: " +
+                      available_backends());
+  }
+  throw_unsupported("device '" + device + "' is not available in this build (available: " + available_backends() + ")");
+}
+
+}  // namespace servetune

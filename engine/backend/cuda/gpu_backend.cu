@@ -1,0 +1,208 @@
+// The GPU backend (CUDA; HIP through gpu_shim.h): device buffers, one stream, the kernels of kernels.h, and GEMMs
+// through cuBLAS (bf16 weights x bf16-cast activations, f32 accumulate; f32 weights in plain fp32, no TF32). The HIP
+// build has no BLAS library (Debian packages none) and uses the tiled kernel of gemm.cu.
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/gpu_backend.h"
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+
+#if !defined(SERVETUNE_HIP)
+#include <cublas_v2.h>
+#endif
+
+namespace servetune {
+namespace gpu {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw Error(ErrorKind::kInternal, std::string(SERVETUNE_GPU_VENDOR " error in ") + what + ": " + cudaGetErrorString(status));
+  }
+}
+
+namespace {
+
+#if !defined(SERVETUNE_HIP)
+void check_blas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw Error(ErrorKind::kInternal, std::string("cuBLAS error in ") + what + ": status " + std::to_string(static_cast<int>(status)));
+  }
+}
+#endif
+
+class DeviceBuffer final : public Buffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : size_(bytes) {
+    if (bytes == 0) return;
+    const cudaError_t status = cudaMalloc(&data_, bytes);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the failed allocation's error
+      throw Error(ErrorKind::kUsage, "out of GPU memory allocating " + std::to_string(bytes >> 20) +
+                                         " MiB (lower mem_fraction_static or max_total_tokens, or use a smaller model)");
+    }
+  }
+  ~DeviceBuffer() override {
+    if (data_ != nullptr) (void)cudaFree(data_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_;
+};
+
+class GpuBackend final : public Backend {
+ public:
+  GpuBackend() {
+    check(cudaSetDevice(0), "cudaSetDevice");
+    check(cudaStreamCreate(&stream_), "cudaStreamCreate");
+#if !defined(SERVETUNE_HIP)
+    check_blas(cublasCreate(&blas_), "cublasCreate");
+    check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
+#endif
+  }
+  ~GpuBackend() override {
+    (void)cudaStreamSynchronize(stream_);
+#if !defined(SERVETUNE_HIP)
+    cublasDestroy(blas_);
+#endif
+    (void)cudaStreamDestroy(stream_);
+  }
+  GpuBackend(const GpuBackend&) = delete;
+  GpuBackend& operator=(const GpuBackend&) = delete;
+
+  std::string name() const override { return SERVETUNE_GPU_VENDOR; }
+  DType matrix_storage_type(DType file_type) const override {
+    return file_type == DType::kF32 || file_type == DType::kBF16 ? file_type : DType::kBF16;
+  }
+  std::optional<DeviceMemory> device_memory() const override {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return DeviceMemory{static_cast<int64_t>(total), static_cast<int64_t>(free)};
+  }
+
+  std::unique_ptr<Buffer> allocate(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes); }
+  void upload(Buffer& dst, size_t offset, const void* src, size_t bytes) override {
+    if (offset + bytes > dst.size()) throw Error(ErrorKind::kInternal, "GPU upload past the end of its buffer");
+    // From pageable memory the copy returns once the source is staged, so the caller may reuse it at once.
+    check(cudaMemcpyAsync(static_cast<uint8_t*>(dst.data()) + offset, src, bytes, cudaMemcpyHostToDevice, stream_),
+          "upload");
+  }
+  void download(void* dst, const Buffer& src, size_t offset, size_t bytes) override {
+    if (offset + bytes > src.size()) throw Error(ErrorKind::kInternal, "GPU download past the end of its buffer");
+    check(cudaMemcpyAsync(dst, static_cast<const uint8_t*>(const_cast<Buffer&>(src).data()) + offset, bytes,
+                          cudaMemcpyDeviceToHost, stream_),
+          "download");
+    synchronize();
+  }
+
+  void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) override {
+    require_float_type(table, "embedding table");
+    launch_embed(table, ids, n, out, stream_);
+  }
+  void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) override {
+    launch_rms_norm(const_cast<float*>(x), nullptr, w, y, n, dim, eps, stream_);
+  }
+  void matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) override {
+    if (n > 0 && w.rows > 0) gemm(w, x, n, y);
+    if (bias != nullptr) launch_add_bias(y, bias, n, w.rows, stream_);
+  }
+  void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) override {
+    launch_rope(x, positions, n, n_heads, p, theta_scale(p), p.freq_factors, stream_);
+  }
+  void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) override {
+    launch_store_kv(kv, k, v, slots, n, stream_);
+  }
+  void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
+                 float* out) override {
+    launch_attention(kv, batch, q, n_heads, scale, out, stream_);
+  }
+  void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) override {
+    launch_silu_mul(gate, up, in_stride, n, ffn, out, stream_);
+  }
+  void add(float* x, const float* y, int64_t n) override { launch_add(x, y, n, stream_); }
+  void add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) override {
+    launch_rms_norm(x, residual, w, y, n, dim, eps, stream_);
+  }
+  void rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots, int64_t n,
+                      int64_t n_heads, const RopeParams& p, float* q_out) override {
+    launch_rope_store_qkv(kv, qkv, positions, slots, n, n_heads, p, theta_scale(p), q_out, stream_);
+  }
+  bool fill_random(void* dst, DType type, int64_t n, uint64_t seed, float mean, float std) override {
+    if (type != DType::kF32 && type != DType::kBF16) return false;
+    launch_fill_random(dst, type == DType::kBF16, n, seed, mean, std, stream_);
+    return true;
+  }
+  void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+ private:
+  // As the CPU reference computes it (host std::pow), so both backends start from the same float.
+  static float theta_scale(const RopeParams& p) { return std::pow(p.theta, -2.0f / static_cast<float>(p.rope_dim)); }
+  static void require_float_type(const WeightMatrix& w, const char* what) {
+    if (w.type != DType::kF32 && w.type != DType::kF16 && w.type != DType::kBF16) {
+      throw Error(ErrorKind::kInternal, std::string("GPU ") + what + " must be f32, f16 or bf16, got " + std::string(dtype_name(w.type)));
+    }
+  }
+
+  void gemm(const WeightMatrix& w, const float* x, int64_t n, float* y) {
+    if (w.type != DType::kF32 && w.type != DType::kBF16) {
+      throw Error(ErrorKind::kInternal, "GPU matmul needs f32 or bf16 weights, got " + std::string(dtype_name(w.type)));
+    }
+#if defined(SERVETUNE_HIP)
+    launch_gemm_tiled(w, x, n, y, stream_);
+#else
+    const float alpha = 1.0f, beta = 0.0f;
+    // Row-major y[n, rows] is column-major [rows, n] = W^T(col-major [cols, rows]) x (col-major [cols, n]).
+    const int m = static_cast<int>(w.rows), nn = static_cast<int>(n), k = static_cast<int>(w.cols);
+    if (w.type == DType::kF32) {
+      check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, nn, k, &alpha, w.data, CUDA_R_32F,
+                              static_cast<int>(w.row_bytes / 4), x, CUDA_R_32F, k, &beta, y, CUDA_R_32F, m,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "f32 GEMM");
+      return;
+    }
+    const size_t need = static_cast<size_t>(n * w.cols) * sizeof(uint16_t);
+    if (!x_bf16_ || x_bf16_->size() < need) x_bf16_ = std::make_unique<DeviceBuffer>(need * 2);
+    auto* xb = static_cast<uint16_t*>(x_bf16_->data());
+    launch_to_bf16(x, xb, n * w.cols, stream_);
+    check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, nn, k, &alpha, w.data, CUDA_R_16BF,
+                            static_cast<int>(w.row_bytes / 2), xb, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, m,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "bf16 GEMM");
+#endif
+  }
+
+  cudaStream_t stream_ = nullptr;
+#if !defined(SERVETUNE_HIP)
+  cublasHandle_t blas_ = nullptr;
+#endif
+  std::unique_ptr<DeviceBuffer> x_bf16_;  // activations cast to bf16 for the bf16 GEMMs
+};
+
+}  // namespace
+}  // namespace gpu
+
+const char* gpu_backend_name() { return SERVETUNE_GPU_VENDOR; }
+
+int gpu_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Backend> make_gpu_backend() {
+  if (gpu_device_count() == 0) {
+    throw_unsupported(std::string("device '") + SERVETUNE_GPU_VENDOR + "' was asked for, but no GPU is visible to the " +
+                      SERVETUNE_GPU_VENDOR + " runtime on this machine");
+  }
+  return std::make_unique<gpu::GpuBackend>();
+}
+
+}  // namespace servetune

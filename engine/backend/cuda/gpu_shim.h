@@ -1,0 +1,69 @@
+// One source, two vendors: maps the CUDA runtime names the kernels use onto HIP when SERVETUNE_HIP is defined
+// (llama.cpp's approach), and gives the warp size (32 on NVIDIA, 64 on gfx90a) and a full-warp xor shuffle.
+#pragma once
+
+#include <string>
+
+#if defined(SERVETUNE_HIP)
+#include <hip/hip_fp16.h>
+#include <hip/hip_runtime.h>
+#define cudaError_t hipError_t
+#define cudaSuccess hipSuccess
+#define cudaGetErrorString hipGetErrorString
+#define cudaGetLastError hipGetLastError
+#define cudaGetDeviceCount hipGetDeviceCount
+#define cudaSetDevice hipSetDevice
+#define cudaMalloc hipMalloc
+#define cudaFree hipFree
+#define cudaMemcpy hipMemcpy
+#define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemset hipMemset
+#define cudaMemsetAsync hipMemsetAsync
+#define cudaMemcpyHostToDevice hipMemcpyHostToDevice
+#define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define cudaMemGetInfo hipMemGetInfo
+#define cudaStream_t hipStream_t
+#define cudaStreamCreate hipStreamCreate
+#define cudaStreamDestroy hipStreamDestroy
+#define cudaStreamSynchronize hipStreamSynchronize
+#define cudaDeviceProp hipDeviceProp_t
+#define cudaGetDeviceProperties hipGetDeviceProperties
+#define SERVETUNE_GPU_VENDOR "hip"
+#define SERVETUNE_SHFL_XOR(v, mask) __shfl_xor((v), (mask))
+constexpr int kWarpSize = 64;
+#else
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#define SERVETUNE_GPU_VENDOR "cuda"
+#define SERVETUNE_SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask))
+constexpr int kWarpSize = 32;
+#endif
+
+namespace servetune::gpu {
+
+// Throws Error(kInternal) naming the call and the runtime's message when `status` is not success.
+void check(cudaError_t status, const char* what);
+
+// Sum / max over one warp; every lane gets the result.
+__device__ inline float warp_sum(float v) {
+  for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) v += SERVETUNE_SHFL_XOR(v, mask);
+  return v;
+}
+__device__ inline float warp_max(float v) {
+  for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) v = fmaxf(v, SERVETUNE_SHFL_XOR(v, mask));
+  return v;
+}
+
+// bf16 / fp16 bit patterns to float and back (round to nearest even), without the vendors' header types.
+__device__ inline float bf16_bits_to_f32(unsigned short h) { return __uint_as_float(static_cast<unsigned>(h) << 16); }
+__device__ inline unsigned short f32_to_bf16_bits(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<unsigned short>((u >> 16) | 0x40u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<unsigned short>(u >> 16);
+}
+__device__ inline float fp16_bits_to_f32(unsigned short h) { return __half2float(__ushort_as_half(h)); }
+__device__ inline unsigned short f32_to_fp16_bits(float f) { return __half_as_ushort(__float2half_rn(f)); }
+
+}  // namespace servetune::gpu
