@@ -150,8 +150,7 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
   }
   const BatchIndices ix = place_indices(batch);
   backend_.embed(tok_embd_, ix.tokens, n, buf(ws_.x));
-  if (fused_) forward_layers_fused(batch, ix, kv);
-  else forward_layers_eager(batch, ix, kv);
+  forward_layers(batch, ix, kv);
   float* x = buf(ws_.x);
 
   if (n_out == 0) {  // a prefill chunk that does not reach the end of its prompt
@@ -173,74 +172,56 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
   gather_logits(out, n_out, logits);
 }
 
-void LlamaModel::forward_layers_eager(const Batch& batch, const BatchIndices& ix, KvStorage& kv) {
+// With fused_ (compile = fused) the same arithmetic in fewer launches: stacked QKV and gate/up matmuls, rotary fused
+// with the KV store, and each residual add fused into the RMSNorm that follows it (the last one stays a plain add).
+void LlamaModel::forward_layers(const Batch& batch, const BatchIndices& ix, KvStorage& kv) {
   const int64_t n = batch.n_tokens(), d = config_.hidden, ffn = share_.ffn.count;
   float* x = buf(ws_.x);
   float* h = buf(ws_.h);
   float* q = buf(ws_.q);
-  float* k = buf(ws_.k);
+  float* k = buf(ws_.k);  // fused: the stacked [q | k | v] rows
   float* v = buf(ws_.v);
   float* attn = buf(ws_.attn);
-  float* gate = buf(ws_.gate);
-  float* up = buf(ws_.up);
+  float* gate = buf(ws_.gate);  // fused: the stacked [gate | up] rows
+  float* up = fused_ ? gate + ffn : buf(ws_.up);
+  const int64_t up_stride = fused_ ? 2 * ffn : ffn;
   float* act = buf(ws_.act);
   const AttentionBatch ab{n, ix.positions, ix.seq_of_token, ix.block_tables, batch.max_blocks_per_seq};
   const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     const KvLayerView& cache = kv.layer(static_cast<int64_t>(l));
-    backend_.rms_norm(x, L.attn_norm, h, n, d, config_.rms_eps);
-    backend_.matmul(L.wq, L.bq, h, n, q);
-    backend_.matmul(L.wk, L.bk, h, n, k);
-    backend_.matmul(L.wv, L.bv, h, n, v);
-    backend_.rope(q, ix.positions, n, n_heads_, rope_);
-    backend_.rope(k, ix.positions, n, n_kv_heads_, rope_);
-    backend_.store_kv(cache, k, v, ix.slots, n);
-    backend_.attention(cache, ab, q, n_heads_, scale, attn);
-    backend_.matmul(L.wo, nullptr, attn, n, h);
-    sum_partials(h, n * d);
-    backend_.add(x, h, n * d);
-
-    backend_.rms_norm(x, L.ffn_norm, h, n, d, config_.rms_eps);
-    backend_.matmul(L.w_gate, nullptr, h, n, gate);
-    backend_.matmul(L.w_up, nullptr, h, n, up);
-    backend_.silu_mul(gate, up, ffn, n, ffn, act);
-    backend_.matmul(L.w_down, nullptr, act, n, h);
-    sum_partials(h, n * d);
-    backend_.add(x, h, n * d);
-  }
-}
-
-// The same arithmetic as forward_layers_eager in fewer launches: stacked QKV and gate/up matmuls, rotary fused with
-// the KV store, and each residual add fused into the RMSNorm that follows it (the last one is a plain add).
-void LlamaModel::forward_layers_fused(const Batch& batch, const BatchIndices& ix, KvStorage& kv) {
-  const int64_t n = batch.n_tokens(), d = config_.hidden, ffn = share_.ffn.count;
-  float* x = buf(ws_.x);
-  float* h = buf(ws_.h);
-  float* q = buf(ws_.q);
-  float* qkv = buf(ws_.k);
-  float* attn = buf(ws_.attn);
-  float* gate_up = buf(ws_.gate);
-  float* act = buf(ws_.act);
-  const AttentionBatch ab{n, ix.positions, ix.seq_of_token, ix.block_tables, batch.max_blocks_per_seq};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& L = layers_[l];
-    const KvLayerView& cache = kv.layer(static_cast<int64_t>(l));
-    if (l == 0) backend_.rms_norm(x, L.attn_norm, h, n, d, config_.rms_eps);
+    if (!fused_ || l == 0) backend_.rms_norm(x, L.attn_norm, h, n, d, config_.rms_eps);
     else backend_.add_rms_norm(x, h, L.attn_norm, h, n, d, config_.rms_eps);  // h: the previous layer's MLP output
-    backend_.matmul(L.wqkv, L.bqkv, h, n, qkv);
-    backend_.rope_store_qkv(cache, qkv, ix.positions, ix.slots, n, n_heads_, rope_, q);
+    if (fused_) {
+      backend_.matmul(L.wqkv, L.bqkv, h, n, k);
+      backend_.rope_store_qkv(cache, k, ix.positions, ix.slots, n, n_heads_, rope_, q);
+    } else {
+      backend_.matmul(L.wq, L.bq, h, n, q);
+      backend_.matmul(L.wk, L.bk, h, n, k);
+      backend_.matmul(L.wv, L.bv, h, n, v);
+      backend_.rope(q, ix.positions, n, n_heads_, rope_);
+      backend_.rope(k, ix.positions, n, n_kv_heads_, rope_);
+      backend_.store_kv(cache, k, v, ix.slots, n);
+    }
     backend_.attention(cache, ab, q, n_heads_, scale, attn);
     backend_.matmul(L.wo, nullptr, attn, n, h);
     sum_partials(h, n * d);
-    backend_.add_rms_norm(x, h, L.ffn_norm, h, n, d, config_.rms_eps);
-    backend_.matmul(L.w_gate_up, nullptr, h, n, gate_up);
-    backend_.silu_mul(gate_up, gate_up + ffn, 2 * ffn, n, ffn, act);
+    if (fused_) {
+      backend_.add_rms_norm(x, h, L.ffn_norm, h, n, d, config_.rms_eps);
+      backend_.matmul(L.w_gate_up, nullptr, h, n, gate);
+    } else {
+      backend_.add(x, h, n * d);
+      backend_.rms_norm(x, L.ffn_norm, h, n, d, config_.rms_eps);
+      backend_.matmul(L.w_gate, nullptr, h, n, gate);
+      backend_.matmul(L.w_up, nullptr, h, n, up);
+    }
+    backend_.silu_mul(gate, up, up_stride, n, ffn, act);
     backend_.matmul(L.w_down, nullptr, act, n, h);
     sum_partials(h, n * d);
+    if (!fused_) backend_.add(x, h, n * d);
   }
-  backend_.add(x, h, n * d);
+  if (fused_) backend_.add(x, h, n * d);
 }
 
 void LlamaModel::sum_partials(float* partial, int64_t count) {

@@ -62,8 +62,7 @@ class LlamaModel final : public Model {
   // Vocab-parallel head: gathers every rank's logits columns into full [n_out, vocab] rows.
   void gather_logits(const float* local, int64_t n_out, std::vector<float>& logits);
   float* buf(std::unique_ptr<Buffer>& b) { return static_cast<float*>(b->data()); }
-  void forward_layers_eager(const Batch& batch, const BatchIndices& ix, KvStorage& kv);
-  void forward_layers_fused(const Batch& batch, const BatchIndices& ix, KvStorage& kv);
+  void forward_layers(const Batch& batch, const BatchIndices& ix, KvStorage& kv);
 
   ModelConfig config_;
   ParallelContext parallel_;
