@@ -1,3 +1,6 @@
 servetune_test(test_weight_slicing LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_weight_slicing.cpp
   LIBS servetune_model)
+servetune_test(test_device_style_loading LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_device_style_loading.cpp
+  LIBS servetune_model)

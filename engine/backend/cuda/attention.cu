@@ -9,7 +9,7 @@
 namespace servetune::gpu {
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;  // 8 warps split a long context 8 ways (decode has few (token, head) blocks)
 constexpr int kMaxHeadDim = 256;
 
 template <int kPerLane>
