@@ -116,6 +116,13 @@ class Backend {
   virtual bool fill_random(void* /*dst*/, DType /*type*/, int64_t /*n*/, uint64_t /*seed*/, float /*mean*/, float /*std*/) {
     return false;
   }
+  // Graphs (compile = graphs): ops issued between begin_capture and end_capture are recorded, not run, as graph `key`
+  // (a negative key discards them); replay_graph runs them again over whatever the buffers hold by then. Backends
+  // without graphs (CPU) return false from begin_capture and record nothing.
+  virtual bool begin_capture() { return false; }
+  virtual void end_capture(int64_t /*key*/) {}
+  virtual void replay_graph(int64_t /*key*/) {}
+  virtual void drop_graphs() {}
   // Blocks until queued work is done (no-op on CPU).
   virtual void synchronize() {}
 };

@@ -112,9 +112,9 @@ Checkpoint::Checkpoint(const std::string& path, LoadFormat format, uint64_t seed
 
 Checkpoint::~Checkpoint() = default;
 
-std::unique_ptr<Model> Checkpoint::load(Backend& backend, ParallelContext parallel, bool fused) const {
+std::unique_ptr<Model> Checkpoint::load(Backend& backend, ParallelContext parallel, CompileOptions compile) const {
   WeightLoader loader(*source_, backend, parallel);
-  return std::make_unique<LlamaModel>(config_, loader, backend, parallel, fused);
+  return std::make_unique<LlamaModel>(config_, loader, backend, parallel, compile);
 }
 
 std::unique_ptr<Tokenizer> Checkpoint::load_tokenizer() const {

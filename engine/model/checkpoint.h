@@ -32,8 +32,7 @@ class Checkpoint {
   LoadFormat format() const { return format_; }
   const ModelConfig& config() const { return config_; }
 
-  // `fused`: the compile = fused layer path (stacked QKV and gate/up weights, fused kernels; see llama.h).
-  std::unique_ptr<Model> load(Backend& backend, ParallelContext parallel, bool fused = false) const;
+  std::unique_ptr<Model> load(Backend& backend, ParallelContext parallel, CompileOptions compile = {}) const;
   std::unique_ptr<Tokenizer> load_tokenizer() const;
 
  private:

@@ -16,11 +16,11 @@ KvStorage::KvStorage(Backend& backend, const ModelConfig& config, int64_t local_
   if (dtype != DType::kF32 && dtype != DType::kF16) {
     throw_unsupported("kv_cache_dtype " + std::string(dtype_name(dtype)) + " is not supported on this backend (supported: f32, f16)");
   }
-  const size_t layer_bytes = static_cast<size_t>(num_blocks * page_size * local_kv_heads * config.head_dim * dtype_info(dtype).type_size);
+  const size_t layer_bytes = static_cast<size_t>((num_blocks + 1) * page_size * local_kv_heads * config.head_dim * dtype_info(dtype).type_size);
   for (int64_t l = 0; l < config.n_layers; ++l) {
     auto k = backend.allocate(layer_bytes);
     auto v = backend.allocate(layer_bytes);
-    KvLayerView view{k->data(), v->data(), dtype, num_blocks, page_size, local_kv_heads, config.head_dim};
+    KvLayerView view{k->data(), v->data(), dtype, num_blocks + 1, page_size, local_kv_heads, config.head_dim};
     layers_.push_back(view);
     buffers_.push_back(std::move(k));
     buffers_.push_back(std::move(v));

@@ -1,5 +1,6 @@
-// Physical paged KV cache memory of one model shard: per layer, K and V of [num_blocks, page_size, kv_heads, head_dim]
-// in backend memory. Which blocks belong to whom is the runtime's business (runtime/block_manager.h).
+// Physical paged KV cache memory of one model shard: per layer, K and V of [num_blocks + 1, page_size, kv_heads,
+// head_dim] in backend memory. Which of the first num_blocks blocks belong to whom is the runtime's business
+// (runtime/block_manager.h); the last one, scratch_block(), is nobody's: padding tokens of graph replays write there.
 #pragma once
 
 #include <memory>
@@ -20,6 +21,7 @@ class KvStorage {
 
   const KvLayerView& layer(int64_t i) const { return layers_[static_cast<size_t>(i)]; }
   int64_t num_blocks() const { return num_blocks_; }
+  int64_t scratch_block() const { return num_blocks_; }
   int64_t page_size() const { return page_size_; }
   DType dtype() const { return dtype_; }
 

@@ -15,8 +15,9 @@ std::string blk(int64_t i, const char* name) { return "blk." + std::to_string(i)
 
 }  // namespace
 
-LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel, bool fused)
-    : config_(config), parallel_(parallel), backend_(backend), fused_(fused),
+LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel,
+                       CompileOptions compile)
+    : config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused), graph_max_bs_(compile.graph_max_bs),
       share_(tensor_parallel_share(config, parallel.tp_size, parallel.tp_rank)) {
   if (parallel.tp_size > 1 && parallel.comm == nullptr) {
     throw Error(ErrorKind::kInternal, "tensor parallelism needs a communicator");
@@ -43,7 +44,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
     Layer L;
     L.attn_norm = loader.vector(blk(i, "attn_norm.weight"), d);
     const bool bias = config.attention_bias || loader.has(blk(i, "attn_q.bias"));
-    if (fused) {
+    if (fused_) {
       L.wqkv = loader.stacked_rows({{blk(i, "attn_q.weight"), config.n_heads * hd, d, q_rows},
                                     {blk(i, "attn_k.weight"), config.n_kv_heads * hd, d, kv_rows},
                                     {blk(i, "attn_v.weight"), config.n_kv_heads * hd, d, kv_rows}});
@@ -64,7 +65,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
     }
     L.wo = loader.matrix_cols(blk(i, "attn_output.weight"), d, config.n_heads * hd, q_rows);
     L.ffn_norm = loader.vector(blk(i, "ffn_norm.weight"), d);
-    if (fused) {
+    if (fused_) {
       L.w_gate_up = loader.stacked_rows({{blk(i, "ffn_gate.weight"), config.ffn, d, share_.ffn},
                                          {blk(i, "ffn_up.weight"), config.ffn, d, share_.ffn}});
     } else {
@@ -113,7 +114,9 @@ LlamaModel::BatchIndices LlamaModel::place_indices(const Batch& batch) {
   return ix;
 }
 
-void LlamaModel::reserve(int64_t n_tokens, int64_t n_logits) {
+bool LlamaModel::reserve(int64_t n_tokens, int64_t n_logits) {
+  const bool grows = n_tokens > ws_.capacity || n_logits > logits_capacity_;
+  if (grows) drop_graphs();  // they point at the buffers about to be replaced
   if (n_tokens > ws_.capacity) {
     const int64_t n = std::max<int64_t>(n_tokens, 16);
     auto alloc = [&](int64_t width) { return backend_.allocate(static_cast<size_t>(n * width) * sizeof(float)); };
@@ -134,48 +137,139 @@ void LlamaModel::reserve(int64_t n_tokens, int64_t n_logits) {
     logits_capacity_ = std::max<int64_t>(n_logits, 4);
     logits_out_ = backend_.allocate(static_cast<size_t>(logits_capacity_ * output_.rows) * sizeof(float));
   }
+  return grows;
 }
 
 void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) {
   const int64_t n = batch.n_tokens();
   const int64_t n_out = static_cast<int64_t>(batch.logits_indices.size());
-  const int64_t d = config_.hidden;
   if (n == 0) {
     logits.clear();
     return;
   }
-  reserve(n, n_out);
   for (const int32_t row : batch.logits_indices) {
     if (row < 0 || row >= n) throw Error(ErrorKind::kInternal, "logits index out of range");
   }
-  const BatchIndices ix = place_indices(batch);
-  backend_.embed(tok_embd_, ix.tokens, n, buf(ws_.x));
-  forward_layers(batch, ix, kv);
-  float* x = buf(ws_.x);
-
+  if (forward_graph(batch, kv, logits)) return;
+  reserve(n, n_out);
+  compute(n, n_out, batch.max_blocks_per_seq, place_indices(batch), kv);
   if (n_out == 0) {  // a prefill chunk that does not reach the end of its prompt
     logits.clear();
     return;
   }
-  // Gathers the rows whose logits are returned: an embedding lookup in the f32 table of hidden states.
-  float* xs = buf(ws_.logits_in);
-  const WeightMatrix hidden{x, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
-  backend_.embed(hidden, ix.logits_rows, n_out, xs);
-  backend_.rms_norm(xs, output_norm_, xs, n_out, d, config_.rms_eps);
-  float* out = static_cast<float*>(logits_out_->data());
-  backend_.matmul(output_, nullptr, xs, n_out, out);
   if (parallel_.tp_size == 1) {
     logits.resize(static_cast<size_t>(n_out * output_.rows));
     backend_.download(logits.data(), *logits_out_, 0, logits.size() * sizeof(float));
     return;
   }
-  gather_logits(out, n_out, logits);
+  gather_logits(static_cast<const float*>(logits_out_->data()), n_out, logits);
+}
+
+void LlamaModel::compute(int64_t n, int64_t n_out, int64_t max_blocks_per_seq, const BatchIndices& ix, KvStorage& kv) {
+  const int64_t d = config_.hidden;
+  float* x = buf(ws_.x);
+  backend_.embed(tok_embd_, ix.tokens, n, x);
+  forward_layers(n, max_blocks_per_seq, ix, kv);
+  if (n_out == 0) return;
+  // Gathers the rows whose logits are returned: an embedding lookup in the f32 table of hidden states.
+  float* xs = buf(ws_.logits_in);
+  const WeightMatrix hidden{x, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
+  backend_.embed(hidden, ix.logits_rows, n_out, xs);
+  backend_.rms_norm(xs, output_norm_, xs, n_out, d, config_.rms_eps);
+  backend_.matmul(output_, nullptr, xs, n_out, static_cast<float*>(logits_out_->data()));
+}
+
+void LlamaModel::drop_graphs() {
+  if (!graph_captured_.empty()) backend_.drop_graphs();
+  graph_captured_.clear();
+}
+
+bool LlamaModel::forward_graph(const Batch& batch, KvStorage& kv, std::vector<float>& logits) {
+  const int64_t n = batch.n_tokens();
+  if (graph_max_bs_ <= 0 || n > graph_max_bs_ || parallel_.tp_size != 1 || batch.n_seqs() != n ||
+      static_cast<int64_t>(batch.logits_indices.size()) != n) {
+    return false;
+  }
+  for (int64_t t = 0; t < n; ++t) {  // a decode step: token t is sequence t's only token, its logits row t
+    if (batch.seq_of_token[static_cast<size_t>(t)] != t || batch.logits_indices[static_cast<size_t>(t)] != t) return false;
+  }
+  // Buckets: 1, 2, 4, 8, then multiples of 8, capped at graph_max_bs_; block-table widths: powers of two from 16.
+  int64_t bucket = n <= 8 ? 1 : (n + 7) / 8 * 8;
+  while (bucket < n) bucket *= 2;
+  bucket = std::min(bucket, graph_max_bs_);
+  int64_t width = 16;
+  while (width < batch.max_blocks_per_seq) width *= 2;
+  const int64_t key = (width << 20) + bucket;
+  if (&kv != graph_kv_) {
+    drop_graphs();
+    graph_kv_ = &kv;
+  }
+  reserve(graph_max_bs_, graph_max_bs_);
+
+  // The padded batch in a fixed layout: padding tokens are sequences of their own whose one block is the scratch block.
+  const int64_t rows = graph_max_bs_;
+  graph_packed_.assign(static_cast<size_t>(5 * rows + rows * width), -1);
+  int32_t* tokens = graph_packed_.data();
+  int32_t* slots = tokens + rows;
+  int32_t* positions = slots + rows;
+  int32_t* seqs = positions + rows;
+  int32_t* logits_rows = seqs + rows;
+  int32_t* tables = logits_rows + rows;
+  const int64_t page = kv.page_size();
+  for (int64_t t = 0; t < bucket; ++t) {
+    const bool real = t < n;
+    tokens[t] = real ? batch.tokens[static_cast<size_t>(t)] : 0;
+    slots[t] = static_cast<int32_t>(real ? batch.slot_mapping[static_cast<size_t>(t)] : kv.scratch_block() * page);
+    positions[t] = real ? batch.positions[static_cast<size_t>(t)] : 0;
+    seqs[t] = static_cast<int32_t>(t);
+    logits_rows[t] = static_cast<int32_t>(t);
+    if (real) {
+      std::copy_n(batch.block_tables.begin() + t * batch.max_blocks_per_seq, batch.max_blocks_per_seq, tables + t * width);
+    } else {
+      tables[t * width] = static_cast<int32_t>(kv.scratch_block());
+    }
+  }
+  const size_t bytes = graph_packed_.size() * sizeof(int32_t);
+  if (!graph_indices_ || graph_indices_->size() < bytes) {
+    drop_graphs();
+    graph_indices_ = backend_.allocate(bytes);
+  }
+  backend_.upload(*graph_indices_, 0, graph_packed_.data(), bytes);
+  const auto* base = static_cast<const int32_t*>(graph_indices_->data());
+  BatchIndices ix;
+  ix.tokens = base;
+  ix.slots = base + rows;
+  ix.positions = base + 2 * rows;
+  ix.seq_of_token = base + 3 * rows;
+  ix.logits_rows = base + 4 * rows;
+  ix.block_tables = base + 5 * rows;
+
+  if (graph_captured_.count(key) != 0) {
+    backend_.replay_graph(key);
+  } else if (graph_warm_.insert(key).second) {  // a key's first step runs eagerly: lazily grown backend scratch settles
+    compute(bucket, bucket, width, ix, kv);
+  } else if (backend_.begin_capture()) {
+    try {
+      compute(bucket, bucket, width, ix, kv);
+    } catch (...) {
+      backend_.end_capture(-1);
+      throw;
+    }
+    backend_.end_capture(key);
+    graph_captured_.insert(key);
+    backend_.replay_graph(key);
+  } else {
+    compute(bucket, bucket, width, ix, kv);  // a backend without graphs runs the padded step eagerly
+  }
+  logits.resize(static_cast<size_t>(n * output_.rows));
+  backend_.download(logits.data(), *logits_out_, 0, logits.size() * sizeof(float));
+  return true;
 }
 
 // With fused_ (compile = fused) the same arithmetic in fewer launches: stacked QKV and gate/up matmuls, rotary fused
 // with the KV store, and each residual add fused into the RMSNorm that follows it (the last one stays a plain add).
-void LlamaModel::forward_layers(const Batch& batch, const BatchIndices& ix, KvStorage& kv) {
-  const int64_t n = batch.n_tokens(), d = config_.hidden, ffn = share_.ffn.count;
+void LlamaModel::forward_layers(int64_t n, int64_t max_blocks_per_seq, const BatchIndices& ix, KvStorage& kv) {
+  const int64_t d = config_.hidden, ffn = share_.ffn.count;
   float* x = buf(ws_.x);
   float* h = buf(ws_.h);
   float* q = buf(ws_.q);
@@ -186,7 +280,7 @@ void LlamaModel::forward_layers(const Batch& batch, const BatchIndices& ix, KvSt
   float* up = fused_ ? gate + ffn : buf(ws_.up);
   const int64_t up_stride = fused_ ? 2 * ffn : ffn;
   float* act = buf(ws_.act);
-  const AttentionBatch ab{n, ix.positions, ix.seq_of_token, ix.block_tables, batch.max_blocks_per_seq};
+  const AttentionBatch ab{n, ix.positions, ix.seq_of_token, ix.block_tables, max_blocks_per_seq};
   const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "model/model.h"
@@ -14,9 +15,11 @@ namespace servetune {
 
 class LlamaModel final : public Model {
  public:
-  // Loads this rank's shard of every weight through `loader`. `fused` (compile = fused): one stacked QKV and one
-  // gate/up matmul per layer, rotary fused with the KV store, residual adds fused into the next RMSNorm.
-  LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel, bool fused = false);
+  // Loads this rank's shard of every weight through `loader`. compile.fused: one stacked QKV and one gate/up matmul
+  // per layer, rotary fused with the KV store, residual adds fused into the next RMSNorm. compile.graph_max_bs: decode
+  // steps of up to that many sequences run as graphs captured per padded batch-size bucket (backends with graphs).
+  LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel,
+             CompileOptions compile = {});
 
   const ModelConfig& config() const override { return config_; }
   const ParallelContext& parallel() const override { return parallel_; }
@@ -55,19 +58,33 @@ class LlamaModel final : public Model {
     const int32_t* logits_rows = nullptr;
   };
 
-  void reserve(int64_t n_tokens, int64_t n_logits);
+  // Grows the workspace; true when it moved (captured graphs point at the old buffers).
+  bool reserve(int64_t n_tokens, int64_t n_logits);
   BatchIndices place_indices(const Batch& batch);
   // Row-parallel layers: sums every rank's partial output in place (all-reduce; a no-op without tensor parallelism).
   void sum_partials(float* partial, int64_t count);
   // Vocab-parallel head: gathers every rank's logits columns into full [n_out, vocab] rows.
   void gather_logits(const float* local, int64_t n_out, std::vector<float>& logits);
   float* buf(std::unique_ptr<Buffer>& b) { return static_cast<float*>(b->data()); }
-  void forward_layers(const Batch& batch, const BatchIndices& ix, KvStorage& kv);
+  // Embedding, layers, and the output head for `n_out` rows (logits left in logits_out_): no host work, so a graph
+  // can capture it.
+  void compute(int64_t n, int64_t n_out, int64_t max_blocks_per_seq, const BatchIndices& ix, KvStorage& kv);
+  void forward_layers(int64_t n, int64_t max_blocks_per_seq, const BatchIndices& ix, KvStorage& kv);
+  // Decode batches of up to graph_max_bs_ sequences through graphs; false when `batch` does not qualify.
+  bool forward_graph(const Batch& batch, KvStorage& kv, std::vector<float>& logits);
 
   ModelConfig config_;
   ParallelContext parallel_;
   Backend& backend_;
   bool fused_;
+  int64_t graph_max_bs_;
+  // Graph mode: the padded batch's index arrays at fixed places (graph_max_bs_ rows; block tables last, of a width
+  // class), the cache the graphs were captured on, and which (bucket, width) keys have run once (warm) or been captured.
+  void drop_graphs();
+  std::unique_ptr<Buffer> graph_indices_;
+  std::vector<int32_t> graph_packed_;
+  const KvStorage* graph_kv_ = nullptr;
+  std::set<int64_t> graph_warm_, graph_captured_;
   TensorParallelShare share_;
   int64_t n_heads_;     // local query heads
   int64_t n_kv_heads_;  // local KV heads

@@ -13,6 +13,13 @@
 
 namespace servetune {
 
+// How the layers run (EngineConfig's compile setting): fused kernels (compile = fused), and graphs of whole decode
+// steps captured per padded batch-size bucket up to graph_max_bs (compile = graphs, on backends that have graphs).
+struct CompileOptions {
+  bool fused = false;
+  int64_t graph_max_bs = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;

@@ -186,12 +186,8 @@ void EngineConfig::validate() const {
   unsupported(backend_available(device), "device '" + device + "' is not available (this build has: " + available_backends() + ")");
   unsupported(ep_size == 1, "ep_size > 1 (expert parallelism) needs a mixture-of-experts model, which is not implemented yet");
   unsupported(!enable_dp_attention, "enable_dp_attention is not implemented yet");
-  if (compile == "graphs") {
-    unsupported(device != "cpu", "compile = graphs (CUDA graphs) needs a GPU device; on cpu use eager or fused");
-    unsupported(false, "compile = graphs (CUDA graphs for decode batch sizes up to cuda_graph_max_bs, padded replay) is "
-                       "not implemented yet (available: eager, fused)");
-  }
-  unsupported(cuda_graph_max_bs == 0, "cuda_graph_max_bs needs compile = graphs (CUDA graphs), which is not implemented yet");
+  unsupported(compile != "graphs" || device != "cpu", "compile = graphs (CUDA graphs) needs a GPU device; on cpu use eager or fused");
+  usage(cuda_graph_max_bs == 0 || compile == "graphs", "cuda_graph_max_bs applies to compile = graphs only");
   unsupported(kv_cache_dtype != "fp8_e4m3", "kv_cache_dtype fp8_e4m3 is not implemented yet (available: auto, f32, f16)");
   unsupported(algo.empty() || algo == "ngram" || algo == "draft",
               "speculative_algorithm '" + speculative_algorithm + "' is not implemented yet (available: ngram, draft)");

@@ -32,6 +32,17 @@ int64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{8} << 30;
 }
 
+// graphs is fused plus decode graphs up to cuda_graph_max_bs (SGLang's default, 160, when it is 0), never more
+// than the running-request limit.
+CompileOptions compile_options(const EngineConfig& c) {
+  CompileOptions o;
+  o.fused = c.compile != "eager";
+  if (c.compile == "graphs") {
+    o.graph_max_bs = std::min<int64_t>(c.cuda_graph_max_bs > 0 ? c.cuda_graph_max_bs : 160, c.max_running_requests);
+  }
+  return o;
+}
+
 // "auto" is f32 on the CPU (exact against the reference) and f16 on GPUs (half the memory and bandwidth).
 DType kv_dtype_for(const std::string& name, const Backend& backend) {
   if (name == "f16" || (name == "auto" && !backend.host_memory())) return DType::kF16;
@@ -83,7 +94,7 @@ class EngineReplica::Impl {
     // The replica's threads split evenly over its tensor-parallel ranks (validate() ensures one each at least).
     const int threads = config_.threads > 0 ? config_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, config_.device, config_.tp_size, std::max(1, threads / config_.tp_size),
-                                                   config_.compile == "fused");
+                                                   compile_options(config_));
     model_config_ = ranks_->model(0).config();
     context_length_ = model_config_.context_length;
     if (config_.context_length) {

@@ -11,7 +11,7 @@
 namespace servetune {
 
 TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int tp_size, int threads_per_rank,
-                                         bool fused)
+                                         CompileOptions compile)
     : ranks_(static_cast<size_t>(tp_size)) {
   if (tp_size < 1 || threads_per_rank < 1) throw Error(ErrorKind::kInternal, "tensor-parallel group needs ranks and threads");
   std::shared_ptr<LocalGroup> group = tp_size > 1 ? LocalGroup::create(tp_size) : nullptr;
@@ -22,7 +22,7 @@ TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std
       rank.comm_owner = std::make_unique<TimedCommunicator>(group->communicator(r));
       rank.comm = rank.comm_owner.get();
     }
-    rank.model = checkpoint.load(*rank.backend, ParallelContext{r, tp_size, rank.comm}, fused);
+    rank.model = checkpoint.load(*rank.backend, ParallelContext{r, tp_size, rank.comm}, compile);
   }
 }
 

@@ -28,9 +28,8 @@ class TensorParallelGroup {
  public:
   // Loads every rank's shard of `checkpoint` (sequentially, on this thread); each rank's backend gets
   // `threads_per_rank` threads. Throws Error(kUsage) when the model cannot be split tp_size ways.
-  // `fused`: every rank's model runs the compile = fused layer path.
   TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int tp_size, int threads_per_rank,
-                      bool fused = false);
+                      CompileOptions compile = {});
   ~TensorParallelGroup();
   TensorParallelGroup(const TensorParallelGroup&) = delete;
   TensorParallelGroup& operator=(const TensorParallelGroup&) = delete;

@@ -1,6 +1,7 @@
 // The `compile` setting on the CPU: `fused` (stacked QKV and gate/up matmuls, rotary fused with the KV store, residual
 // adds fused into RMSNorm) gives greedy output identical to `eager` on stories260K, SmolLM2 (Q4_1) and a random
-// qwen2-style model with q/k/v biases, under tensor parallelism too; `graphs` is a clear error on the CPU.
+// qwen2-style model with q/k/v biases, under tensor parallelism too; `graphs` is a clear error on the CPU (its
+// decode-graph logic is tested on the CPU in unit/test_device_style_loading.cpp), as is cuda_graph_max_bs without it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -54,7 +55,7 @@ TEST(EngineCompile, FusedWithQkvBiasesAndTensorParallelIdenticalToEager) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(EngineCompile, GraphsOnCpuIsAClearError) {
+TEST(EngineCompile, GraphsOnCpuAndGraphSizesWithoutGraphsAreClearErrors) {
   EngineConfig c;
   c.model = testing::stories_path();
   c.compile = "graphs";
@@ -63,6 +64,15 @@ TEST(EngineCompile, GraphsOnCpuIsAClearError) {
     FAIL() << "compile = graphs was accepted on the CPU";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("needs a GPU device"), std::string::npos) << e.what();
+  }
+  c.compile = "fused";
+  c.cuda_graph_max_bs = 32;
+  try {
+    c.validate();
+    FAIL() << "cuda_graph_max_bs was accepted with compile = fused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("compile = graphs"), std::string::npos) << e.what();
   }
 }
 

@@ -1,5 +1,5 @@
 // Greedy parity of the GPU engine (device cuda or hip) with the CPU engine on stories260K and SmolLM2, 8 prompts
-// in one continuous batch, compile eager and fused. stories260K is F32 (fp32 GEMMs on the GPU, f32 KV on both): every token must match.
+// in one continuous batch, compile eager, fused and graphs. stories260K is F32 (fp32 GEMMs on the GPU, f32 KV on both): every token must match.
 // SmolLM2 is Q4_1: the GPU dequantizes it to bf16 and multiplies bf16 activations, the CPU keeps Q4_1 with q8
 // activations (logits a few percent apart, see test_device_style_loading), so near-tied tokens may flip: the first
 // token must match on every prompt and the prompts must share 8 tokens on average before the first difference.
@@ -35,7 +35,7 @@ TEST(GpuParity, Stories260KEveryTokenMatchesTheCpuEngine) {
   if (gpu_device_count() == 0) GTEST_SKIP() << "no GPU visible to the " << gpu_backend_name() << " runtime";
   std::vector<testing::Job> jobs;
   const auto cpu = run_on("cpu", testing::stories_path(), jobs);
-  for (const std::string compile : {"eager", "fused"}) {
+  for (const std::string compile : {"eager", "fused", "graphs"}) {
     const auto gpu = run_on(gpu_backend_name(), testing::stories_path(), jobs, compile);
     ASSERT_EQ(cpu.size(), 8u);
     for (size_t i = 0; i < cpu.size(); ++i) EXPECT_EQ(gpu[i], cpu[i]) << "compile " << compile << ", prompt " << i;

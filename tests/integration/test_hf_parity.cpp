@@ -10,26 +10,14 @@
 #include "backend/backend.h"
 #include "model/checkpoint.h"
 #include "model/kv_storage.h"
+#include "model_batches.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servetune {
 namespace {
 
-// A batch of one sequence covering positions [begin, end) of `tokens`, with logits for every position.
-Batch one_sequence(const std::vector<int32_t>& tokens, int begin, int end, int64_t page, int64_t blocks) {
-  Batch b;
-  for (int p = begin; p < end; ++p) {
-    b.tokens.push_back(tokens[static_cast<size_t>(p)]);
-    b.positions.push_back(p);
-    b.seq_of_token.push_back(0);
-    b.slot_mapping.push_back(static_cast<int32_t>((blocks - 1 - p / page) * page + p % page));  // blocks in reverse
-    b.logits_indices.push_back(p - begin);
-  }
-  b.max_blocks_per_seq = blocks;
-  for (int64_t i = 0; i < blocks; ++i) b.block_tables.push_back(static_cast<int32_t>(blocks - 1 - i));
-  return b;
-}
+using testing::one_sequence;
 
 void expect_rows_close(const std::vector<float>& ours, const std::vector<std::vector<float>>& expected, size_t first_row,
                        const std::string& what) {

@@ -2,12 +2,15 @@
 // to the CPU backend but, like the GPU one, claims device memory (so index arrays are uploaded, logits rows gathered
 // with embed, weights copied), keeps quantized weights as bf16 and draws dummy weights in place. Checks what the GPU
 // build relies on without needing a GPU: identical logits for f32 models, bf16 logits close to the quantized ones,
-// fused = eager, and dummy weights generated through fill_random.
+// fused = eager, dummy weights generated through fill_random, and decode graphs: the backend records the ops of a
+// capture instead of running them and replays the recording, as CUDA graphs do.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
@@ -15,6 +18,7 @@
 #include "model/checkpoint.h"
 #include "model/kv_storage.h"
 #include "model/make_model.h"
+#include "model_batches.h"
 #include "test_paths.h"
 
 namespace servetune {
@@ -36,66 +40,99 @@ class DeviceStyleBackend final : public Backend {
     ++fills;
     return true;
   }
-  std::unique_ptr<Buffer> allocate(size_t bytes) override { return cpu_.allocate(bytes); }
+  std::unique_ptr<Buffer> allocate(size_t bytes) override {
+    no_host_work_while_capturing();
+    return cpu_.allocate(bytes);
+  }
   void upload(Buffer& dst, size_t offset, const void* src, size_t bytes) override {
+    no_host_work_while_capturing();
     ++uploads;
     cpu_.upload(dst, offset, src, bytes);
   }
-  void download(void* dst, const Buffer& src, size_t offset, size_t bytes) override { cpu_.download(dst, src, offset, bytes); }
-  void embed(const WeightMatrix& t, const int32_t* ids, int64_t n, float* out) override { cpu_.embed(t, ids, n, out); }
+  void download(void* dst, const Buffer& src, size_t offset, size_t bytes) override {
+    no_host_work_while_capturing();
+    cpu_.download(dst, src, offset, bytes);
+  }
+  void embed(const WeightMatrix& t, const int32_t* ids, int64_t n, float* out) override {
+    run([=, this] { cpu_.embed(t, ids, n, out); });
+  }
   void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) override {
-    cpu_.rms_norm(x, w, y, n, dim, eps);
+    run([=, this] { cpu_.rms_norm(x, w, y, n, dim, eps); });
   }
   void matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) override {
-    cpu_.matmul(w, bias, x, n, y);
+    run([=, this] { cpu_.matmul(w, bias, x, n, y); });
   }
   void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) override {
-    cpu_.rope(x, positions, n, n_heads, p);
+    run([=, this] { cpu_.rope(x, positions, n, n_heads, p); });
   }
   void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) override {
-    cpu_.store_kv(kv, k, v, slots, n);
+    run([=, this] { cpu_.store_kv(kv, k, v, slots, n); });
   }
   void attention(const KvLayerView& kv, const AttentionBatch& b, const float* q, int64_t n_heads, float scale, float* out) override {
-    cpu_.attention(kv, b, q, n_heads, scale, out);
+    run([=, this] { cpu_.attention(kv, b, q, n_heads, scale, out); });
   }
   void silu_mul(const float* gate, const float* up, int64_t stride, int64_t n, int64_t ffn, float* out) override {
-    cpu_.silu_mul(gate, up, stride, n, ffn, out);
+    run([=, this] { cpu_.silu_mul(gate, up, stride, n, ffn, out); });
   }
-  void add(float* x, const float* y, int64_t n) override { cpu_.add(x, y, n); }
+  void add(float* x, const float* y, int64_t n) override {
+    run([=, this] { cpu_.add(x, y, n); });
+  }
   void add_rms_norm(float* x, const float* r, const float* w, float* y, int64_t n, int64_t dim, float eps) override {
-    cpu_.add_rms_norm(x, r, w, y, n, dim, eps);
+    run([=, this] { cpu_.add_rms_norm(x, r, w, y, n, dim, eps); });
   }
   void rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots, int64_t n,
                       int64_t n_heads, const RopeParams& p, float* q_out) override {
-    cpu_.rope_store_qkv(kv, qkv, positions, slots, n, n_heads, p, q_out);
+    run([=, this] { cpu_.rope_store_qkv(kv, qkv, positions, slots, n, n_heads, p, q_out); });
   }
+
+  // Graphs as CUDA has them: a capture records the ops without running them; a replay runs the recording.
+  bool begin_capture() override {
+    if (!graphs_enabled) return false;
+    capturing_ = true;
+    recording_.clear();
+    return true;
+  }
+  void end_capture(int64_t key) override {
+    capturing_ = false;
+    if (key >= 0) graphs_[key] = std::move(recording_);
+    ++captures;
+  }
+  void replay_graph(int64_t key) override {
+    for (auto& op : graphs_.at(key)) op();
+    ++replays;
+  }
+  void drop_graphs() override { graphs_.clear(); }
 
   int fills = 0;
   int uploads = 0;
+  bool graphs_enabled = false;
+  int captures = 0;
+  int replays = 0;
 
  private:
+  void run(std::function<void()> op) {
+    if (capturing_) recording_.push_back(std::move(op));
+    else op();
+  }
+  void no_host_work_while_capturing() const {
+    if (capturing_) throw std::logic_error("host work (allocate / upload / download) inside a graph capture");
+  }
+
   cpu::CpuBackend cpu_{2};
+  bool capturing_ = false;
+  std::vector<std::function<void()>> recording_;
+  std::map<int64_t, std::vector<std::function<void()>>> graphs_;
 };
 
 // Logits of every position of one prompt in two chunks (the second continues the cached first).
 std::vector<float> prompt_logits(const Checkpoint& ck, Backend& backend, bool fused, const std::vector<int32_t>& tokens) {
-  auto model = ck.load(backend, ParallelContext{}, fused);
+  auto model = ck.load(backend, ParallelContext{}, CompileOptions{fused, 0});
   const int64_t page = 4, blocks = 16;
   KvStorage kv(backend, model->config(), model->local_kv_heads(), blocks, page, DType::kF32);
   std::vector<float> all, logits;
   const int n = static_cast<int>(tokens.size()), half = n / 2;
   for (auto [begin, end] : {std::pair<int, int>{0, half}, {half, n}}) {
-    Batch b;
-    for (int p = begin; p < end; ++p) {
-      b.tokens.push_back(tokens[static_cast<size_t>(p)]);
-      b.positions.push_back(p);
-      b.seq_of_token.push_back(0);
-      b.slot_mapping.push_back(static_cast<int32_t>((blocks - 1 - p / page) * page + p % page));  // blocks in reverse
-      b.logits_indices.push_back(end - 1 - p);  // rows out of order
-    }
-    b.max_blocks_per_seq = blocks;
-    for (int64_t i = 0; i < blocks; ++i) b.block_tables.push_back(static_cast<int32_t>(blocks - 1 - i));
-    model->forward(b, kv, logits);
+    model->forward(testing::one_sequence(tokens, begin, end, page, blocks), kv, logits);
     all.insert(all.end(), logits.begin(), logits.end());
   }
   return all;
@@ -152,6 +189,66 @@ TEST(DeviceStyleLoading, DummyWeightsAreDrawnInPlace) {
     for (float v : logits) ASSERT_TRUE(std::isfinite(v));
   }
   std::filesystem::remove_all(dir);
+}
+
+// Three sequences prefilled together, then greedy decode steps of all three, then of the first two (another bucket):
+// every step's logits, the decode steps' going through padded graphs when the model has them.
+std::vector<std::vector<float>> decode_steps(Model& model, Backend& backend) {
+  const int64_t page = 4, per_seq = 8;
+  KvStorage kv(backend, model.config(), model.local_kv_heads(), 3 * per_seq, page, DType::kF32);
+  std::vector<std::vector<int32_t>> seqs = {{1, 403, 407}, {1, 261}, {1, 378, 432, 383, 286}};
+  const int64_t vocab = model.config().vocab;
+  std::vector<std::vector<float>> all;
+  auto step = [&](size_t n_seqs, bool prefill) {
+    Batch b;
+    b.max_blocks_per_seq = per_seq;
+    for (size_t s = 0; s < n_seqs; ++s) {
+      const auto len = static_cast<int32_t>(seqs[s].size());
+      for (int32_t p = prefill ? 0 : len - 1; p < len; ++p) {
+        b.tokens.push_back(seqs[s][static_cast<size_t>(p)]);
+        b.positions.push_back(p);
+        b.seq_of_token.push_back(static_cast<int32_t>(s));
+        b.slot_mapping.push_back(static_cast<int32_t>((static_cast<int64_t>(s) * per_seq + p / page) * page + p % page));
+      }
+      b.logits_indices.push_back(static_cast<int32_t>(b.tokens.size() - 1));
+      for (int64_t i = 0; i < per_seq; ++i) b.block_tables.push_back(static_cast<int32_t>(static_cast<int64_t>(s) * per_seq + i));
+    }
+    std::vector<float> logits;
+    model.forward(b, kv, logits);
+    for (size_t s = 0; s < n_seqs; ++s) {
+      const auto row = logits.begin() + static_cast<int64_t>(s) * vocab;
+      seqs[s].push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+    }
+    all.push_back(logits);
+  };
+  step(3, true);
+  for (int i = 0; i < 4; ++i) step(3, false);
+  for (int i = 0; i < 4; ++i) step(2, false);
+  return all;
+}
+
+TEST(DeviceStyleLoading, DecodeGraphsReplayTheEagerSteps) {
+  Checkpoint ck(testing::stories_path(), LoadFormat::kGguf);
+  DeviceStyleBackend eager_backend;
+  auto eager = ck.load(eager_backend, ParallelContext{}, CompileOptions{false, 0});
+  const auto expected = decode_steps(*eager, eager_backend);
+  DeviceStyleBackend graph_backend;
+  graph_backend.graphs_enabled = true;
+  auto graphs = ck.load(graph_backend, ParallelContext{}, CompileOptions{true, 8});
+  const auto got = decode_steps(*graphs, graph_backend);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].size(), expected[i].size()) << "step " << i;
+    double diff = 0.0, scale = 0.0;
+    for (size_t k = 0; k < got[i].size(); ++k) {
+      diff = std::max(diff, std::fabs(static_cast<double>(got[i][k]) - expected[i][k]));
+      scale = std::max(scale, std::fabs(static_cast<double>(expected[i][k])));
+    }
+    EXPECT_LT(diff / scale, 1e-5) << "step " << i;
+  }
+  // Buckets 4 (three sequences) and 2: each runs once eagerly, is captured once, then replays.
+  EXPECT_EQ(graph_backend.captures, 2);
+  EXPECT_EQ(graph_backend.replays, 6);
 }
 
 }  // namespace

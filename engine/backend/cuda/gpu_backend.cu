@@ -2,7 +2,9 @@
 // through cuBLAS (bf16 weights x bf16-cast activations, f32 accumulate; f32 weights in plain fp32, no TF32). The HIP
 // build has no BLAS library (Debian packages none) and uses the tiled kernel of gemm.cu.
 #include <cmath>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/gpu_backend.h"
 #include "backend/cuda/kernels.h"
@@ -63,10 +65,14 @@ class GpuBackend final : public Backend {
 #if !defined(SERVETUNE_HIP)
     check_blas(cublasCreate(&blas_), "cublasCreate");
     check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
+    // A fixed workspace, so cuBLAS allocates nothing while a graph is being captured.
+    blas_workspace_ = std::make_unique<DeviceBuffer>(kBlasWorkspaceBytes);
+    check_blas(cublasSetWorkspace(blas_, blas_workspace_->data(), kBlasWorkspaceBytes), "cublasSetWorkspace");
 #endif
   }
   ~GpuBackend() override {
     (void)cudaStreamSynchronize(stream_);
+    drop_graphs();
 #if !defined(SERVETUNE_HIP)
     cublasDestroy(blas_);
 #endif
@@ -137,6 +143,38 @@ class GpuBackend final : public Backend {
     launch_fill_random(dst, type == DType::kBF16, n, seed, mean, std, stream_);
     return true;
   }
+  bool begin_capture() override {
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    return true;
+  }
+  void end_capture(int64_t key) override {
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    if (key < 0) {
+      (void)cudaGraphDestroy(graph);
+      return;
+    }
+    cudaGraphExec_t exec = nullptr;
+#if defined(SERVETUNE_HIP)
+    const cudaError_t status = hipGraphInstantiate(&exec, graph, nullptr, nullptr, 0);
+#else
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0ULL);
+#endif
+    (void)cudaGraphDestroy(graph);
+    check(status, "cudaGraphInstantiate");
+    if (auto it = graphs_.find(key); it != graphs_.end()) (void)cudaGraphExecDestroy(it->second);
+    graphs_[key] = exec;
+  }
+  void replay_graph(int64_t key) override {
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) throw Error(ErrorKind::kInternal, "no captured graph " + std::to_string(key));
+    check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+  }
+  void drop_graphs() override {
+    for (auto& [key, exec] : graphs_) (void)cudaGraphExecDestroy(exec);
+    graphs_.clear();
+    retired_.clear();
+  }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
  private:
@@ -166,7 +204,10 @@ class GpuBackend final : public Backend {
       return;
     }
     const size_t need = static_cast<size_t>(n * w.cols) * sizeof(uint16_t);
-    if (!x_bf16_ || x_bf16_->size() < need) x_bf16_ = std::make_unique<DeviceBuffer>(need * 2);
+    if (!x_bf16_ || x_bf16_->size() < need) {
+      if (x_bf16_ && !graphs_.empty()) retired_.push_back(std::move(x_bf16_));  // captured graphs still use it
+      x_bf16_ = std::make_unique<DeviceBuffer>(need * 2);
+    }
     auto* xb = static_cast<uint16_t*>(x_bf16_->data());
     launch_to_bf16(x, xb, n * w.cols, stream_);
     check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, nn, k, &alpha, w.data, CUDA_R_16BF,
@@ -177,10 +218,14 @@ class GpuBackend final : public Backend {
   }
 
   cudaStream_t stream_ = nullptr;
+  std::map<int64_t, cudaGraphExec_t> graphs_;
 #if !defined(SERVETUNE_HIP)
+  static constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
   cublasHandle_t blas_ = nullptr;
+  std::unique_ptr<DeviceBuffer> blas_workspace_;
 #endif
   std::unique_ptr<DeviceBuffer> x_bf16_;  // activations cast to bf16 for the bf16 GEMMs
+  std::vector<std::unique_ptr<DeviceBuffer>> retired_;  // earlier x_bf16_ buffers that captured graphs read
 };
 
 }  // namespace

@@ -29,6 +29,14 @@
 #define cudaStreamSynchronize hipStreamSynchronize
 #define cudaDeviceProp hipDeviceProp_t
 #define cudaGetDeviceProperties hipGetDeviceProperties
+#define cudaGraph_t hipGraph_t
+#define cudaGraphExec_t hipGraphExec_t
+#define cudaStreamBeginCapture hipStreamBeginCapture
+#define cudaStreamEndCapture hipStreamEndCapture
+#define cudaStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
+#define cudaGraphLaunch hipGraphLaunch
+#define cudaGraphDestroy hipGraphDestroy
+#define cudaGraphExecDestroy hipGraphExecDestroy
 #define SERVETUNE_GPU_VENDOR "hip"
 #define SERVETUNE_SHFL_XOR(v, mask) __shfl_xor((v), (mask))
 constexpr int kWarpSize = 64;

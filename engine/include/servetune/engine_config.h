@@ -26,7 +26,7 @@ struct EngineConfig {
   int ep_size = 1;
   bool enable_dp_attention = false;
   std::string compile = "eager";       // eager | fused | graphs
-  int cuda_graph_max_bs = 0;
+  int cuda_graph_max_bs = 0;           // compile = graphs: largest decode batch captured (0: 160, as SGLang)
   // Memory
   std::optional<int64_t> max_total_tokens;  // KV capacity in tokens; overrides mem_fraction_static
   double mem_fraction_static = 0.0;    // 0: device default (CPU 0.1 of RAM; GPU 0.88)
