@@ -45,10 +45,10 @@ MODEL="$LOG/llama-3-8b-dummy"
 "$BIN" make-model --preset tiny --out "$MODEL" > "$LOG/make_model.log" 2>&1
 python3 - "$MODEL/config.json" <<'PY'
 import json, sys
-c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
-     "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-     "head_dim": 128, "max_position_embeddings": 8192, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
-     "tie_word_embeddings": False, "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2}
+c = json.load(open(sys.argv[1]))  # make-model's fields, reshaped to Llama-3-8B
+c.update({"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+          "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 8192,
+          "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "torch_dtype": "bfloat16"})
 json.dump(c, open(sys.argv[1], "w"), indent=1)
 PY
 ENGINE=(--device cuda --load-format dummy -m "$MODEL")
@@ -59,13 +59,14 @@ FLOPS_PER_TOKEN=$(python3 -c "d,f,l,kv=4096,14336,32,1024; print(2*l*(d*(d+2*kv+
 step "batch-1 decode and 2048-token prefill (servetune generate)"
 # Random letters: make-model's byte-level tokenizer has almost no merges, so about one token per character.
 PROMPT=$(python3 -c "import random; random.seed(1); print(''.join(random.choice('abcdefghijklmnopqrstuvwxyz ') for _ in range(2047)))")
-timeout "$(cap 120)" "$BIN" generate "${ENGINE[@]}" --prompt "$PROMPT" -n 256 --ignore-eos --chunked-prefill-size 4096 \
-  --max-prefill-tokens 4096 > "$LOG/generate.log" 2>&1
+# compile = graphs: the prefill runs fused, the decode steps replay a captured graph.
+timeout "$(cap 120)" "$BIN" generate "${ENGINE[@]}" --compile graphs --prompt "$PROMPT" -n 256 --ignore-eos \
+  --chunked-prefill-size 4096 --max-prefill-tokens 4096 > "$LOG/generate.log" 2>&1
 PREFILL=$(grep -E '^prefill:' "$LOG/generate.log" | tail -1)
 DECODE=$(grep -E '^decode:' "$LOG/generate.log" | tail -1)
 if [ -n "$DECODE" ]; then
   TOKS=$(echo "$DECODE" | sed -E 's/.*\(([0-9.]+) tok\/s\).*/\1/')
-  row "batch-1 decode (tok/s)" "$TOKS"
+  row "batch-1 decode, graphs (tok/s)" "$TOKS"
   row "batch-1 decode bandwidth vs 4.3 TB/s" "$(python3 -c "b=$WEIGHT_BYTES*$TOKS; print(f'{b/1e12:.2f} TB/s = {100*b/4.3e12:.0f}% (target 85%)')")"
 else
   row "batch-1 decode" "FAILED (see generate.log)"
@@ -73,7 +74,7 @@ fi
 if [ -n "$PREFILL" ]; then
   NTOK=$(echo "$PREFILL" | sed -E 's/prefill: ([0-9]+) tokens.*/\1/')
   PTOKS=$(echo "$PREFILL" | sed -E 's/.*\(([0-9.]+) tok\/s\).*/\1/')
-  row "prefill $NTOK tokens (tok/s)" "$PTOKS"
+  row "prefill $NTOK tokens, fused (tok/s)" "$PTOKS"
   row "prefill TFLOP/s vs 790 (matmuls + attention)" "$(python3 -c "
 n=$NTOK; t=n/$PTOKS; fl=$FLOPS_PER_TOKEN*n + 4*32*4096*n*n/2
 print(f'{fl/t/1e12:.0f} TFLOP/s = {100*fl/t/1e12/790:.0f}% (target 60%)')")"
@@ -86,7 +87,9 @@ for conc in 64 256; do
   for mode in eager fused graphs; do
     step "concurrency $conc, compile $mode"
     if [ "$(cap 100)" -lt 20 ]; then row "c=$conc compile=$mode" "skipped: out of time"; continue; fi
-    timeout "$(cap 100)" "$BIN" bench --backend builtin "${ENGINE[@]}" --compile "$mode" --dataset-name random \
+    GRAPH_FLAGS=()
+    [ "$mode" = graphs ] && GRAPH_FLAGS=(--cuda-graph-max-bs "$conc")
+    timeout "$(cap 100)" "$BIN" bench --backend builtin "${ENGINE[@]}" --compile "$mode" "${GRAPH_FLAGS[@]}" --dataset-name random \
       --random-input-len 1000 --random-output-len 1000 --random-range-ratio 0 --num-prompts "$conc" \
       --max-concurrency "$conc" --max-running-requests "$conc" --ignore-eos --seed 1 > "$LOG/bench_c${conc}_${mode}.log" 2>&1
     rc=$?

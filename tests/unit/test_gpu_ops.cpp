@@ -56,6 +56,7 @@ class GpuOps : public ::testing::Test {
     return static_cast<T*>(buffers_.back()->data());
   }
   float* dev_zeros(size_t n) { return dev(std::vector<float>(n, 0.0f)); }
+  void check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t n_heads, int64_t n_kv, int64_t prefill);
   std::vector<float> host(const float* device, size_t n) {
     std::vector<float> out(n);
     for (const auto& b : buffers_) {
@@ -281,59 +282,67 @@ TEST_F(GpuOps, FillRandomDrawsNormalValuesDeterministically) {
 }
 
 // Three sequences (a prefill from position 0, a chunk continuing cached positions, one decode token) in one
-// flattened batch, pages of 3 slots with the block tables interleaving the sequences' blocks, GQA 6 query heads on
-// 2 KV heads; K/V stored through store_kv on both backends.
+// flattened batch, pages of 3 slots with the block tables interleaving the sequences' blocks, GQA 3 and 8 query heads
+// per KV head; K/V stored through store_kv on both backends. The 300-token prefill gives enough (token, KV head)
+// pairs for the grouped kernel, the 50-token one keeps one block per query head.
+void GpuOps::check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t n_heads, int64_t n_kv, int64_t prefill) {
+  const int64_t page = 3, max_blocks = 110, n_seqs = 3;
+  const int64_t num_blocks = n_seqs * max_blocks;
+  const int64_t cached[n_seqs] = {0, 20, 44};     // positions already in the cache per sequence
+  const int64_t fresh[n_seqs] = {prefill, 7, 1};  // new tokens of this batch per sequence
+  std::vector<int32_t> tables(static_cast<size_t>(n_seqs * max_blocks));
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    for (int64_t b = 0; b < max_blocks; ++b) tables[static_cast<size_t>(s * max_blocks + b)] = static_cast<int32_t>(b * n_seqs + (n_seqs - 1 - s));
+  }
+  std::vector<int32_t> positions, seq_of_token, slots, old_slots;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    for (int64_t p = 0; p < cached[s] + fresh[s]; ++p) {
+      const int32_t slot = static_cast<int32_t>(tables[static_cast<size_t>(s * max_blocks + p / page)] * page + p % page);
+      if (p < cached[s]) {
+        old_slots.push_back(slot);
+        continue;
+      }
+      positions.push_back(static_cast<int32_t>(p));
+      seq_of_token.push_back(static_cast<int32_t>(s));
+      slots.push_back(slot);
+    }
+  }
+  const int64_t n = static_cast<int64_t>(positions.size()), n_old = static_cast<int64_t>(old_slots.size());
+  const int64_t width = n_kv * head_dim;
+  const auto k_old = random_floats(static_cast<size_t>(n_old * width), 20);
+  const auto v_old = random_floats(static_cast<size_t>(n_old * width), 21);
+  const auto k_new = random_floats(static_cast<size_t>(n * width), 22);
+  const auto v_new = random_floats(static_cast<size_t>(n * width), 23);
+  const auto q = random_floats(static_cast<size_t>(n * n_heads * head_dim), 24, -2.0f, 2.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const size_t cache_bytes = static_cast<size_t>(num_blocks * page * width) * (kv_dtype == DType::kF16 ? 2 : 4);
+
+  cpu::CpuBackend cpu(1);
+  auto ck = cpu.allocate(cache_bytes), cv = cpu.allocate(cache_bytes);
+  const KvLayerView ckv{ck->data(), cv->data(), kv_dtype, num_blocks, page, n_kv, head_dim};
+  cpu.store_kv(ckv, k_old.data(), v_old.data(), old_slots.data(), n_old);
+  cpu.store_kv(ckv, k_new.data(), v_new.data(), slots.data(), n);
+  std::vector<float> expected(q.size());
+  cpu.attention(ckv, AttentionBatch{n, positions.data(), seq_of_token.data(), tables.data(), max_blocks}, q.data(),
+                n_heads, scale, expected.data());
+
+  auto gk = gpu_->allocate(cache_bytes), gv = gpu_->allocate(cache_bytes);
+  const KvLayerView gkv{gk->data(), gv->data(), kv_dtype, num_blocks, page, n_kv, head_dim};
+  gpu_->store_kv(gkv, dev(k_old), dev(v_old), dev(old_slots), n_old);
+  gpu_->store_kv(gkv, dev(k_new), dev(v_new), dev(slots), n);
+  float* out = dev_zeros(q.size());
+  gpu_->attention(gkv, AttentionBatch{n, dev(positions), dev(seq_of_token), dev(tables), max_blocks}, dev(q), n_heads,
+                  scale, out);
+  EXPECT_LT(rel_error(host(out, q.size()), expected), 1e-5)
+      << dtype_name(kv_dtype) << " head_dim " << head_dim << " heads " << n_heads << "/" << n_kv << " prefill " << prefill;
+}
+
 TEST_F(GpuOps, PagedAttentionPrefillAndDecodeF32AndF16Cache) {
   for (DType kv_dtype : {DType::kF32, DType::kF16}) {
     for (int64_t head_dim : {40, 128}) {
-      const int64_t page = 3, n_kv = 2, n_heads = 6, max_blocks = 24, n_seqs = 3;
-      const int64_t num_blocks = n_seqs * max_blocks;
-      const int64_t cached[n_seqs] = {0, 20, 44};  // positions already in the cache per sequence
-      const int64_t fresh[n_seqs] = {50, 7, 1};    // new tokens of this batch per sequence
-      std::vector<int32_t> tables(static_cast<size_t>(n_seqs * max_blocks));
-      for (int64_t s = 0; s < n_seqs; ++s) {
-        for (int64_t b = 0; b < max_blocks; ++b) tables[static_cast<size_t>(s * max_blocks + b)] = static_cast<int32_t>(b * n_seqs + (n_seqs - 1 - s));
+      for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{6, 2}, {16, 2}}) {
+        for (int64_t prefill : {50, 300}) check_paged_attention(kv_dtype, head_dim, n_heads, n_kv, prefill);
       }
-      std::vector<int32_t> positions, seq_of_token, slots, old_slots;
-      for (int64_t s = 0; s < n_seqs; ++s) {
-        for (int64_t p = 0; p < cached[s] + fresh[s]; ++p) {
-          const int32_t slot = static_cast<int32_t>(tables[static_cast<size_t>(s * max_blocks + p / page)] * page + p % page);
-          if (p < cached[s]) {
-            old_slots.push_back(slot);
-            continue;
-          }
-          positions.push_back(static_cast<int32_t>(p));
-          seq_of_token.push_back(static_cast<int32_t>(s));
-          slots.push_back(slot);
-        }
-      }
-      const int64_t n = static_cast<int64_t>(positions.size()), n_old = static_cast<int64_t>(old_slots.size());
-      const int64_t width = n_kv * head_dim;
-      const auto k_old = random_floats(static_cast<size_t>(n_old * width), 20);
-      const auto v_old = random_floats(static_cast<size_t>(n_old * width), 21);
-      const auto k_new = random_floats(static_cast<size_t>(n * width), 22);
-      const auto v_new = random_floats(static_cast<size_t>(n * width), 23);
-      const auto q = random_floats(static_cast<size_t>(n * n_heads * head_dim), 24, -2.0f, 2.0f);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-      const size_t cache_bytes = static_cast<size_t>(num_blocks * page * width) * (kv_dtype == DType::kF16 ? 2 : 4);
-
-      cpu::CpuBackend cpu(1);
-      auto ck = cpu.allocate(cache_bytes), cv = cpu.allocate(cache_bytes);
-      const KvLayerView ckv{ck->data(), cv->data(), kv_dtype, num_blocks, page, n_kv, head_dim};
-      cpu.store_kv(ckv, k_old.data(), v_old.data(), old_slots.data(), n_old);
-      cpu.store_kv(ckv, k_new.data(), v_new.data(), slots.data(), n);
-      std::vector<float> expected(q.size());
-      cpu.attention(ckv, AttentionBatch{n, positions.data(), seq_of_token.data(), tables.data(), max_blocks}, q.data(),
-                    n_heads, scale, expected.data());
-
-      auto gk = gpu_->allocate(cache_bytes), gv = gpu_->allocate(cache_bytes);
-      const KvLayerView gkv{gk->data(), gv->data(), kv_dtype, num_blocks, page, n_kv, head_dim};
-      gpu_->store_kv(gkv, dev(k_old), dev(v_old), dev(old_slots), n_old);
-      gpu_->store_kv(gkv, dev(k_new), dev(v_new), dev(slots), n);
-      float* out = dev_zeros(q.size());
-      gpu_->attention(gkv, AttentionBatch{n, dev(positions), dev(seq_of_token), dev(tables), max_blocks}, dev(q), n_heads,
-                      scale, out);
-      EXPECT_LT(rel_error(host(out, q.size()), expected), 1e-5) << dtype_name(kv_dtype) << " head_dim " << head_dim;
     }
   }
 }

@@ -1,6 +1,7 @@
-// Paged attention for flattened varlen batches (prefill and decode alike): one block per (token, query head); each
-// warp walks a strided share of the token's visible positions through the block table with an online softmax, and
-// the warps' partial results are merged at the end. GQA maps query head h to KV head h / (n_heads / n_kv_heads).
+// Paged attention for flattened varlen batches (prefill and decode alike): one block per (token, query head), or per
+// (token, group of query heads sharing a KV head) when there are enough of those; each warp walks a strided share of
+// the token's visible positions through the block table with an online softmax, and the warps' partial results are
+// merged at the end. GQA maps query head h to KV head h / (n_heads / n_kv_heads).
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
@@ -9,93 +10,120 @@
 namespace servetune::gpu {
 namespace {
 
-constexpr int kWarps = 8;  // 8 warps split a long context 8 ways (decode has few (token, head) blocks)
 constexpr int kMaxHeadDim = 256;
+constexpr int kMaxGroup = 8;           // query heads one block serves from each K/V row it loads
+constexpr int64_t kManyBlocks = 256;   // below this many (token, KV head) pairs, one block per query head keeps SMs busy
 
-template <int kPerLane>
+// One block per (token, group of up to kGroup query heads sharing a KV head); kWarps warps split the positions.
+template <int kPerLane, int kGroup, int kWarps>
 __global__ void attention_kernel(const void* k_cache, const void* v_cache, bool f16, int64_t page_size, int64_t n_kv_heads,
                                  int64_t head_dim, const int32_t* positions, const int32_t* seq_of_token,
                                  const int32_t* block_tables, int64_t max_blocks, const float* q, int64_t n_heads,
-                                 float scale, float* out) {
-  __shared__ float sm_m[kWarps], sm_l[kWarps];
-  __shared__ float sm_acc[kWarps][kPerLane * kWarpSize];
-  const int64_t t = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+                                 int64_t heads_per_block, float scale, float* out) {
+  __shared__ float sm_m[kWarps][kGroup], sm_l[kWarps][kGroup];
+  __shared__ float sm_acc[kWarps][kGroup][kPerLane * kWarpSize];
+  const int64_t blocks_per_token = n_heads / heads_per_block;
+  const int64_t t = blockIdx.x / blocks_per_token, h0 = (blockIdx.x % blocks_per_token) * heads_per_block;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int64_t kv_head = h / (n_heads / n_kv_heads);
+  const int64_t kv_head = h0 / (n_heads / n_kv_heads);
   const int64_t width = n_kv_heads * head_dim;
   const int64_t n_ctx = static_cast<int64_t>(positions[t]) + 1;
   const int32_t* table = block_tables + static_cast<int64_t>(seq_of_token[t]) * max_blocks;
-  const float* qh = q + (t * n_heads + h) * head_dim;
+  const int group = static_cast<int>(heads_per_block);
 
-  float qv[kPerLane], acc[kPerLane];
+  float qv[kGroup][kPerLane], acc[kGroup][kPerLane], m[kGroup], l[kGroup];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int64_t d = lane + i * kWarpSize;
-    qv[i] = d < head_dim ? qh[d] : 0.0f;
-    acc[i] = 0.0f;
+  for (int g = 0; g < kGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t d = lane + i * kWarpSize;
+      qv[g][i] = (g < group && d < head_dim) ? q[(t * n_heads + h0 + g) * head_dim + d] : 0.0f;
+      acc[g][i] = 0.0f;
+    }
   }
-  float m = -INFINITY, l = 0.0f;
   for (int64_t j = warp; j < n_ctx; j += kWarps) {
     const int64_t slot = static_cast<int64_t>(table[j / page_size]) * page_size + j % page_size;
     const int64_t base = slot * width + kv_head * head_dim;
-    float kv[kPerLane];
-    float dot = 0.0f;
+    float kr[kPerLane], vr[kPerLane];
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int64_t d = lane + i * kWarpSize;
-      kv[i] = 0.0f;
+      kr[i] = vr[i] = 0.0f;
       if (d < head_dim) {
-        kv[i] = f16 ? fp16_bits_to_f32(static_cast<const unsigned short*>(k_cache)[base + d])
+        kr[i] = f16 ? fp16_bits_to_f32(static_cast<const unsigned short*>(k_cache)[base + d])
                     : static_cast<const float*>(k_cache)[base + d];
+        vr[i] = f16 ? fp16_bits_to_f32(static_cast<const unsigned short*>(v_cache)[base + d])
+                    : static_cast<const float*>(v_cache)[base + d];
       }
-      dot += qv[i] * kv[i];
     }
-    const float score = warp_sum(dot) * scale;
-    const float m_new = fmaxf(m, score);
-    const float correction = expf(m - m_new);
-    const float p = expf(score - m_new);
-    l = l * correction + p;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int64_t d = lane + i * kWarpSize;
-      float vv = 0.0f;
-      if (d < head_dim) {
-        vv = f16 ? fp16_bits_to_f32(static_cast<const unsigned short*>(v_cache)[base + d])
-                 : static_cast<const float*>(v_cache)[base + d];
+    for (int g = 0; g < kGroup; ++g) {
+      if (g < group) {  // uniform across the block
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) dot += qv[g][i] * kr[i];
+        const float score = warp_sum(dot) * scale;
+        const float m_new = fmaxf(m[g], score);
+        const float correction = expf(m[g] - m_new);
+        const float p = expf(score - m_new);
+        l[g] = l[g] * correction + p;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) acc[g][i] = acc[g][i] * correction + p * vr[i];
+        m[g] = m_new;
       }
-      acc[i] = acc[i] * correction + p * vv;
     }
-    m = m_new;
-  }
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
   }
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) sm_acc[warp][lane + i * kWarpSize] = acc[i];
+  for (int g = 0; g < kGroup; ++g) {
+    if (lane == 0) {
+      sm_m[warp][g] = m[g];
+      sm_l[warp][g] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) sm_acc[warp][g][lane + i * kWarpSize] = acc[g][i];
+  }
   __syncthreads();
 
-  float m_all = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, sm_m[w]);
-  float l_all = 0.0f;
-  for (int w = 0; w < kWarps; ++w) l_all += sm_l[w] * expf(sm_m[w] - m_all);  // a warp with no positions has l = 0
-  const float inv = 1.0f / l_all;
-  float* oh = out + (t * n_heads + h) * head_dim;
-  for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float sum = 0.0f;
+  // Merge the warps' partial softmaxes (a warp that saw no position has l = 0).
+  for (int64_t e = threadIdx.x; e < group * head_dim; e += blockDim.x) {
+    const int64_t g = e / head_dim, d = e % head_dim;
+    float m_all = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, sm_m[w][g]);
+    float l_all = 0.0f, sum = 0.0f;
     for (int w = 0; w < kWarps; ++w) {
-      if (sm_l[w] > 0.0f) sum += sm_acc[w][d] * expf(sm_m[w] - m_all);
+      if (sm_l[w][g] <= 0.0f) continue;
+      const float f = expf(sm_m[w][g] - m_all);
+      l_all += sm_l[w][g] * f;
+      sum += sm_acc[w][g][d] * f;
     }
-    oh[d] = sum * inv;
+    out[(t * n_heads + h0 + g) * head_dim + d] = sum / l_all;
   }
 }
 
 template <int kPerLane>
 void launch_with(const KvLayerView& kv, const AttentionBatch& b, const float* q, int64_t n_heads, float scale, float* out,
                  cudaStream_t stream) {
-  attention_kernel<kPerLane><<<static_cast<unsigned>(b.n_tokens * n_heads), kWarps * kWarpSize, 0, stream>>>(
-      kv.k, kv.v, kv.dtype == DType::kF16, kv.page_size, kv.n_kv_heads, kv.head_dim, b.positions, b.seq_of_token,
-      b.block_tables, b.max_blocks_per_seq, q, n_heads, scale, out);
+  const int64_t group_size = n_heads / kv.n_kv_heads;
+  // Grouped blocks read each K/V row once for up to kMaxGroup query heads; with few (token, KV head) pairs (small
+  // decode batches) one block per query head with more warps keeps more of the GPU busy.
+  const bool grouped = group_size > 1 && b.n_tokens * kv.n_kv_heads >= kManyBlocks;
+  int64_t per_block = 1;
+  if (grouped) {
+    per_block = kMaxGroup;
+    while (group_size % per_block != 0) --per_block;  // a divisor of the group, so blocks never straddle KV heads
+  }
+  const auto blocks = static_cast<unsigned>(b.n_tokens * (n_heads / per_block));
+  if (per_block > 1) {
+    attention_kernel<kPerLane, kMaxGroup, 4><<<blocks, 4 * kWarpSize, 0, stream>>>(
+        kv.k, kv.v, kv.dtype == DType::kF16, kv.page_size, kv.n_kv_heads, kv.head_dim, b.positions, b.seq_of_token,
+        b.block_tables, b.max_blocks_per_seq, q, n_heads, per_block, scale, out);
+  } else {
+    attention_kernel<kPerLane, 1, 8><<<blocks, 8 * kWarpSize, 0, stream>>>(
+        kv.k, kv.v, kv.dtype == DType::kF16, kv.page_size, kv.n_kv_heads, kv.head_dim, b.positions, b.seq_of_token,
+        b.block_tables, b.max_blocks_per_seq, q, n_heads, 1, scale, out);
+  }
   check(cudaGetLastError(), "attention kernel");
 }
 
