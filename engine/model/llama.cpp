@@ -44,7 +44,8 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
     Layer L;
     L.attn_norm = loader.vector(blk(i, "attn_norm.weight"), d);
     const bool bias = config.attention_bias || loader.has(blk(i, "attn_q.bias"));
-    if (fused_) {
+    // compile = fused stacks the projections whose weights share a storage type (a layer that cannot keeps them apart).
+    if (fused_ && loader.stackable({blk(i, "attn_q.weight"), blk(i, "attn_k.weight"), blk(i, "attn_v.weight")})) {
       L.wqkv = loader.stacked_rows({{blk(i, "attn_q.weight"), config.n_heads * hd, d, q_rows},
                                     {blk(i, "attn_k.weight"), config.n_kv_heads * hd, d, kv_rows},
                                     {blk(i, "attn_v.weight"), config.n_kv_heads * hd, d, kv_rows}});
@@ -65,7 +66,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
     }
     L.wo = loader.matrix_cols(blk(i, "attn_output.weight"), d, config.n_heads * hd, q_rows);
     L.ffn_norm = loader.vector(blk(i, "ffn_norm.weight"), d);
-    if (fused_) {
+    if (fused_ && loader.stackable({blk(i, "ffn_gate.weight"), blk(i, "ffn_up.weight")})) {
       L.w_gate_up = loader.stacked_rows({{blk(i, "ffn_gate.weight"), config.ffn, d, share_.ffn},
                                          {blk(i, "ffn_up.weight"), config.ffn, d, share_.ffn}});
     } else {
@@ -277,8 +278,6 @@ void LlamaModel::forward_layers(int64_t n, int64_t max_blocks_per_seq, const Bat
   float* v = buf(ws_.v);
   float* attn = buf(ws_.attn);
   float* gate = buf(ws_.gate);  // fused: the stacked [gate | up] rows
-  float* up = fused_ ? gate + ffn : buf(ws_.up);
-  const int64_t up_stride = fused_ ? 2 * ffn : ffn;
   float* act = buf(ws_.act);
   const AttentionBatch ab{n, ix.positions, ix.seq_of_token, ix.block_tables, max_blocks_per_seq};
   const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
@@ -287,7 +286,7 @@ void LlamaModel::forward_layers(int64_t n, int64_t max_blocks_per_seq, const Bat
     const KvLayerView& cache = kv.layer(static_cast<int64_t>(l));
     if (!fused_ || l == 0) backend_.rms_norm(x, L.attn_norm, h, n, d, config_.rms_eps);
     else backend_.add_rms_norm(x, h, L.attn_norm, h, n, d, config_.rms_eps);  // h: the previous layer's MLP output
-    if (fused_) {
+    if (L.wqkv.data != nullptr) {
       backend_.matmul(L.wqkv, L.bqkv, h, n, k);
       backend_.rope_store_qkv(cache, k, ix.positions, ix.slots, n, n_heads_, rope_, q);
     } else {
@@ -303,14 +302,19 @@ void LlamaModel::forward_layers(int64_t n, int64_t max_blocks_per_seq, const Bat
     sum_partials(h, n * d);
     if (fused_) {
       backend_.add_rms_norm(x, h, L.ffn_norm, h, n, d, config_.rms_eps);
-      backend_.matmul(L.w_gate_up, nullptr, h, n, gate);
     } else {
       backend_.add(x, h, n * d);
       backend_.rms_norm(x, L.ffn_norm, h, n, d, config_.rms_eps);
+    }
+    const bool gate_up = L.w_gate_up.data != nullptr;
+    float* up = gate_up ? gate + ffn : buf(ws_.up);
+    if (gate_up) {
+      backend_.matmul(L.w_gate_up, nullptr, h, n, gate);
+    } else {
       backend_.matmul(L.w_gate, nullptr, h, n, gate);
       backend_.matmul(L.w_up, nullptr, h, n, up);
     }
-    backend_.silu_mul(gate, up, up_stride, n, ffn, act);
+    backend_.silu_mul(gate, up, gate_up ? 2 * ffn : ffn, n, ffn, act);
     backend_.matmul(L.w_down, nullptr, act, n, h);
     sum_partials(h, n * d);
     if (!fused_) backend_.add(x, h, n * d);

@@ -80,6 +80,20 @@ WeightMatrix WeightLoader::place_matrix(const std::string& name, DType type, int
   return w;
 }
 
+bool WeightLoader::stackable(const std::vector<std::string>& names) const {
+  std::optional<DType> common;
+  for (const std::string& name : names) {
+    std::optional<DType> type;
+    if (auto recipe = source_.random_recipe(name)) type = recipe->dtype;
+    else if (auto t = source_.find(name)) type = t->type;
+    if (!type) return false;
+    const DType stored = backend_.matrix_storage_type(*type);
+    if (common && *common != stored) return false;
+    common = stored;
+  }
+  return true;
+}
+
 WeightMatrix WeightLoader::stacked_rows(const std::vector<RowPart>& parts) {
   if (parts.empty()) throw Error(ErrorKind::kInternal, "stacked_rows needs parts");
   const int64_t cols = parts.front().cols;
@@ -122,9 +136,9 @@ WeightMatrix WeightLoader::stacked_rows(const std::vector<RowPart>& parts) {
   for (size_t i = 0; i < parts.size(); ++i) {
     const RowPart& part = parts[i];
     TensorRef t = require_matrix(part.name, part.rows, part.cols);
-    if (i > 0 && t.type != type) {
-      throw_unsupported(source_.path() + ": tensor '" + part.name + "' (" + std::string(dtype_name(t.type)) + ") cannot be fused with '" +
-                        parts.front().name + "' (" + std::string(dtype_name(type)) + "); use compile = eager");
+    if (i > 0 && backend_.matrix_storage_type(t.type) != backend_.matrix_storage_type(type)) {
+      throw Error(ErrorKind::kInternal, "tensor '" + part.name + "' cannot be stacked with '" + parts.front().name +
+                                            "' (check stackable() first)");
     }
     type = t.type;
     const int64_t row_bytes = *dtype_row_bytes(t.type, cols);

@@ -38,6 +38,9 @@ class WeightLoader {
     SliceRange range;
   };
   WeightMatrix stacked_rows(const std::vector<RowPart>& parts);
+  // Whether these tensors share one storage type in this backend, so stacked_rows can join them (a Q4_K_M GGUF's
+  // attn_v in Q6_K next to Q4_K q and k cannot be on the CPU; on a GPU all become bf16).
+  bool stackable(const std::vector<std::string>& names) const;
   // Several vectors' parts [range) one after another (the fused QKV bias).
   struct VectorPart {
     std::string name;
