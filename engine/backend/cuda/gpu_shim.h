@@ -53,13 +53,10 @@ namespace servetune::gpu {
 // Throws Error(kInternal) naming the call and the runtime's message when `status` is not success.
 void check(cudaError_t status, const char* what);
 
-// Sum / max over one warp; every lane gets the result.
-__device__ inline float warp_sum(float v) {
+// Sum over one warp (float or double); every lane gets the result.
+template <typename T>
+__device__ inline T warp_sum(T v) {
   for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) v += SERVETUNE_SHFL_XOR(v, mask);
-  return v;
-}
-__device__ inline float warp_max(float v) {
-  for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) v = fmaxf(v, SERVETUNE_SHFL_XOR(v, mask));
   return v;
 }
 

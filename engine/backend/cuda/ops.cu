@@ -32,31 +32,33 @@ __global__ void embed_kernel(const void* table, int type, int64_t rows, int64_t 
   }
 }
 
-__device__ float block_sum(float v, float* shared) {
+__device__ double block_sum(double v, double* shared) {
   v = warp_sum(v);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   if (lane == 0) shared[warp] = v;
   __syncthreads();
   const int n_warps = (blockDim.x + kWarpSize - 1) / kWarpSize;
-  float total = 0.0f;
+  double total = 0.0;
   for (int w = 0; w < n_warps; ++w) total += shared[w];
   return total;
 }
 
+// Squares in float summed in double, as the CPU reference does.
 __global__ void rms_norm_kernel(float* x, const float* residual, const float* w, float* y, int64_t dim, float eps) {
-  __shared__ float partial[kThreads / 32];
+  __shared__ double partial[kThreads / 32];
   float* xr = x + blockIdx.x * dim;
-  float sum = 0.0f;
+  double sum = 0.0;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     float v = xr[i];
     if (residual != nullptr) {
       v += residual[blockIdx.x * dim + i];
       xr[i] = v;
     }
-    sum += v * v;
+    sum += static_cast<double>(v * v);
   }
-  const float total = block_sum(sum, partial);
-  const float scale = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
+  const double total = block_sum(sum, partial);
+  const float mean = static_cast<float>(total / static_cast<double>(dim));
+  const float scale = 1.0f / sqrtf(mean + eps);
   float* yr = y + blockIdx.x * dim;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] * scale) * w[i];
 }
