@@ -1,12 +1,14 @@
 // The `compile` setting on the CPU: `fused` (stacked QKV and gate/up matmuls, rotary fused with the KV store, residual
 // adds fused into RMSNorm) gives greedy output identical to `eager` on stories260K, SmolLM2 (Q4_1) and a random
 // qwen2-style model with q/k/v biases, under tensor parallelism too; `graphs` is a clear error on the CPU (its
-// decode-graph logic is tested on the CPU in unit/test_device_style_loading.cpp), as is cuda_graph_max_bs without it.
+// decode-graph logic is tested on the CPU in unit/test_device_style_loading.cpp), as is cuda_graph_max_bs without it;
+// device cuda / hip in a build without them names the preset to build.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "integration/greedy_jobs.h"
 #include "model/make_model.h"
@@ -74,6 +76,30 @@ TEST(EngineCompile, GraphsOnCpuAndGraphSizesWithoutGraphsAreClearErrors) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage);
     EXPECT_NE(std::string(e.what()).find("compile = graphs"), std::string::npos) << e.what();
   }
+}
+
+TEST(EngineCompile, GpuDevicesNeedTheirBuild) {
+  EngineConfig c;
+  c.model = testing::stories_path();
+  for (const std::string device : {"cuda", "hip"}) {
+    c.device = device;
+    if (backend_available(device)) {
+      EXPECT_NO_THROW(c.validate()) << device;
+      c.tp_size = 2;
+      EXPECT_THROW(c.validate(), Error) << "tensor parallelism on " << device << " is not implemented yet";
+      c.tp_size = 1;
+      continue;
+    }
+    try {
+      c.validate();
+      FAIL() << "device " << device << " accepted by a build without it";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+      EXPECT_NE(std::string(e.what()).find("cmake --preset " + device), std::string::npos) << e.what();
+    }
+  }
+  c.device = "tpu";
+  EXPECT_THROW(c.validate(), Error);
 }
 
 }  // namespace
