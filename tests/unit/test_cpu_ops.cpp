@@ -9,6 +9,7 @@
 #include "backend/cpu/activation_simd.h"
 #include "backend/cpu/attention_simd.h"
 #include "backend/cpu/ops_reference.h"
+#include "backend/cpu/vector_math.h"
 #include "core/cpu_features.h"
 #include "core/half.h"
 
@@ -116,6 +117,30 @@ TEST(CpuOps, SiluMulAvx512MatchesReference) {
 TEST(CpuOps, SiluMulAvx2MatchesReference) {
   if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2";
   check_silu_mul(&detail::silu_mul_f32_avx2);
+}
+
+// max_value and exp_scaled (the sampler's softmax) against std on lengths around the vector widths, with the
+// maximum in the vector part and in the scalar tail.
+TEST(CpuOps, VectorMathMatchesStd) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 8.0f);
+  for (size_t n : {1u, 7u, 8u, 15u, 16u, 17u, 33u, 49152u}) {
+    for (size_t peak : {size_t{0}, n - 1}) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = normal(rng);
+      x[peak] = 100.0f;
+      ASSERT_EQ(cpu::max_value(x), 100.0f) << n;
+      std::vector<float> out(n);
+      const double sum = cpu::exp_scaled(x, 100.0f, 0.5f, out);
+      double want_sum = 0.0;
+      for (size_t i = 0; i < n; ++i) {
+        const float want = std::exp((x[i] - 100.0f) * 0.5f);
+        ASSERT_NEAR(out[i], want, 2e-6f * want + 1e-37f) << "n " << n << " at " << i;
+        want_sum += want;
+      }
+      EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum) << n;
+    }
+  }
 }
 
 TEST(CpuOps, RopeIsARotation) {
