@@ -117,9 +117,8 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
     const Layer& L = layers_[l];
     const KvLayerView& cache = kv.layer(static_cast<int64_t>(l));
     backend_.rms_norm(x, L.attn_norm, h, n, d, config_.rms_eps);
-    backend_.matmul(L.wq, L.bq, h, n, q);
-    backend_.matmul(L.wk, L.bk, h, n, k);
-    backend_.matmul(L.wv, L.bv, h, n, v);
+    const Backend::MatmulOut qkv[] = {{&L.wq, L.bq, q}, {&L.wk, L.bk, k}, {&L.wv, L.bv, v}};
+    backend_.matmuls(qkv, h, n);
     backend_.rope(q, batch.positions.data(), n, n_heads_, rope_);
     backend_.rope(k, batch.positions.data(), n, n_kv_heads_, rope_);
     backend_.store_kv(cache, k, v, batch.slot_mapping.data(), n);
@@ -129,8 +128,8 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
     backend_.add(x, h, n * d);
 
     backend_.rms_norm(x, L.ffn_norm, h, n, d, config_.rms_eps);
-    backend_.matmul(L.w_gate, nullptr, h, n, gate);
-    backend_.matmul(L.w_up, nullptr, h, n, up);
+    const Backend::MatmulOut gate_up[] = {{&L.w_gate, nullptr, gate}, {&L.w_up, nullptr, up}};
+    backend_.matmuls(gate_up, h, n);
     backend_.silu_mul(gate, up, ffn, n, ffn, act);
     backend_.matmul(L.w_down, nullptr, act, n, h);
     sum_partials(h, n * d);

@@ -143,6 +143,26 @@ TEST(CpuOps, VectorMathMatchesStd) {
   }
 }
 
+// to_f16 (the f16 KV cache's stores) equals the scalar conversion on normal, subnormal, overflowing and
+// tie-breaking values, at lengths around the vector widths.
+TEST(CpuOps, ToF16MatchesScalarConversion) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::vector<float> specials = {0.0f, -0.0f, 65504.0f, 65520.0f, 1e6f, -1e6f, 6e-8f, 3e-8f, 1e-5f, -2e-6f,
+                                 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, INFINITY, -INFINITY};
+  for (size_t n : {1u, 15u, 16u, 17u, 40u, 1000u}) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = i % 3 == 0 ? specials[i / 3 % specials.size()] : normal(rng);
+    std::vector<uint16_t> got(n);
+    cpu::to_f16(x, got.data());
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], f32_to_fp16(x[i])) << "n " << n << " value " << x[i];
+  }
+  uint16_t nan_half = 0;
+  const float nan = NAN;
+  cpu::to_f16({&nan, 1}, &nan_half);
+  EXPECT_TRUE(std::isnan(fp16_to_f32(nan_half)));
+}
+
 TEST(CpuOps, RopeIsARotation) {
   // Rotation keeps each pair's norm, and position 0 is the identity, in both pair layouts.
   for (bool neox : {false, true}) {

@@ -15,4 +15,6 @@ double exp_scaled_avx2(const float* x, int64_t n, float shift, float scale, floa
   return activation_impl::exp_scaled<simd::Avx2>(x, n, shift, scale, out);
 }
 
+void to_f16_avx2(const float* x, int64_t n, uint16_t* out) { activation_impl::to_f16<simd::Avx2>(x, n, out); }
+
 }  // namespace servetune::cpu::detail

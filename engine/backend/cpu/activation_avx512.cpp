@@ -15,4 +15,6 @@ double exp_scaled_avx512(const float* x, int64_t n, float shift, float scale, fl
   return activation_impl::exp_scaled<simd::Avx512>(x, n, shift, scale, out);
 }
 
+void to_f16_avx512(const float* x, int64_t n, uint16_t* out) { activation_impl::to_f16<simd::Avx512>(x, n, out); }
+
 }  // namespace servetune::cpu::detail

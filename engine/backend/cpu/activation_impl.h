@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/half.h"
+
 namespace servetune::cpu::detail::activation_impl {
 
 template <class S>
@@ -60,6 +62,15 @@ double exp_scaled(const float* x, int64_t n, float shift, float scale, float* ou
     total += out[i];
   }
   return total;
+}
+
+// out[i] = x[i] as IEEE half (round to nearest even) for i < n.
+template <class S>
+void to_f16(const float* x, int64_t n, uint16_t* out) {
+  constexpr int W = S::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) S::store(out + i, S::load(x + i));
+  for (; i < n; ++i) out[i] = f32_to_fp16(x[i]);
 }
 
 }  // namespace servetune::cpu::detail::activation_impl

@@ -14,5 +14,7 @@ float max_value_avx512(const float* x, int64_t n);
 float max_value_avx2(const float* x, int64_t n);
 double exp_scaled_avx512(const float* x, int64_t n, float shift, float scale, float* out);
 double exp_scaled_avx2(const float* x, int64_t n, float shift, float scale, float* out);
+void to_f16_avx512(const float* x, int64_t n, uint16_t* out);
+void to_f16_avx2(const float* x, int64_t n, uint16_t* out);
 
 }  // namespace servetune::cpu::detail

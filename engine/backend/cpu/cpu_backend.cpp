@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "backend/cpu/activation_simd.h"
+#include "backend/cpu/vector_math.h"
 #include "backend/cpu/attention_simd.h"
 #include "backend/cpu/matmul.h"
 #include "core/cpu_features.h"
@@ -61,14 +62,38 @@ void CpuBackend::rms_norm(const float* x, const float* w, float* y, int64_t n, i
   });
 }
 
-void CpuBackend::matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) {
-  MatrixView view{w.data, w.type, w.rows, w.cols, w.row_bytes};
-  cpu::matmul(view, x, n, w.cols, y, w.rows, pool_);
-  if (bias != nullptr) {
-    for (int64_t t = 0; t < n; ++t) {
-      for (int64_t r = 0; r < w.rows; ++r) y[t * w.rows + r] += bias[r];
-    }
+namespace {
+
+MatrixView view_of(const WeightMatrix& w) { return {w.data, w.type, w.rows, w.cols, w.row_bytes}; }
+
+void add_bias(const float* bias, int64_t rows, int64_t n, float* y) {
+  if (bias == nullptr) return;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t r = 0; r < rows; ++r) y[t * rows + r] += bias[r];
   }
+}
+
+}  // namespace
+
+void CpuBackend::matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) {
+  cpu::matmul(view_of(w), x, n, w.cols, y, w.rows, pool_);
+  add_bias(bias, w.rows, n, y);
+}
+
+void CpuBackend::matmuls(std::span<const MatmulOut> outs, const float* x, int64_t n) {
+  constexpr size_t kMaxTargets = 8;
+  bool shared = !outs.empty() && outs.size() <= kMaxTargets;
+  for (const MatmulOut& o : outs) {
+    shared = shared && o.w->cols == outs[0].w->cols && matmul_shares_activations(o.w->type, outs[0].w->type);
+  }
+  if (!shared) {
+    Backend::matmuls(outs, x, n);
+    return;
+  }
+  MatmulTarget targets[kMaxTargets];
+  for (size_t i = 0; i < outs.size(); ++i) targets[i] = {view_of(*outs[i].w), outs[i].y, outs[i].w->rows};
+  cpu::matmul_multi(targets, static_cast<int>(outs.size()), x, n, outs[0].w->cols, pool_);
+  for (const MatmulOut& o : outs) add_bias(o.bias, o.w->rows, n, o.y);
 }
 
 void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) {
@@ -82,8 +107,13 @@ void CpuBackend::store_kv(const KvLayerView& kv, const float* k, const float* v,
   const int64_t capacity = kv.num_blocks * kv.page_size;
   for (int64_t t = 0; t < n; ++t) {
     if (slots[t] < 0 || slots[t] >= capacity) throw Error(ErrorKind::kInternal, "KV slot out of range");
-    ref::store_kv_row(kv, kv.k, k + t * width, slots[t]);
-    ref::store_kv_row(kv, kv.v, v + t * width, slots[t]);
+    if (kv.dtype == DType::kF16) {
+      to_f16({k + t * width, static_cast<size_t>(width)}, static_cast<uint16_t*>(kv.k) + slots[t] * width);
+      to_f16({v + t * width, static_cast<size_t>(width)}, static_cast<uint16_t*>(kv.v) + slots[t] * width);
+    } else {
+      ref::store_kv_row(kv, kv.k, k + t * width, slots[t]);
+      ref::store_kv_row(kv, kv.v, v + t * width, slots[t]);
+    }
   }
 }
 

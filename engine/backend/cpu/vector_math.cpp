@@ -6,6 +6,7 @@
 
 #include "backend/cpu/activation_simd.h"
 #include "core/cpu_features.h"
+#include "core/half.h"
 
 namespace servetune::cpu {
 
@@ -31,6 +32,16 @@ double exp_scaled(std::span<const float> x, float shift, float scale, std::span<
     total += out[i];
   }
   return total;
+}
+
+void to_f16(std::span<const float> x, uint16_t* out) {
+  const auto n = static_cast<int64_t>(x.size());
+  switch (cpu_selected_isa()) {
+    case CpuIsa::kAvx512: return detail::to_f16_avx512(x.data(), n, out);
+    case CpuIsa::kAvx2: return detail::to_f16_avx2(x.data(), n, out);
+    default: break;
+  }
+  for (size_t i = 0; i < x.size(); ++i) out[i] = f32_to_fp16(x[i]);
 }
 
 }  // namespace servetune::cpu
