@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include <immintrin.h>
 
@@ -42,6 +43,32 @@ struct RowPrefetcher {
   }
 };
 
+// Scores of the m (<= W) keys `rows` (the rest of the W lanes padded) for each of the n_group query heads:
+// scores[g * stride + j0 + i] = q_g . row_i * scale.
+template <class S, int NV, class T>
+void score_block(const T* const* rows, int m, const float* q, int64_t n_group, int64_t stride, int64_t j0, float scale,
+                 float* scores) {
+  using V = typename S::V;
+  constexpr int W = S::kWidth;
+  constexpr int64_t kHd = int64_t{NV} * W;
+  for (int64_t g = 0; g < n_group; ++g) {
+    const float* qg = q + g * kHd;
+    V qv[NV];
+    for (int v = 0; v < NV; ++v) qv[v] = S::load(qg + v * W);
+    V acc[W];
+    for (int i = 0; i < W; ++i) {
+      if (i < m) {
+        V a = S::mul(qv[0], S::load(rows[i]));
+        for (int v = 1; v < NV; ++v) a = S::fmadd(qv[v], S::load(rows[i] + v * W), a);
+        acc[i] = a;
+      } else {
+        acc[i] = S::zero();
+      }
+    }
+    S::store(scores + g * stride + j0, S::mul(S::reduce(acc), S::set1(scale)));
+  }
+}
+
 template <class S, int NV, class KvT>
 void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* q, int64_t n_group, float scale,
            float* scores, float* out) {
@@ -63,21 +90,19 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
       rows[i] = k_base + keys.next() * width;
       key_ahead.fetch();
     }
-    for (int64_t g = 0; g < n_group; ++g) {
-      const float* qg = q + g * kHd;
-      V qv[NV];
-      for (int v = 0; v < NV; ++v) qv[v] = S::load(qg + v * W);
-      V acc[W];
-      for (int i = 0; i < W; ++i) {
-        if (i < m) {
-          V a = S::mul(qv[0], S::load(rows[i]));
-          for (int v = 1; v < NV; ++v) a = S::fmadd(qv[v], S::load(rows[i] + v * W), a);
-          acc[i] = a;
-        } else {
-          acc[i] = S::zero();
-        }
+    if constexpr (std::is_same_v<KvT, float>) {
+      score_block<S, NV>(rows, m, q, n_group, stride, j0, scale, scores);
+    } else if (n_group == 1) {
+      score_block<S, NV>(rows, m, q, n_group, stride, j0, scale, scores);
+    } else {
+      // Several heads read each key: widen the block's f16 rows once (exactly) instead of once per head.
+      alignas(64) float wide[W * kHd];
+      const float* wide_rows[W];
+      for (int i = 0; i < m; ++i) {
+        for (int v = 0; v < NV; ++v) S::store(wide + i * kHd + v * W, S::load(rows[i] + v * W));
+        wide_rows[i] = wide + i * kHd;
       }
-      S::store(scores + g * stride + j0, S::mul(S::reduce(acc), S::set1(scale)));
+      score_block<S, NV>(wide_rows, m, q, n_group, stride, j0, scale, scores);
     }
   }
 
@@ -109,10 +134,12 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     for (int64_t j = 0; j < n_ctx; ++j) {
       const KvT* v = v_base + values.next() * width;
       value_ahead.fetch();
+      V row[NV];  // loaded (and widened) once for all heads of the pass
+      for (int i = 0; i < NV; ++i) row[i] = S::load(v + i * W);
       for (int g = 0; g < kHeadsPerPass; ++g) {
         if (g < gc) {
           const V w = S::set1(scores[(g0 + g) * stride + j] * inv[g0 + g]);
-          for (int i = 0; i < NV; ++i) acc[g * NV + i] = S::fmadd(w, S::load(v + i * W), acc[g * NV + i]);
+          for (int i = 0; i < NV; ++i) acc[g * NV + i] = S::fmadd(w, row[i], acc[g * NV + i]);
         }
       }
     }
