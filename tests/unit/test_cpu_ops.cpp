@@ -8,6 +8,7 @@
 
 #include "backend/cpu/activation_simd.h"
 #include "backend/cpu/attention_simd.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/ops_reference.h"
 #include "backend/cpu/vector_math.h"
 #include "core/cpu_features.h"
@@ -183,6 +184,32 @@ TEST(CpuOps, RopeIsARotation) {
     for (size_t i = 0; i < 64; ++i) before += x[i] * x[i], after += y[i] * y[i];
     EXPECT_NEAR(before, after, 1e-3 * before);
     for (size_t i = 48; i < 64; ++i) EXPECT_EQ(x[i], y[i]);  // dims past rope_dim are untouched
+  }
+}
+
+// The backend's per-position cos/sin table gives the reference rotation bit for bit, while positions grow the
+// table, for both pair layouts, after a parameter change (rebuilt), and for positions past the table (fallback).
+TEST(CpuOps, BackendRopeTableEqualsReference) {
+  CpuBackend backend(2);
+  const std::vector<std::vector<int32_t>> batches = {{5, 0, 300, 7}, {1000, 2, 3}, {70000, 4}, {9, 1}};
+  for (float theta : {10000.0f, 500000.0f}) {
+    for (bool neox : {false, true}) {
+      RopeParams p;
+      p.head_dim = 64;
+      p.rope_dim = 48;
+      p.theta = theta;
+      p.neox = neox;
+      for (const auto& positions : batches) {
+        const auto n = static_cast<int64_t>(positions.size());
+        const int64_t n_heads = 3;
+        std::vector<float> x(static_cast<size_t>(n * n_heads * p.head_dim));
+        std::iota(x.begin(), x.end(), -50.0f);
+        auto want = x;
+        ref::rope(want.data(), positions.data(), n, n_heads, p);
+        backend.rope(x.data(), positions.data(), n, n_heads, p);
+        ASSERT_EQ(x, want) << "theta " << theta << " neox " << neox << " first position " << positions[0];
+      }
+    }
   }
 }
 

@@ -1,17 +1,18 @@
 // CPU backend: parallel loops over the reference ops, SIMD matmul, host buffers aligned for AVX-512.
 #include "backend/cpu/cpu_backend.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <thread>
 
 #include "backend/cpu/activation_simd.h"
-#include "backend/cpu/vector_math.h"
 #include "backend/cpu/attention_simd.h"
 #include "backend/cpu/matmul.h"
 #include "core/cpu_features.h"
 #include "backend/cpu/ops_reference.h"
+#include "backend/cpu/vector_math.h"
 #include "core/error.h"
 
 namespace servetune {
@@ -96,9 +97,42 @@ void CpuBackend::matmuls(std::span<const MatmulOut> outs, const float* x, int64_
   for (const MatmulOut& o : outs) add_bias(o.bias, o.w->rows, n, o.y);
 }
 
+const float* CpuBackend::rope_rows(const RopeParams& p, int32_t max_position) {
+  const bool same = p.rope_dim == rope_key_.rope_dim && p.theta == rope_key_.theta &&
+                    p.freq_scale == rope_key_.freq_scale && p.freq_factors == rope_key_.freq_factors;
+  if (!same) {
+    rope_key_ = p;
+    rope_rows_.clear();
+  }
+  const auto have = static_cast<int64_t>(rope_rows_.size()) / std::max<int64_t>(p.rope_dim, 1);
+  if (max_position >= have) {
+    rope_rows_.resize(static_cast<size_t>((max_position + 1) * p.rope_dim));
+    for (int64_t pos = have; pos <= max_position; ++pos) {
+      ref::rope_cache(static_cast<float>(pos), p, rope_rows_.data() + pos * p.rope_dim);
+    }
+  }
+  return rope_rows_.data();
+}
+
 void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) {
-  pool_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
-    ref::rope(x + begin * n_heads * p.head_dim, positions + begin, end - begin, n_heads, p);
+  constexpr int32_t kTabledPositions = 1 << 16;
+  int32_t max_position = 0, min_position = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    max_position = std::max(max_position, positions[t]);
+    min_position = std::min(min_position, positions[t]);
+  }
+  if (max_position >= kTabledPositions || min_position < 0 || p.rope_dim <= 0) {
+    pool_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+      ref::rope(x + begin * n_heads * p.head_dim, positions + begin, end - begin, n_heads, p);
+    });
+    return;
+  }
+  const float* rows = rope_rows(p, max_position);
+  pool_.parallel_for(n, std::max<int64_t>(1, 64 / n_heads), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* cos_sin = rows + static_cast<int64_t>(positions[t]) * p.rope_dim;
+      for (int64_t h = 0; h < n_heads; ++h) ref::rope_head(x + (t * n_heads + h) * p.head_dim, cos_sin, p);
+    }
   });
 }
 
@@ -142,10 +176,12 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
     if (static_cast<int64_t>(s.size()) < scratch_floats) s.resize(static_cast<size_t>(scratch_floats));
   }
   const int64_t tasks_per_token = n_heads / heads_per_task;
-  pool_.run([&](int thread, int n_threads) {
+  // Tasks differ in context length and a thread may be preempted: they are handed out one at a time.
+  const int64_t total = batch.n_tokens * tasks_per_token;
+  std::atomic<int64_t> next{pool_.size()};
+  pool_.run([&](int thread, int) {
     float* scratch = scratch_[static_cast<size_t>(thread)].data();
-    const int64_t total = batch.n_tokens * tasks_per_token;
-    for (int64_t i = thread; i < total; i += n_threads) {
+    for (int64_t i = thread; i < total; i = next.fetch_add(1, std::memory_order_relaxed)) {
       const int64_t t = i / tasks_per_token, h = (i % tasks_per_token) * heads_per_task;
       if (group_kernel != nullptr) {
         group_kernel(kv, batch, q, n_heads, scale, t, h, heads_per_task, scratch, out);

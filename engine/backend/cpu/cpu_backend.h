@@ -32,8 +32,14 @@ class CpuBackend final : public Backend {
   void add(float* x, const float* y, int64_t n) override;
 
  private:
+  // Rows of ref::rope_cache for positions [0, max_position] under `p`, computed once per position (every layer's
+  // Q and K rotate by the same angles); rebuilt when the parameters change.
+  const float* rope_rows(const RopeParams& p, int32_t max_position);
+
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per-thread attention scores
+  RopeParams rope_key_;
+  std::vector<float> rope_rows_;
 };
 
 }  // namespace servetune::cpu
