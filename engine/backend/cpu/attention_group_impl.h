@@ -83,12 +83,17 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
   // Scores: W keys at a time, each dot product reduced to one lane of a vector.
   SlotWalker keys{table, kv.page_size};
   RowPrefetcher<KvT, kHd * sizeof(KvT)> key_ahead(table, kv.page_size, k_base, width, n_ctx, 2 * W);
+  // V rows are requested alongside the K rows, so the weighted sum does not start cold on DRAM; only while this
+  // head's V rows stay cached meanwhile (long contexts rely on the value loop's own prefetch).
+  const bool values_early = n_ctx * kHd * static_cast<int64_t>(sizeof(KvT)) <= 256 * 1024;
+  RowPrefetcher<KvT, kHd * sizeof(KvT)> value_early(table, kv.page_size, v_base, width, values_early ? n_ctx : 0, 2 * W);
   for (int64_t j0 = 0; j0 < n_ctx; j0 += W) {
     const int m = static_cast<int>(std::min<int64_t>(W, n_ctx - j0));
     const KvT* rows[W];
     for (int i = 0; i < m; ++i) {
       rows[i] = k_base + keys.next() * width;
       key_ahead.fetch();
+      value_early.fetch();
     }
     if constexpr (std::is_same_v<KvT, float>) {
       score_block<S, NV>(rows, m, q, n_group, stride, j0, scale, scores);
