@@ -24,6 +24,13 @@ struct EngineConfig {
   int dp_size = 1;                     // engine replicas, each with threads / dp_size, KV and running requests / dp_size
   std::string load_balance_method = "round_robin";  // round_robin | shortest_queue: how requests pick a replica
   int ep_size = 1;
+  // How the tensor-parallel ranks talk: local (threads of this process) | gloo (one process per rank, on one
+  // machine or several; SGLang's multi-node flags below place them) | nccl (GPUs; not on the CPU device).
+  std::string comm_backend = "local";
+  int nnodes = 1;                      // gloo: machines (processes) the tp_size ranks are spread over, tp_size / nnodes each
+  int node_rank = 0;                   // gloo: this process's node; 0 runs the scheduler, the others are workers
+  std::string dist_init_addr;          // gloo: HOST:PORT where node 0 serves the rendezvous store
+  int dist_timeout = 300;              // seconds a rank waits for its peers (rendezvous, one collective) before failing
   bool enable_dp_attention = false;
   std::string compile = "eager";       // eager | fused | graphs
   int cuda_graph_max_bs = 0;
@@ -57,6 +64,9 @@ struct EngineConfig {
   // threads, KV capacity must leave every replica a page, ...): "" when they hold, else what is wrong. validate()
   // throws it as Error(kUsage); the tuner skips such candidates with this message.
   std::string combination_problem() const;
+  // The part of combination_problem() about where the tensor-parallel ranks run (comm_backend, nnodes, node_rank,
+  // dist_init_addr).
+  std::string placement_problem() const;
 };
 
 void to_json(nlohmann::json& j, const EngineConfig& c);
