@@ -15,6 +15,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <type_traits>
@@ -77,9 +78,18 @@ void with_type(CommDType dtype, F&& f) {
   }
 }
 
+// gloo's TCP transport writes without MSG_NOSIGNAL: a peer that has gone would kill this process with SIGPIPE
+// instead of failing the collective (Python, gloo's usual host, ignores SIGPIPE). Ignore it unless the program
+// installed its own handler.
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+}
+
 class GlooCommunicator final : public Communicator {
  public:
   explicit GlooCommunicator(const CommSpec& spec) : rank_(spec.rank), size_(spec.size), timeout_(spec.timeout) {
+    ignore_sigpipe();
     std::unique_ptr<gloo::rendezvous::Store> file;
     std::unique_ptr<TcpStore> tcp;
     if (!spec.dist_init_addr.empty()) {
