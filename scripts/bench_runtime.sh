@@ -8,9 +8,7 @@
 # Usage: scripts/bench_runtime.sh [BUILD_DIR]   env: MODEL THREADS REPEAT PROMPTS_C1 PROMPTS_C32 KV_DTYPE LLAMA_SERVER OUT
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD=${1:-build/cpu}
-BIN=$BUILD/tuner/servetune
-MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+NAME=bench_runtime
 THREADS=${THREADS:-2}
 REPEAT=${REPEAT:-3}
 PROMPTS_C1=${PROMPTS_C1:-4}
@@ -19,13 +17,7 @@ KV_DTYPE=${KV_DTYPE:-f16}
 LLAMA_SERVER=${LLAMA_SERVER:-/tmp/llama-build/bin/llama-server}
 OUT=${OUT:-results/bench_runtime/raw}
 PORT=${PORT:-18093}
-[ -x "$BIN" ] || { echo "bench_runtime: build $BIN first (cmake --build $BUILD --target servetune)" >&2; exit 2; }
-[ -f "$MODEL" ] || { echo "bench_runtime: $MODEL not found (scripts/setup.sh fetches it)" >&2; exit 2; }
-mkdir -p "$OUT"
-
-SERVER_PID=""
-cleanup() { [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null; true; }
-trap cleanup EXIT
+source scripts/bench_common.sh
 
 RANDOM_WL=(--dataset-name random --random-input-len 128 --random-output-len 128 --ignore-eos --seed 1)
 run_builtin() {  # NAME CONCURRENCY PROMPTS [ENGINE FLAGS...]
@@ -42,10 +34,10 @@ if [ -x "$LLAMA_SERVER" ]; then
   # 32 slots of 256 tokens each (128 in + 128 out).
   "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -tb "$THREADS" --parallel 32 -c 8192 --cont-batching --port "$PORT" \
     >"$OUT/llama-server.log" 2>&1 &
-  SERVER_PID=$!
+  BG_PID=$!
   for _ in $(seq 300); do
     curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
-    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$OUT/llama-server.log" >&2; exit 1; }
+    kill -0 "$BG_PID" 2>/dev/null || { cat "$OUT/llama-server.log" >&2; exit 1; }
     sleep 0.2
   done
 else
