@@ -136,10 +136,9 @@ std::string EngineConfig::placement_problem() const {
   }
   if (tp_size < 2) return "comm_backend gloo connects the tensor-parallel ranks of several processes; it needs tp_size > 1";
   if (dp_size > 1) return "comm_backend gloo with dp_size > 1 is not implemented yet (the processes serve one tensor-parallel replica)";
-  if (nnodes != tp_size) {
-    return "comm_backend gloo runs one tensor-parallel rank per node process: nnodes must equal tp_size (" + std::to_string(tp_size) +
-           "), got nnodes = " + std::to_string(nnodes) + "; start node_rank 0 (the engine) and node_rank 1.." +
-           std::to_string(tp_size - 1) + " (`servetune serve ... --node-rank K`) with the same settings";
+  if (tp_size % nnodes != 0) {
+    return "comm_backend gloo spreads tp_size = " + std::to_string(tp_size) + " ranks evenly over nnodes = " + std::to_string(nnodes) +
+           " nodes, which does not divide it";
   }
   if (dist_init_addr.empty()) return "comm_backend gloo needs dist_init_addr: HOST:PORT where node_rank 0 serves the rendezvous";
   return "";

@@ -22,6 +22,7 @@
 #include "runtime/scheduler.h"
 #include "runtime/speculator.h"
 #include "runtime/tensor_parallel_group.h"
+#include "runtime/worker_launcher.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servetune {
@@ -74,9 +75,11 @@ class EngineReplica::Impl {
     const int threads = config_.threads > 0 ? config_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const std::chrono::milliseconds timeout = std::chrono::seconds(config_.dist_timeout);
     if (config_.comm_backend == "gloo") {
+      local_workers_ = start_local_workers(config_);  // this node's other ranks, when it hosts several
       CommSpec spec = node_rank_spec(config_.tp_size, config_.nnodes, 0, 0, config_.dist_init_addr);
       spec.timeout = timeout;
-      ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, config_.device, threads, make_communicator("gloo", spec), timeout);
+      ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, config_.device, std::max(1, threads / ranks_per_node(config_)),
+                                                     make_communicator("gloo", spec), timeout);
     } else {
       ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, config_.device, config_.tp_size, std::max(1, threads / config_.tp_size),
                                                      timeout);
@@ -205,6 +208,7 @@ class EngineReplica::Impl {
   EngineConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<std::unique_ptr<WorkerProcess>> local_workers_;  // outlive ranks_, whose end stops them
   std::unique_ptr<TensorParallelGroup> ranks_;  // every rank's backend, weight shard and KV cache shard
   ModelConfig model_config_;
   int64_t context_length_ = 0;

@@ -7,10 +7,11 @@
 
 namespace servetune {
 
-// Runs this process as rank node_rank of the group `config` describes (validated here) until rank 0 sends shutdown.
-// Throws Error(kUsage) when the config is not a worker's (comm_backend gloo, node_rank > 0) or its model differs from
-// rank 0's, and Error(kIo) when rank 0 never arrives or the group fails (rank 0 or another worker gone) within
-// dist_timeout.
-void run_tensor_parallel_worker(const EngineConfig& config);
+// Runs this process as local rank `local_rank` of node node_rank (global rank node_rank * tp_size / nnodes +
+// local_rank) of the group `config` describes (validated here) until rank 0 sends shutdown; local rank 0 of a node
+// starts the node's other local ranks (worker_launcher.h). Throws Error(kUsage) when that is rank 0 (the engine) or
+// the model differs from rank 0's, and Error(kIo) when rank 0 never arrives or the group fails (rank 0 or another
+// worker gone) within dist_timeout.
+void run_tensor_parallel_worker(const EngineConfig& config, int local_rank = 0);
 
 }  // namespace servetune

@@ -2,8 +2,10 @@
 // the worker (node_rank 1, run_tensor_parallel_worker) on a free localhost port. Logits within 1e-5 relative and
 // greedy outputs of the mixed batch identical to tp 1 on stories260K and make-model's tiny-gqa (12 heads over 3 KV
 // heads, split 2 + 1 groups); a worker that never starts, dies mid-run or loads another model is a clear error.
+// Through the servetune binary: with both ranks on one node (nnodes 1) the node's process starts the other itself.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -14,6 +16,9 @@
 #include "integration/greedy_jobs.h"
 #include "integration/random_model.h"
 #include "integration/tp_logits.h"
+#ifdef SERVETUNE_BIN
+#include "integration/tuner/tuner_cli.h"
+#endif
 #include "model/checkpoint.h"
 #include "runtime/tensor_parallel_worker.h"
 #include "servetune/engine.h"
@@ -30,7 +35,12 @@ constexpr const char* kWorkerEnv = "SERVETUNE_TP_WORKER_CONFIG";
 TEST(GlooWorker, ChildRank) {
   const char* json = std::getenv(kWorkerEnv);
   if (json == nullptr) GTEST_SKIP() << "runs as the worker process of the GlooTensorParallel tests";
-  run_tensor_parallel_worker(nlohmann::json::parse(json).get<EngineConfig>());
+  try {
+    run_tensor_parallel_worker(nlohmann::json::parse(json).get<EngineConfig>());
+  } catch (const std::exception& e) {  // some tests make the worker fail on purpose; the parent checks the status
+    std::fprintf(stderr, "worker process: %s\n", e.what());
+    std::_Exit(1);
+  }
 }
 
 std::string fresh_addr() { return "127.0.0.1:" + std::to_string(testing::free_port()); }
@@ -159,6 +169,28 @@ TEST(GlooTensorParallel, WorkerWithAnotherModelIsRefused) {
   EXPECT_NE(std::string(e.what()).find("tensor-parallel rank 1 loaded a model of another shape"), std::string::npos) << e.what();
   EXPECT_FALSE(worker->succeeded());
 }
+
+TEST(GlooTensorParallel, SeveralRanksPerNodeNeedAProgramThatCanStartThem) {
+  EngineConfig c = gloo_config(testing::stories_path(), 0, fresh_addr());
+  c.nnodes = 1;
+  c.threads = 2;
+  const Error e = expect_error([&] { Engine engine(c); });  // this test binary registers no worker launcher
+  EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+  EXPECT_NE(std::string(e.what()).find("tp_size / nnodes = 2 ranks per node need worker processes"), std::string::npos) << e.what();
+}
+
+#ifdef SERVETUNE_BIN
+TEST(GlooTensorParallelCli, NodeProcessStartsItsOtherRanksAndMatchesOneRank) {
+  const std::string common = "generate -m " + testing::stories_path() + " --prompt 'Once upon a time' --max-tokens 40 --json --threads 2";
+  const auto one = testing::servetune(common);
+  const auto two = testing::servetune(common + " --tp-size 2 --comm-backend gloo --dist-init-addr " + fresh_addr());
+  ASSERT_EQ(one.code, 0) << one.output;
+  ASSERT_EQ(two.code, 0) << two.output;
+  const auto ids = [](const std::string& out) { return nlohmann::json::parse(out.substr(out.rfind("\n{") + 1))["output_ids"]; };
+  EXPECT_EQ(ids(two.output), ids(one.output));
+  EXPECT_EQ(ids(one.output).size(), 40u);
+}
+#endif
 
 }  // namespace
 }  // namespace servetune

@@ -129,8 +129,14 @@ TEST(PlacementConfig, GlooRanksInProcessesFollowSglangsNodeFlags) {
   EXPECT_NE(usage_message(c).find("comm_backend gloo connects the tensor-parallel ranks of several processes; it needs tp_size > 1"),
             std::string::npos);
   c = gloo_node(0);
-  c.nnodes = 1;
-  EXPECT_NE(usage_message(c).find("nnodes must equal tp_size (2), got nnodes = 1"), std::string::npos);
+  c.nnodes = 1;  // both ranks on this node: its process starts the other one, and needs a thread for each
+  EXPECT_NE(usage_message(c).find("tp_size x dp_size = 2 ranks need at least one thread each, but threads = 1"), std::string::npos);
+  c.threads = 2;
+  EXPECT_NO_THROW(c.validate());
+  c.tp_size = 4;
+  c.nnodes = 3;
+  c.threads = 4;
+  EXPECT_NE(usage_message(c).find("spreads tp_size = 4 ranks evenly over nnodes = 3 nodes, which does not divide it"), std::string::npos);
   EXPECT_EQ(c.combination_problem(), usage_message(c));
   c = gloo_node(0);
   c.dist_init_addr.clear();

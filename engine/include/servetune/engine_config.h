@@ -25,10 +25,11 @@ struct EngineConfig {
   std::string load_balance_method = "round_robin";  // round_robin | shortest_queue: how requests pick a replica
   int ep_size = 1;
   // How the tensor-parallel ranks talk: local (threads of this process) | gloo (one process per rank, on one
-  // machine or several; SGLang's multi-node flags below place them) | nccl (GPUs; not on the CPU device).
+  // machine or several, placed by SGLang's multi-node flags below; a node's process starts its other local ranks)
+  // | nccl (GPUs; not on the CPU device).
   std::string comm_backend = "local";
-  int nnodes = 1;                      // gloo: machines (processes) the tp_size ranks are spread over, tp_size / nnodes each
-  int node_rank = 0;                   // gloo: this process's node; 0 runs the scheduler, the others are workers
+  int nnodes = 1;                      // gloo: machines the tp_size ranks are spread over, tp_size / nnodes processes each
+  int node_rank = 0;                   // gloo: this machine's node; 0 runs the engine (scheduler), the others workers
   std::string dist_init_addr;          // gloo: HOST:PORT where node 0 serves the rendezvous store
   int dist_timeout = 300;              // seconds a rank waits for its peers (rendezvous, one collective) before failing
   bool enable_dp_attention = false;
