@@ -2,6 +2,7 @@
 // tp_size / nnodes > 1), started by the node's own process through the launcher registered here, never by hand.
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -68,7 +69,13 @@ void add_tp_worker_command(CLI::App& app) {
   cmd->group("");  // hidden from --help
   cmd->add_option("--engine-config", *json, "The node's EngineConfig as JSON")->required();
   cmd->add_option("--local-rank", *local_rank, "Local rank on this node (1 .. tp_size / nnodes - 1)")->required();
-  cmd->callback([json, local_rank] { run_tensor_parallel_worker(nlohmann::json::parse(*json).get<EngineConfig>(), *local_rank); });
+  cmd->callback([json, local_rank] {
+    // Dies with the node's process that started it, even while still waiting for the rendezvous (strictly: with the
+    // thread that started it; servetune creates its engines on the main thread).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() == 1) throw Error(ErrorKind::kIo, "the process that started this tensor-parallel worker has gone");
+    run_tensor_parallel_worker(nlohmann::json::parse(*json).get<EngineConfig>(), *local_rank);
+  });
 }
 
 }  // namespace
