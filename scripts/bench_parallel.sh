@@ -4,18 +4,19 @@
 # `servetune serve --node-rank 1` the worker), random 128 in / 128 out at concurrency 32, with the share of forward
 # time spent in collectives (engine_comm_fraction) and rank 0's further wait for the other rank. Rounds alternate the
 # three sides and medians are reported, so load from other processes on a shared machine hits each alike.
-# Usage: scripts/bench_parallel.sh [BUILD_DIR]   env: MODEL REPEAT PROMPTS OUT PORT
+# Usage: scripts/bench_parallel.sh [BUILD_DIR]   env: MODEL REPEAT PROMPTS WARMUPS OUT PORT
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NAME=bench_parallel
 REPEAT=${REPEAT:-3}
 PROMPTS=${PROMPTS:-64}
+WARMUPS=${WARMUPS:-32}
 OUT=${OUT:-results/bench_parallel/raw}
 PORT=${PORT:-29531}
 source scripts/bench_common.sh
 
 WL=(--dataset-name random --random-input-len 128 --random-output-len 128 --ignore-eos --seed 1 --max-concurrency 32
-    --num-prompts "$PROMPTS" --num-warmups 32)
+    --num-prompts "$PROMPTS" --num-warmups "$WARMUPS")
 GLOO=(--tp-size 2 --comm-backend gloo --nnodes 2 --dist-init-addr "127.0.0.1:$PORT" --threads 1)
 run() {  # NAME [ENGINE FLAGS...]
   local name=$1
@@ -48,6 +49,7 @@ for name, what in (("tp1", "tp 1, 1 thread"), ("tp2_local", "tp 2 local (threads
     line = f"{what:42} total {med(name, 'total_token_throughput'):7.1f} tok/s (runs {runs(name, 'total_token_throughput')})"
     if name != "tp1":
         line += (f", collectives {100 * med(name, 'engine_comm_fraction'):.1f}% of forward time"
+                 f" ({med(name, 'engine_comm_ms_per_step'):.1f} ms/step)"
                  f" + rank 0 waiting {100 * med(name, 'engine_comm_wait_fraction'):.1f}%")
     print(line)
 PY
