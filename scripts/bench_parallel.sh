@@ -5,15 +5,14 @@
 # time spent in collectives (engine_comm_fraction) and rank 0's further wait for the other rank. Rounds alternate the
 # three sides and medians are reported, so load from other processes on a shared machine hits each alike.
 # Usage: scripts/bench_parallel.sh [BUILD_DIR]   env: MODEL REPEAT PROMPTS WARMUPS OUT PORT
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/bench_common.sh"  # strict mode, repository root, bench_start
 NAME=bench_parallel
 REPEAT=${REPEAT:-3}
 PROMPTS=${PROMPTS:-64}
 WARMUPS=${WARMUPS:-32}
 OUT=${OUT:-results/bench_parallel/raw}
 PORT=${PORT:-29531}
-source scripts/bench_common.sh
+bench_start "$@"
 
 WL=(--dataset-name random --random-input-len 128 --random-output-len 128 --ignore-eos --seed 1 --max-concurrency 32
     --num-prompts "$PROMPTS" --num-warmups "$WARMUPS")

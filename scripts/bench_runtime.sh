@@ -6,8 +6,7 @@
 # on a shared machine hits every side alike. The built-in engine stores its KV cache in f16 (KV_DTYPE), the type
 # llama-server uses by default, so both engines read the same cache bytes per token.
 # Usage: scripts/bench_runtime.sh [BUILD_DIR]   env: MODEL THREADS REPEAT PROMPTS_C1 PROMPTS_C32 KV_DTYPE LLAMA_SERVER OUT
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/bench_common.sh"  # strict mode, repository root, bench_start
 NAME=bench_runtime
 THREADS=${THREADS:-2}
 REPEAT=${REPEAT:-3}
@@ -17,7 +16,7 @@ KV_DTYPE=${KV_DTYPE:-f16}
 LLAMA_SERVER=${LLAMA_SERVER:-/tmp/llama-build/bin/llama-server}
 OUT=${OUT:-results/bench_runtime/raw}
 PORT=${PORT:-18093}
-source scripts/bench_common.sh
+bench_start "$@"
 
 RANDOM_WL=(--dataset-name random --random-input-len 128 --random-output-len 128 --ignore-eos --seed 1)
 run_builtin() {  # NAME CONCURRENCY PROMPTS [ENGINE FLAGS...]
