@@ -1,13 +1,15 @@
 // Tensor parallelism across two processes over gloo: this test binary is rank 0 (the engine) and re-runs itself as
 // the worker (node_rank 1, run_tensor_parallel_worker) on a free localhost port. Logits within 1e-5 relative and
 // greedy outputs of the mixed batch identical to tp 1 on stories260K and make-model's tiny-gqa (12 heads over 3 KV
-// heads, split 2 + 1 groups); a worker that never starts, dies mid-run or loads another model is a clear error.
+// heads, split 2 + 1 groups); an idle engine keeps its worker; a worker that never starts, dies mid-run or loads
+// another model is a clear error.
 // Through the servetune binary: with both ranks on one node (nnodes 1) the node's process starts the other itself.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "child_process.h"
@@ -58,16 +60,18 @@ EngineConfig gloo_config(const std::string& model, int node_rank, const std::str
   return c;
 }
 
-std::unique_ptr<testing::ChildProcess> start_worker(const std::string& model, const std::string& addr) {
-  const nlohmann::json config = gloo_config(model, 1, addr);
-  auto child = std::make_unique<testing::ChildProcess>("GlooWorker.ChildRank", std::string(kWorkerEnv) + "=" + config.dump());
+// The node_rank 1 process of the group `config` describes.
+std::unique_ptr<testing::ChildProcess> start_worker(EngineConfig config) {
+  config.node_rank = 1;
+  const nlohmann::json json = config;
+  auto child = std::make_unique<testing::ChildProcess>("GlooWorker.ChildRank", std::string(kWorkerEnv) + "=" + json.dump());
   EXPECT_TRUE(child->started());
   return child;
 }
 
 void expect_gloo_logits_match(const std::string& model) {
   const std::string addr = fresh_addr();
-  auto worker = start_worker(model, addr);
+  auto worker = start_worker(gloo_config(model, 1, addr));
   const Checkpoint ck(model, LoadFormat::kAuto);
   TensorParallelGroup one(ck, "cpu", 1, 1);
   one.create_kv(testing::kLogitsKvBlocks, testing::kPage, DType::kF32);
@@ -99,7 +103,7 @@ void expect_gloo_greedy_identical(const std::string& model) {
     reference = testing::run_greedy(engine, jobs, true);
   }
   const std::string addr = fresh_addr();
-  auto worker = start_worker(model, addr);
+  auto worker = start_worker(gloo_config(model, 1, addr));
   {
     Engine engine(gloo_config(model, 0, addr));
     const auto outs = testing::run_greedy(engine, jobs, true);
@@ -141,7 +145,7 @@ TEST(GlooTensorParallel, WorkerThatNeverStartsIsAClearErrorWithinTheTimeout) {
 
 TEST(GlooTensorParallel, WorkerKilledMidRunFailsTheRequestsWithAClearError) {
   const std::string addr = fresh_addr();
-  auto worker = start_worker(testing::stories_path(), addr);
+  auto worker = start_worker(gloo_config(testing::stories_path(), 1, addr));
   Engine engine(gloo_config(testing::stories_path(), 0, addr));
   const auto jobs = testing::mixed_jobs(engine.tokenizer(), 4, 8);
   testing::run_greedy(engine, jobs, true);
@@ -160,10 +164,25 @@ TEST(GlooTensorParallel, WorkerKilledMidRunFailsTheRequestsWithAClearError) {
   }
 }
 
+TEST(GlooTensorParallel, IdleLongerThanTheTimeoutKeepsTheWorker) {
+  const std::string addr = fresh_addr();
+  EngineConfig c = gloo_config(testing::stories_path(), 0, addr);
+  c.dist_timeout = 1;
+  auto worker = start_worker(c);
+  {
+    Engine engine(c);
+    const auto jobs = testing::mixed_jobs(engine.tokenizer(), 3, 6);
+    const auto first = testing::run_greedy(engine, jobs, true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // the worker waits for the next step meanwhile
+    EXPECT_EQ(testing::run_greedy(engine, jobs, true), first);
+  }
+  EXPECT_TRUE(worker->succeeded()) << "worker status " << worker->wait();
+}
+
 TEST(GlooTensorParallel, WorkerWithAnotherModelIsRefused) {
   const testing::RandomModel gqa("tiny-gqa");
   const std::string addr = fresh_addr();
-  auto worker = start_worker(gqa.path(), addr);
+  auto worker = start_worker(gloo_config(gqa.path(), 1, addr));
   const Error e = expect_error([&] { Engine engine(gloo_config(testing::stories_path(), 0, addr)); });
   EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
   EXPECT_NE(std::string(e.what()).find("tensor-parallel rank 1 loaded a model of another shape"), std::string::npos) << e.what();
