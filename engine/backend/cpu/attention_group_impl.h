@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <utility>
 
 #include <immintrin.h>
 
@@ -69,6 +70,34 @@ void score_block(const T* const* rows, int m, const float* q, int64_t n_group, i
   }
 }
 
+// out[g] = sum_j p[g, j] * V row j for the G heads of a pass, p[g, j] = scores[g * stride + j] * inv[g].
+template <class S, int NV, class KvT, int G>
+void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* scores, int64_t stride,
+                const float* inv, float* out) {
+  using V = typename S::V;
+  constexpr int W = S::kWidth;
+  constexpr int64_t kHd = int64_t{NV} * W;
+  const int64_t width = kv.n_kv_heads * kHd;
+  const KvT* v_base = static_cast<const KvT*>(kv.v);
+  V acc[G * NV];
+  for (auto& a : acc) a = S::zero();
+  SlotWalker values{table, kv.page_size};
+  RowPrefetcher<KvT, kHd * sizeof(KvT)> value_ahead(table, kv.page_size, v_base, width, n_ctx, 32);
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    const KvT* v = v_base + values.next() * width;
+    value_ahead.fetch();
+    V row[NV];  // loaded (and widened) once for all heads of the pass
+    for (int i = 0; i < NV; ++i) row[i] = S::load(v + i * W);
+    for (int g = 0; g < G; ++g) {
+      const V w = S::set1(scores[g * stride + j] * inv[g]);
+      for (int i = 0; i < NV; ++i) acc[g * NV + i] = S::fmadd(w, row[i], acc[g * NV + i]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int i = 0; i < NV; ++i) S::store(out + g * kHd + i * W, acc[g * NV + i]);
+  }
+}
+
 template <class S, int NV, class KvT>
 void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* q, int64_t n_group, float scale,
            float* scores, float* out) {
@@ -128,29 +157,17 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     inv[g] = 1.0f / S::hsum(sum);
   }
 
-  // Weighted sum of values, for as many heads at a time as the accumulators fit in registers.
+  // Weighted sum of values, for as many heads at a time as the accumulators fit in registers (the head count of a
+  // pass is a template argument, so the accumulators stay in registers).
   constexpr int kHeadsPerPass = std::max(1, S::kAccRegs / NV);
   for (int64_t g0 = 0; g0 < n_group; g0 += kHeadsPerPass) {
     const int gc = static_cast<int>(std::min<int64_t>(kHeadsPerPass, n_group - g0));
-    V acc[kHeadsPerPass * NV];
-    for (auto& a : acc) a = S::zero();
-    SlotWalker values{table, kv.page_size};
-    RowPrefetcher<KvT, kHd * sizeof(KvT)> value_ahead(table, kv.page_size, v_base, width, n_ctx, 32);
-    for (int64_t j = 0; j < n_ctx; ++j) {
-      const KvT* v = v_base + values.next() * width;
-      value_ahead.fetch();
-      V row[NV];  // loaded (and widened) once for all heads of the pass
-      for (int i = 0; i < NV; ++i) row[i] = S::load(v + i * W);
-      for (int g = 0; g < kHeadsPerPass; ++g) {
-        if (g < gc) {
-          const V w = S::set1(scores[(g0 + g) * stride + j] * inv[g0 + g]);
-          for (int i = 0; i < NV; ++i) acc[g * NV + i] = S::fmadd(w, row[i], acc[g * NV + i]);
-        }
-      }
-    }
-    for (int g = 0; g < gc; ++g) {
-      for (int i = 0; i < NV; ++i) S::store(out + (g0 + g) * kHd + i * W, acc[g * NV + i]);
-    }
+    [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
+      ((gc == Gs + 1 && (value_pass<S, NV, KvT, Gs + 1>(kv, table, n_ctx, scores + g0 * stride, stride, inv + g0,
+                                                        out + g0 * kHd),
+                         true)) ||
+       ...);
+    }(std::make_integer_sequence<int, kHeadsPerPass>{});
   }
 }
 
