@@ -3,33 +3,27 @@
 # 128 in / 128 out, ignore_eos), against llama.cpp's llama-server (continuous batching, --parallel 32, same
 # threads) on the same workload through HTTP; then a shared-prefix workload with the prefix cache on and off
 # (hit rate and mean TTFT). Runs alternate REPEAT times and medians are reported, so load from other processes
-# on a shared machine hits every side alike.
-# Usage: scripts/bench_runtime.sh [BUILD_DIR]   env: MODEL THREADS REPEAT PROMPTS_C1 PROMPTS_C32 LLAMA_SERVER OUT
-set -euo pipefail
-cd "$(dirname "$0")/.."
-BUILD=${1:-build/cpu}
-BIN=$BUILD/tuner/servetune
-MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+# on a shared machine hits every side alike. The built-in engine stores its KV cache in f16 (KV_DTYPE), the type
+# llama-server uses by default, so both engines read the same cache bytes per token.
+# Usage: scripts/bench_runtime.sh [BUILD_DIR]   env: MODEL THREADS REPEAT PROMPTS_C1 PROMPTS_C32 KV_DTYPE LLAMA_SERVER OUT
+source "$(dirname "$0")/bench_common.sh"  # strict mode, repository root, bench_start
+NAME=bench_runtime
 THREADS=${THREADS:-2}
 REPEAT=${REPEAT:-3}
 PROMPTS_C1=${PROMPTS_C1:-4}
 PROMPTS_C32=${PROMPTS_C32:-64}
+KV_DTYPE=${KV_DTYPE:-f16}
 LLAMA_SERVER=${LLAMA_SERVER:-/tmp/llama-build/bin/llama-server}
 OUT=${OUT:-results/bench_runtime/raw}
 PORT=${PORT:-18093}
-[ -x "$BIN" ] || { echo "bench_runtime: build $BIN first (cmake --build $BUILD --target servetune)" >&2; exit 2; }
-[ -f "$MODEL" ] || { echo "bench_runtime: $MODEL not found (scripts/setup.sh fetches it)" >&2; exit 2; }
-mkdir -p "$OUT"
-
-SERVER_PID=""
-cleanup() { [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null; true; }
-trap cleanup EXIT
+bench_start "$@"
 
 RANDOM_WL=(--dataset-name random --random-input-len 128 --random-output-len 128 --ignore-eos --seed 1)
 run_builtin() {  # NAME CONCURRENCY PROMPTS [ENGINE FLAGS...]
   local name=$1 conc=$2 n=$3
   shift 3
-  "$BIN" bench --backend builtin --model "$MODEL" --threads "$THREADS" --max-concurrency "$conc" --num-prompts "$n" \
+  "$BIN" bench --backend builtin --model "$MODEL" --threads "$THREADS" --kv-cache-dtype "$KV_DTYPE" \
+    --max-concurrency "$conc" --num-prompts "$n" \
     --save-result --result-dir "$OUT" --result-filename "$name.json" "$@" >"$OUT/$name.txt"
 }
 
@@ -39,17 +33,17 @@ if [ -x "$LLAMA_SERVER" ]; then
   # 32 slots of 256 tokens each (128 in + 128 out).
   "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -tb "$THREADS" --parallel 32 -c 8192 --cont-batching --port "$PORT" \
     >"$OUT/llama-server.log" 2>&1 &
-  SERVER_PID=$!
+  BG_PID=$!
   for _ in $(seq 300); do
     curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
-    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$OUT/llama-server.log" >&2; exit 1; }
+    kill -0 "$BG_PID" 2>/dev/null || { cat "$OUT/llama-server.log" >&2; exit 1; }
     sleep 0.2
   done
 else
   echo "bench_runtime: $LLAMA_SERVER not found; skipping the llama-server comparison (see README to build it)" >&2
 fi
 
-echo "=== $MODEL, $THREADS threads, random 128/128, $REPEAT alternating rounds"
+echo "=== $MODEL, $THREADS threads, KV cache $KV_DTYPE, random 128/128, $REPEAT alternating rounds"
 for i in $(seq "$REPEAT"); do
   run_builtin "c1_$i" 1 "$PROMPTS_C1" "${RANDOM_WL[@]}"
   run_builtin "c32_$i" 32 "$PROMPTS_C32" "${RANDOM_WL[@]}" --num-warmups 32

@@ -1,5 +1,6 @@
 // `servetune serve`: runs the built-in engine behind an OpenAI-compatible HTTP server until SIGINT/SIGTERM,
 // then shuts down gracefully (stop accepting, let requests finish within --shutdown-timeout, abort the rest).
+// With --node-rank > 0 it runs a tensor-parallel worker process instead, until node 0 shuts the group down.
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -7,6 +8,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "engine_flags.h"
+#include "runtime/tensor_parallel_worker.h"
 #include "server/server.h"
 #include "servetune/engine.h"
 
@@ -38,6 +40,15 @@ void run_serve(ServeOptions& o) {
   if (http.max_connections < 1) throw_usage("--max-connections must be at least 1");
   if (http.max_body_bytes < 1024) throw_usage("--max-request-body-bytes must be at least 1024");
 
+  if (o.engine.node_rank > 0) {
+    // SGLang's layout: the other nodes run the same command with their --node-rank and serve no HTTP.
+    std::fprintf(stderr, "servetune serve: tensor-parallel worker, node %d of %d, joining rank 0 at %s\n", o.engine.node_rank,
+                 o.engine.nnodes, o.engine.dist_init_addr.c_str());
+    std::fflush(stderr);
+    run_tensor_parallel_worker(o.engine);
+    std::fprintf(stderr, "servetune serve: stopped (rank 0 shut the group down)\n");
+    return;
+  }
   Engine engine(o.engine);
   {
     server::Server srv(engine, o.server);

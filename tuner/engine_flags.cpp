@@ -14,6 +14,15 @@ void add_engine_flags(CLI::App* cmd, EngineConfig& c) {
   cmd->add_option("--dp-size", c.dp_size, "Data-parallel size: engine replicas, each with threads / dp-size")->group(g);
   cmd->add_option("--load-balance-method", c.load_balance_method, "round_robin | shortest_queue (how requests pick a replica)")->group(g);
   cmd->add_option("--ep-size", c.ep_size, "Expert-parallel size")->group(g);
+  cmd->add_option("--comm-backend", c.comm_backend,
+                  "local (tensor-parallel ranks are threads) | gloo (one process per rank; a node's process starts its "
+                  "other ranks) | nccl")->capture_default_str()->group(g);
+  cmd->add_option("--nnodes", c.nnodes, "gloo: nodes the tensor-parallel ranks are spread over (tp-size / nnodes each)")
+      ->capture_default_str()->group(g);
+  cmd->add_option("--node-rank", c.node_rank, "gloo: this process's node (0: the engine; others: `serve` runs a worker)")
+      ->capture_default_str()->group(g);
+  cmd->add_option("--dist-init-addr", c.dist_init_addr, "gloo: HOST:PORT where node 0 serves the rendezvous")->group(g);
+  cmd->add_option("--dist-timeout", c.dist_timeout, "Seconds a rank waits for its peers before failing")->capture_default_str()->group(g);
   cmd->add_flag("--enable-dp-attention", c.enable_dp_attention, "Data-parallel attention")->group(g);
   cmd->add_option("--compile", c.compile, "eager | fused | graphs")->group(g);
   cmd->add_option("--cuda-graph-max-bs", c.cuda_graph_max_bs, "compile = graphs: largest decode batch captured in a graph (0: 160)")->group(g);

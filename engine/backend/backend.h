@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "core/dtype.h"
@@ -93,6 +94,16 @@ class Backend {
   virtual void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) = 0;
   // y[t, r] = x[t, :] . W[r, :] (+ bias[r] when bias is not null).
   virtual void matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) = 0;
+  // One matmul of several into `y` [n, w.rows] (with optional bias), for matmuls().
+  struct MatmulOut {
+    const WeightMatrix* w;
+    const float* bias;
+    float* y;
+  };
+  // Several matmuls of the same activations x (Q/K/V, gate/up); a backend may prepare x once for all of them.
+  virtual void matmuls(std::span<const MatmulOut> outs, const float* x, int64_t n) {
+    for (const MatmulOut& o : outs) matmul(*o.w, o.bias, x, n, o.y);
+  }
   // In place on x [n, n_heads * head_dim] with per-token positions.
   virtual void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) = 0;
   // Writes k, v [n, n_kv_heads * head_dim] into the cache slots `slots[t]` (block * page_size + offset).

@@ -1,7 +1,8 @@
 // GlooCommunicator: each collective maps to gloo's allreduce / allgatherv / alltoallv / broadcast / barrier with
-// the group's timeout. reduce_scatter is an allreduce of the whole buffer followed by taking this rank's slice
-// (gloo's own reduce-scatter is an old-style algorithm class without timeouts). Any gloo failure (timeout, peer
-// gone) breaks the communicator: later calls throw at once.
+// the group's timeout. An all-reduce of two ranks or of a small buffer is one all-gather and a local reduction (it is
+// latency-bound: one message exchange instead of the ring's two rounds per rank). reduce_scatter is an allreduce of
+// the whole buffer followed by taking this rank's slice (gloo's own reduce-scatter is an old-style algorithm class
+// without timeouts). Any gloo failure (timeout, peer gone) breaks the communicator: later calls throw at once.
 #include "comm/gloo_communicator.h"
 
 #include <gloo/allgatherv.h>
@@ -15,6 +16,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <type_traits>
@@ -25,6 +27,9 @@
 
 namespace servetune {
 namespace {
+
+// Below this many bytes an all-reduce of more than two ranks gathers every contribution (fewer message rounds).
+constexpr size_t kGatherReduceBytes = 64 * 1024;
 
 // Gives gloo's rendezvous a store whose every wait uses our timeout (gloo's get() otherwise waits 30 s).
 class TimedStore final : public gloo::rendezvous::Store {
@@ -77,9 +82,18 @@ void with_type(CommDType dtype, F&& f) {
   }
 }
 
+// gloo's TCP transport writes without MSG_NOSIGNAL: a peer that has gone would kill this process with SIGPIPE
+// instead of failing the collective (Python, gloo's usual host, ignores SIGPIPE). Ignore it unless the program
+// installed its own handler.
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+}
+
 class GlooCommunicator final : public Communicator {
  public:
   explicit GlooCommunicator(const CommSpec& spec) : rank_(spec.rank), size_(spec.size), timeout_(spec.timeout) {
+    ignore_sigpipe();
     std::unique_ptr<gloo::rendezvous::Store> file;
     std::unique_ptr<TcpStore> tcp;
     if (!spec.dist_init_addr.empty()) {
@@ -112,8 +126,18 @@ class GlooCommunicator final : public Communicator {
   const char* backend() const override { return "gloo"; }
 
   void all_reduce(void* data, size_t count, CommDType dtype, ReduceOp op) override {
-    run("all_reduce", [&] {
+    const size_t elem = comm_dtype_size(dtype);
+    if (size_ == 2 || count * elem <= kGatherReduceBytes) {
+      // One exchange instead of the ring's reduce-scatter + all-gather rounds (the same bytes with two ranks); every
+      // rank sums the contributions in rank order, so all get identical results.
+      gathered_.resize(count * elem * static_cast<size_t>(size_));
+      run("all_reduce", [&] { gatherv(data, gathered_.data(), std::vector<size_t>(static_cast<size_t>(size_), count), dtype); });
       if (count == 0) return;
+      std::memcpy(data, gathered_.data(), count * elem);
+      for (int r = 1; r < size_; ++r) reduce_into(data, gathered_.data() + static_cast<size_t>(r) * count * elem, count, dtype, op);
+      return;
+    }
+    run("all_reduce", [&] {
       gloo::AllreduceOptions opts(context_);
       set_output(opts, data, count, dtype);
       opts.setReduceFunction(reduce_function(dtype, op));
@@ -124,23 +148,7 @@ class GlooCommunicator final : public Communicator {
 
   void all_gatherv(const void* in, void* out, const std::vector<size_t>& counts, CommDType dtype) override {
     check_counts(*this, "all_gatherv", "counts", counts);
-    run("all_gatherv", [&] {
-      if (sum_counts(counts) == 0) return;
-      gloo::AllgathervOptions opts(context_);
-      const size_t elem = comm_dtype_size(dtype);
-      // gloo copies this rank's block in from `in`; give it a zero-length pointer inside `out` when there is none.
-      char* out_bytes = static_cast<char*>(out);
-      size_t my_offset = 0;
-      for (int r = 0; r < rank_; ++r) my_offset += counts[static_cast<size_t>(r)];
-      const void* my_in = counts[static_cast<size_t>(rank_)] > 0 ? in : out_bytes + my_offset * elem;
-      with_type(dtype, [&](auto* typed) {
-        using T = std::remove_pointer_t<decltype(typed)>;
-        opts.setInput<T>(context_->createUnboundBuffer(const_cast<void*>(my_in), counts[static_cast<size_t>(rank_)] * elem));
-        opts.setOutput<T>(context_->createUnboundBuffer(out, sum_counts(counts) * elem), counts);
-      });
-      opts.setTimeout(timeout_);
-      gloo::allgatherv(opts);
-    });
+    run("all_gatherv", [&] { gatherv(in, out, counts, dtype); });
   }
 
   void reduce_scatter(const void* in, void* out, const std::vector<size_t>& counts, CommDType dtype, ReduceOp op) override {
@@ -210,6 +218,25 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
+  // gloo's all-gatherv (inside run()).
+  void gatherv(const void* in, void* out, const std::vector<size_t>& counts, CommDType dtype) {
+    if (sum_counts(counts) == 0) return;
+    gloo::AllgathervOptions opts(context_);
+    const size_t elem = comm_dtype_size(dtype);
+    // gloo copies this rank's block in from `in`; give it a zero-length pointer inside `out` when there is none.
+    char* out_bytes = static_cast<char*>(out);
+    size_t my_offset = 0;
+    for (int r = 0; r < rank_; ++r) my_offset += counts[static_cast<size_t>(r)];
+    const void* my_in = counts[static_cast<size_t>(rank_)] > 0 ? in : out_bytes + my_offset * elem;
+    with_type(dtype, [&](auto* typed) {
+      using T = std::remove_pointer_t<decltype(typed)>;
+      opts.setInput<T>(context_->createUnboundBuffer(const_cast<void*>(my_in), counts[static_cast<size_t>(rank_)] * elem));
+      opts.setOutput<T>(context_->createUnboundBuffer(out, sum_counts(counts) * elem), counts);
+    });
+    opts.setTimeout(timeout_);
+    gloo::allgatherv(opts);
+  }
+
   static void set_output(gloo::AllreduceOptions& opts, void* data, size_t count, CommDType dtype) {
     switch (dtype) {
       case CommDType::kF32: opts.setOutput(static_cast<float*>(data), count); break;
@@ -239,6 +266,7 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::Context> context_;
   std::string failure_;
   std::vector<char> scratch_;
+  std::vector<char> gathered_;  // all_reduce's gathered contributions
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
-// A Communicator decorator that records when each collective started and ended on this rank (waiting for peers
-// included), so an engine can tell the cost of its communication path from time spent waiting for slower ranks.
-// Not synchronised: the owner reads the intervals between collectives (e.g. after a step all ranks finished).
+// A Communicator decorator that records how long each collective took on this rank (waiting for peers included), so
+// an engine can tell the cost of its communication path from time spent waiting for slower ranks.
+// Not synchronised: the owner reads the durations between collectives (e.g. after a step all ranks finished).
 #pragma once
 
 #include <cstdint>
@@ -14,15 +14,10 @@ namespace servetune {
 
 class TimedCommunicator final : public Communicator {
  public:
-  struct Interval {
-    int64_t start_ns = 0;  // steady clock
-    int64_t end_ns = 0;
-  };
-
   explicit TimedCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
 
-  // The collectives since the last call, in call order; clears them.
-  std::vector<Interval> take_intervals() { return std::exchange(intervals_, {}); }
+  // The durations (ns) of the collectives since the last call, in call order; clears them.
+  std::vector<int64_t> take_durations() { return std::exchange(durations_ns_, {}); }
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -46,7 +41,7 @@ class TimedCommunicator final : public Communicator {
   template <class F> void timed(F&& call);
 
   std::unique_ptr<Communicator> inner_;
-  std::vector<Interval> intervals_;
+  std::vector<int64_t> durations_ns_;
 };
 
 }  // namespace servetune

@@ -290,9 +290,8 @@ void LlamaModel::forward_layers(int64_t n, int64_t max_blocks_per_seq, const Bat
       backend_.matmul(L.wqkv, L.bqkv, h, n, k);
       backend_.rope_store_qkv(cache, k, ix.positions, ix.slots, n, n_heads_, rope_, q);
     } else {
-      backend_.matmul(L.wq, L.bq, h, n, q);
-      backend_.matmul(L.wk, L.bk, h, n, k);
-      backend_.matmul(L.wv, L.bv, h, n, v);
+      const Backend::MatmulOut qkv[] = {{&L.wq, L.bq, q}, {&L.wk, L.bk, k}, {&L.wv, L.bv, v}};
+      backend_.matmuls(qkv, h, n);
       backend_.rope(q, ix.positions, n, n_heads_, rope_);
       backend_.rope(k, ix.positions, n, n_kv_heads_, rope_);
       backend_.store_kv(cache, k, v, ix.slots, n);
@@ -311,8 +310,8 @@ void LlamaModel::forward_layers(int64_t n, int64_t max_blocks_per_seq, const Bat
     if (gate_up) {
       backend_.matmul(L.w_gate_up, nullptr, h, n, gate);
     } else {
-      backend_.matmul(L.w_gate, nullptr, h, n, gate);
-      backend_.matmul(L.w_up, nullptr, h, n, up);
+      const Backend::MatmulOut gate_and_up[] = {{&L.w_gate, nullptr, gate}, {&L.w_up, nullptr, up}};
+      backend_.matmuls(gate_and_up, h, n);
     }
     backend_.silu_mul(gate, up, gate_up ? 2 * ffn : ffn, n, ffn, act);
     backend_.matmul(L.w_down, nullptr, act, n, h);

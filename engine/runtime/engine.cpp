@@ -30,6 +30,10 @@ EngineConfig replica_config(const EngineConfig& config, int index) {
 
 EngineConfig validated(const EngineConfig& config) {
   config.validate();
+  if (config.node_rank > 0) {
+    throw_usage("node_rank " + std::to_string(config.node_rank) + " is a tensor-parallel worker, not an engine: start it with "
+                "`servetune serve ... --node-rank " + std::to_string(config.node_rank) + "` (node_rank 0 runs the engine)");
+  }
   return config;
 }
 

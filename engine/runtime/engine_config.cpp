@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "comm/tcp_store.h"
 #include "core/error.h"
 
 namespace servetune {
@@ -36,7 +37,8 @@ void read(const nlohmann::json& j, const char* key, std::optional<T>& field) {
 
 const std::vector<std::string>& engine_config_keys() {
   static const std::vector<std::string> keys = {
-      "model", "load_format", "context_length", "device", "threads", "tp_size", "dp_size", "load_balance_method", "ep_size",
+      "model", "load_format", "context_length", "device", "threads", "tp_size", "dp_size", "load_balance_method", "ep_size", "comm_backend",
+      "nnodes", "node_rank", "dist_init_addr", "dist_timeout",
       "enable_dp_attention", "compile", "cuda_graph_max_bs", "max_total_tokens", "mem_fraction_static", "page_size",
       "kv_cache_dtype", "max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy",
       "disable_radix_cache", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
@@ -55,6 +57,11 @@ void to_json(nlohmann::json& j, const EngineConfig& c) {
                      {"dp_size", c.dp_size},
                      {"load_balance_method", c.load_balance_method},
                      {"ep_size", c.ep_size},
+                     {"comm_backend", c.comm_backend},
+                     {"nnodes", c.nnodes},
+                     {"node_rank", c.node_rank},
+                     {"dist_init_addr", c.dist_init_addr},
+                     {"dist_timeout", c.dist_timeout},
                      {"enable_dp_attention", c.enable_dp_attention},
                      {"compile", c.compile},
                      {"cuda_graph_max_bs", c.cuda_graph_max_bs},
@@ -92,6 +99,11 @@ void from_json(const nlohmann::json& j, EngineConfig& c) {
   read(j, "dp_size", c.dp_size);
   read(j, "load_balance_method", c.load_balance_method);
   read(j, "ep_size", c.ep_size);
+  read(j, "comm_backend", c.comm_backend);
+  read(j, "nnodes", c.nnodes);
+  read(j, "node_rank", c.node_rank);
+  read(j, "dist_init_addr", c.dist_init_addr);
+  read(j, "dist_timeout", c.dist_timeout);
   read(j, "enable_dp_attention", c.enable_dp_attention);
   read(j, "compile", c.compile);
   read(j, "cuda_graph_max_bs", c.cuda_graph_max_bs);
@@ -114,6 +126,25 @@ void from_json(const nlohmann::json& j, EngineConfig& c) {
   read(j, "seed", c.seed);
 }
 
+std::string EngineConfig::placement_problem() const {
+  if (comm_backend != "gloo") {
+    if (nnodes != 1 || node_rank != 0) {
+      return "nnodes and node_rank place tensor-parallel ranks in several processes, which needs comm_backend gloo (comm_backend " +
+             comm_backend + " runs every rank in this process)";
+    }
+    if (!dist_init_addr.empty()) return "dist_init_addr is the rendezvous of comm_backend gloo; comm_backend " + comm_backend + " takes none";
+    return "";
+  }
+  if (tp_size < 2) return "comm_backend gloo connects the tensor-parallel ranks of several processes; it needs tp_size > 1";
+  if (dp_size > 1) return "comm_backend gloo with dp_size > 1 is not implemented yet (the processes serve one tensor-parallel replica)";
+  if (tp_size % nnodes != 0) {
+    return "comm_backend gloo spreads tp_size = " + std::to_string(tp_size) + " ranks evenly over nnodes = " + std::to_string(nnodes) +
+           " nodes, which does not divide it";
+  }
+  if (dist_init_addr.empty()) return "comm_backend gloo needs dist_init_addr: HOST:PORT where node_rank 0 serves the rendezvous";
+  return "";
+}
+
 void EngineConfig::validate() const {
   auto usage = [](bool ok, const std::string& what) {
     if (!ok) throw_usage(what);
@@ -128,6 +159,13 @@ void EngineConfig::validate() const {
   usage(threads >= 0 && threads <= 1024, "threads must be in [0, 1024]");
   usage(tp_size >= 1 && dp_size >= 1 && ep_size >= 1, "tp_size, dp_size and ep_size must be at least 1");
   usage(dp_size <= 1024 && tp_size <= 1024, "tp_size and dp_size must be at most 1024");
+  usage(comm_backend == "local" || comm_backend == "gloo" || comm_backend == "nccl",
+        "comm_backend must be local, gloo or nccl, got '" + comm_backend + "'");
+  usage(nnodes >= 1 && nnodes <= 1024, "nnodes must be in [1, 1024]");
+  usage(node_rank >= 0 && node_rank < nnodes, "node_rank must be in [0, nnodes), got " + std::to_string(node_rank) +
+                                                  " with nnodes = " + std::to_string(nnodes));
+  usage(dist_timeout >= 1, "dist_timeout must be at least 1 second");
+  if (!dist_init_addr.empty()) parse_host_port(dist_init_addr, "dist_init_addr");
   usage(load_balance_method == "round_robin" || load_balance_method == "shortest_queue",
         "load_balance_method must be round_robin or shortest_queue, got '" + load_balance_method + "'");
   usage(compile == "eager" || compile == "fused" || compile == "graphs", "compile must be eager, fused or graphs");
@@ -184,6 +222,7 @@ void EngineConfig::validate() const {
                 "tp_size or dp_size > 1 on device " + device + " is not implemented yet (one GPU per engine for now)");
   }
   unsupported(backend_available(device), "device '" + device + "' is not available (this build has: " + available_backends() + ")");
+  unsupported(comm_backend != "nccl", "comm_backend nccl needs a GPU tensor-parallel group, which is not implemented yet (available: local, gloo)");
   unsupported(ep_size == 1, "ep_size > 1 (expert parallelism) needs a mixture-of-experts model, which is not implemented yet");
   unsupported(!enable_dp_attention, "enable_dp_attention is not implemented yet");
   unsupported(compile != "graphs" || device != "cpu", "compile = graphs (CUDA graphs) needs a GPU device; on cpu use eager or fused");
@@ -196,8 +235,10 @@ void EngineConfig::validate() const {
 }
 
 std::string EngineConfig::combination_problem() const {
-  if (tp_size < 1 || dp_size < 1) return "";  // a bad value, which validate() reports
-  const int64_t ranks = static_cast<int64_t>(tp_size) * dp_size;
+  if (tp_size < 1 || dp_size < 1 || nnodes < 1) return "";  // a bad value, which validate() reports
+  if (const std::string problem = placement_problem(); !problem.empty()) return problem;
+  // The ranks this process runs: all of them with the local communicator, its node's share with gloo.
+  const int64_t ranks = static_cast<int64_t>(comm_backend == "gloo" ? tp_size / nnodes : tp_size) * dp_size;
   const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   if (threads > 0 && ranks > threads) {
     return "tp_size x dp_size = " + std::to_string(ranks) + " ranks need at least one thread each, but threads = " +

@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "backend/backend.h"
+#include "comm/communicator.h"
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "model/checkpoint.h"
@@ -21,6 +22,7 @@
 #include "runtime/scheduler.h"
 #include "runtime/speculator.h"
 #include "runtime/tensor_parallel_group.h"
+#include "runtime/worker_launcher.h"
 #include "tokenizer/tokenizer.h"
 
 namespace servetune {
@@ -91,10 +93,20 @@ class EngineReplica::Impl {
   explicit Impl(const EngineConfig& config) : config_(config) {
     checkpoint_ = std::make_unique<Checkpoint>(config_.model, parse_load_format(config_.load_format), config_.seed);
     tokenizer_ = checkpoint_->load_tokenizer();
-    // The replica's threads split evenly over its tensor-parallel ranks (validate() ensures one each at least).
+    // The replica's threads split evenly over its tensor-parallel ranks in this process (validate() ensures one each
+    // at least): all of them with the local communicator, rank 0 alone with gloo (the others are worker processes).
     const int threads = config_.threads > 0 ? config_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, config_.device, config_.tp_size, std::max(1, threads / config_.tp_size),
-                                                   compile_options(config_));
+    const std::chrono::milliseconds timeout = std::chrono::seconds(config_.dist_timeout);
+    if (config_.comm_backend == "gloo") {
+      local_workers_ = start_local_workers(config_);  // this node's other ranks, when it hosts several
+      CommSpec spec = node_rank_spec(config_.tp_size, config_.nnodes, 0, 0, config_.dist_init_addr);
+      spec.timeout = timeout;
+      ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, config_.device, std::max(1, threads / ranks_per_node(config_)),
+                                                     make_communicator("gloo", spec), timeout, compile_options(config_));
+    } else {
+      ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, config_.device, config_.tp_size, std::max(1, threads / config_.tp_size),
+                                                     compile_options(config_), timeout);
+    }
     model_config_ = ranks_->model(0).config();
     context_length_ = model_config_.context_length;
     if (config_.context_length) {
@@ -137,6 +149,7 @@ class EngineReplica::Impl {
     spec_context.max_batch_tokens = config_.max_prefill_tokens;
     speculator_ = make_speculator(config_, spec_context);
     num_draft_tokens_ = speculative_draft_tokens(config_);
+    keep_alive_ = ranks_->keep_alive_interval();
     thread_ = std::thread([this] { loop(); });
   }
 
@@ -217,6 +230,7 @@ class EngineReplica::Impl {
   EngineConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<std::unique_ptr<WorkerProcess>> local_workers_;  // outlive ranks_, whose end stops them
   std::unique_ptr<TensorParallelGroup> ranks_;  // every rank's backend, weight shard and KV cache shard
   ModelConfig model_config_;
   int64_t context_length_ = 0;
@@ -367,7 +381,14 @@ class EngineReplica::Impl {
       bool stopping = false;
       {
         std::unique_lock lock(mutex_);
-        cv_.wait(lock, [&] { return stopping_ || !pending_.empty() || !aborts_.empty() || scheduler_->has_work(); });
+        const auto ready = [&] { return stopping_ || !pending_.empty() || !aborts_.empty() || scheduler_->has_work(); };
+        if (keep_alive_.count() == 0) {
+          cv_.wait(lock, ready);
+        } else if (!cv_.wait_for(lock, keep_alive_, ready)) {
+          lock.unlock();
+          keep_alive();
+          continue;
+        }
         incoming.swap(pending_);
         aborts.swap(aborts_);
         stopping = stopping_;
@@ -399,6 +420,16 @@ class EngineReplica::Impl {
       if (!aborts.empty()) publish_stats(0, 0);
       step();
       deliver();
+    }
+  }
+
+  // Tells idle worker processes the engine is still there; a failure leaves the group broken, and the next step
+  // reports it to its requests.
+  void keep_alive() {
+    try {
+      ranks_->keep_alive();
+    } catch (const std::exception&) {
+      keep_alive_ = std::chrono::milliseconds(0);
     }
   }
 
@@ -509,6 +540,7 @@ class EngineReplica::Impl {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Speculator> speculator_;
   int64_t num_draft_tokens_ = 0;
+  std::chrono::milliseconds keep_alive_{0};  // engine thread only after construction
 
   mutable std::mutex mutex_;  // guards the fields below up to thread_
   std::condition_variable cv_;

@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 
+#include "backend/cpu/vector_math.h"
 #include "core/error.h"
 
 namespace servetune {
@@ -19,6 +20,20 @@ float log_sum_exp(std::span<const float> logits) {
   double sum = 0.0;
   for (float l : logits) sum += std::exp(static_cast<double>(l - max));
   return max + static_cast<float>(std::log(sum));
+}
+
+// Sum with eight independent partial sums (vectorisable, and the same order on every machine).
+double sum_in_lanes(std::span<const double> x) {
+  constexpr size_t kLanes = 8;
+  double lane[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= x.size(); i += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) lane[l] += x[i + l];
+  }
+  for (; i < x.size(); ++i) lane[0] += x[i];
+  double total = 0.0;
+  for (double v : lane) total += v;
+  return total;
 }
 
 }  // namespace
@@ -153,10 +168,9 @@ int32_t Sampler::draw(std::span<const float> logits, int32_t draft, std::span<co
     // Plain temperature sampling needs no ordering: one pass for the normaliser, one to find the draw.
     candidates_.resize(static_cast<size_t>(vocab));
     std::iota(candidates_.begin(), candidates_.end(), 0);
-    const float inv_t = 1.0f / params_.temperature;
-    const float best = *std::max_element(logits.begin(), logits.end());
-    probs_.resize(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) probs_[i] = std::exp((logits[i] - best) * inv_t);
+    exp_.resize(logits.size());
+    cpu::exp_scaled(logits, cpu::max_value(logits), 1.0f / params_.temperature, exp_);
+    probs_.assign(exp_.begin(), exp_.end());
     return pick(logits.size(), draft, draft >= 0 ? static_cast<size_t>(draft) : 0, draft_probs);
   }
   const size_t cut = filtered_candidates(logits, params_, candidates_, probs_);
@@ -170,8 +184,7 @@ int32_t Sampler::draw(std::span<const float> logits, int32_t draft, std::span<co
 }
 
 int32_t Sampler::pick(size_t n, int32_t draft, size_t draft_index, std::span<const float> draft_probs) {
-  double total = 0.0;
-  for (size_t i = 0; i < n; ++i) total += probs_[i];
+  double total = sum_in_lanes(std::span<const double>(probs_).first(n));
   const bool draft_kept = draft >= 0 && draft_index < n;
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   if (draft >= 0 && draft_probs.empty() && draft_kept) {
@@ -204,13 +217,21 @@ int32_t Sampler::pick(size_t n, int32_t draft, size_t draft_index, std::span<con
   }
   std::uniform_real_distribution<double> uniform(0.0, total);
   double r = uniform(rng_);
-  for (size_t i = 0; i < n; ++i) {
+  // Whole blocks first (their sums vectorise), then token by token inside the block where r runs out.
+  constexpr size_t kBlock = 256;
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    const double block = sum_in_lanes(std::span<const double>(probs_).subspan(i, kBlock));
+    if (r < block) break;
+    r -= block;
+  }
+  for (; i < n; ++i) {
     r -= probs_[i];
     if (r < 0.0) return candidates_[i];
   }
   // Rounding left r >= 0: the last token with any mass.
-  for (size_t i = n; i-- > 0;) {
-    if (probs_[i] > 0.0) return candidates_[i];
+  for (size_t k = n; k-- > 0;) {
+    if (probs_[k] > 0.0) return candidates_[k];
   }
   return candidates_[0];
 }

@@ -65,6 +65,7 @@ class Sampler {
   std::unordered_set<int32_t> seen_;  // prompt + output, only for the repetition penalty
   std::vector<int32_t> candidates_;   // scratch
   std::vector<double> probs_;         // scratch
+  std::vector<float> exp_;            // scratch
   std::vector<float> raw_;            // raw logits, kept only when logprobs are requested
   bool broken_verification_ = false;
 };

@@ -1,20 +1,23 @@
-// Tensor-parallel ranks of a replica in lockstep over a local communicator (see tensor_parallel_group.h).
+// Tensor-parallel ranks of a replica in lockstep: threads over a local communicator, or rank 0 of worker processes
+// (see tensor_parallel_group.h).
 #include "runtime/tensor_parallel_group.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "comm/local_communicator.h"
 #include "comm/timed_communicator.h"
 #include "core/error.h"
 #include "model/checkpoint.h"
+#include "runtime/step_channel.h"
 
 namespace servetune {
 
 TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int tp_size, int threads_per_rank,
-                                         CompileOptions compile)
-    : ranks_(static_cast<size_t>(tp_size)) {
+                                         CompileOptions compile, std::chrono::milliseconds timeout)
+    : ranks_(static_cast<size_t>(tp_size)), tp_size_(tp_size) {
   if (tp_size < 1 || threads_per_rank < 1) throw Error(ErrorKind::kInternal, "tensor-parallel group needs ranks and threads");
-  std::shared_ptr<LocalGroup> group = tp_size > 1 ? LocalGroup::create(tp_size) : nullptr;
+  std::shared_ptr<LocalGroup> group = tp_size > 1 ? LocalGroup::create(tp_size, timeout) : nullptr;
   for (int r = 0; r < tp_size; ++r) {
     Rank& rank = ranks_[static_cast<size_t>(r)];
     rank.backend = make_backend(device, threads_per_rank);
@@ -26,11 +29,31 @@ TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std
   }
 }
 
-TensorParallelGroup::~TensorParallelGroup() { stop_workers(); }
+TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int threads,
+                                         std::unique_ptr<Communicator> comm, std::chrono::milliseconds timeout,
+                                         CompileOptions compile)
+    : ranks_(1), tp_size_(comm->size()), timeout_(timeout) {
+  if (comm->rank() != 0 || threads < 1) throw Error(ErrorKind::kInternal, "a tensor-parallel group of processes is led by rank 0");
+  Rank& rank = ranks_[0];
+  rank.backend = make_backend(device, threads);
+  Communicator& raw = *comm;
+  rank.comm_owner = std::make_unique<TimedCommunicator>(std::move(comm));
+  rank.comm = rank.comm_owner.get();
+  channel_ = std::make_unique<StepChannel>(raw);
+  rank.model = checkpoint.load(*rank.backend, ParallelContext{0, tp_size_, rank.comm}, compile);
+}
+
+TensorParallelGroup::~TensorParallelGroup() {
+  stop_workers();
+  stop_remote();
+}
 
 int64_t TensorParallelGroup::kv_block_bytes(int64_t page_size, DType dtype) const {
+  const ModelConfig& config = ranks_[0].model->config();
   int64_t bytes = 0;
-  for (const Rank& rank : ranks_) bytes += KvStorage::block_bytes(rank.model->config(), rank.model->local_kv_heads(), page_size, dtype);
+  for (int r = 0; r < tp_size_; ++r) {
+    bytes += KvStorage::block_bytes(config, tensor_parallel_share(config, tp_size_, r).kv_heads.count, page_size, dtype);
+  }
   return bytes;
 }
 
@@ -39,10 +62,15 @@ void TensorParallelGroup::create_kv(int64_t num_blocks, int64_t page_size, DType
     rank.kv = std::make_unique<KvStorage>(*rank.backend, rank.model->config(), rank.model->local_kv_heads(), num_blocks, page_size, dtype);
   }
   for (int r = 1; r < size(); ++r) ranks_[static_cast<size_t>(r)].thread = std::thread([this, r] { worker(r); });
+  if (channel_) channel_->send_handshake(KvLayout{num_blocks, page_size, dtype}, model_fingerprint(ranks_[0].model->config(), tp_size_));
 }
 
 void TensorParallelGroup::forward(const Batch& batch, std::vector<float>& logits) {
   Rank& self = ranks_[0];
+  if (channel_) {
+    forward_remote(batch, logits);
+    return;
+  }
   if (size() == 1) {
     self.model->forward(batch, *self.kv, logits);
     return;
@@ -69,18 +97,58 @@ void TensorParallelGroup::forward(const Batch& batch, std::vector<float>& logits
   account_collectives();
 }
 
+void TensorParallelGroup::forward_remote(const Batch& batch, std::vector<float>& logits) {
+  Rank& self = ranks_[0];
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::vector<int64_t>> durations = channel_->send_step(batch, previous_.size());
+  comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  durations.insert(durations.begin(), std::exchange(previous_, {}));
+  account(durations);
+  try {
+    self.model->forward(batch, *self.kv, logits);
+  } catch (const std::exception& ex) {
+    self.comm->abort(std::string("rank 0 failed: ") + ex.what());  // closes the connections: the workers fail too
+    throw;
+  }
+  previous_ = self.comm->take_durations();
+}
+
+std::chrono::milliseconds TensorParallelGroup::keep_alive_interval() const {
+  return channel_ ? std::max(std::chrono::milliseconds(50), timeout_ / 4) : std::chrono::milliseconds(0);
+}
+
+void TensorParallelGroup::keep_alive() {
+  if (!channel_) return;
+  auto durations = channel_->send(RankMessage::kKeepAlive, previous_.size());
+  durations.insert(durations.begin(), std::exchange(previous_, {}));
+  account(durations);
+}
+
+void TensorParallelGroup::stop_remote() {
+  if (!channel_) return;
+  try {
+    channel_->send(RankMessage::kShutdown, previous_.size());
+  } catch (const std::exception&) {
+    // The group failed earlier (that error went to the step that saw it); the workers have stopped already.
+  }
+}
+
 void TensorParallelGroup::account_collectives() {
-  std::vector<std::vector<TimedCommunicator::Interval>> per_rank;
-  for (Rank& rank : ranks_) per_rank.push_back(rank.comm->take_intervals());
+  std::vector<std::vector<int64_t>> durations;
+  for (Rank& rank : ranks_) durations.push_back(rank.comm->take_durations());
+  account(durations);
+}
+
+void TensorParallelGroup::account(const std::vector<std::vector<int64_t>>& per_rank) {
   const size_t n = per_rank[0].size();
-  for (const auto& intervals : per_rank) {
-    if (intervals.size() != n) throw Error(ErrorKind::kInternal, "tensor-parallel ranks ran different numbers of collectives");
+  for (const auto& d : per_rank) {
+    if (d.size() != n) throw Error(ErrorKind::kInternal, "tensor-parallel ranks ran different numbers of collectives");
   }
   int64_t shortest_ns = 0, rank0_ns = 0;
   for (size_t i = 0; i < n; ++i) {
-    int64_t shortest = per_rank[0][i].end_ns - per_rank[0][i].start_ns;
+    int64_t shortest = per_rank[0][i];
     rank0_ns += shortest;
-    for (const auto& intervals : per_rank) shortest = std::min(shortest, intervals[i].end_ns - intervals[i].start_ns);
+    for (const auto& d : per_rank) shortest = std::min(shortest, d[i]);
     shortest_ns += shortest;
   }
   comm_seconds_ += static_cast<double>(shortest_ns) * 1e-9;

@@ -1,10 +1,12 @@
 // The tensor-parallel ranks of one engine replica: every rank has its own CPU backend, weight shard and KV cache
 // shard (its KV heads; the block tables are the replica's, shared). Rank 0 runs on the caller's thread (the engine
-// loop); ranks 1..tp_size-1 are worker threads that run the same Batch in lockstep, joined by a `local` communicator.
-// A failing rank aborts the communicator, so the step throws on every rank instead of hanging; the group then stays
-// broken and every later step throws.
+// loop). Ranks 1..tp_size-1 are either worker threads joined by a `local` communicator, or worker processes
+// (runtime/tensor_parallel_worker.h) joined by a gloo communicator, to which rank 0 sends each step's Batch
+// (runtime/step_channel.h); every rank runs the same Batch in lockstep. A failing rank aborts the communicator, so
+// the step throws on every rank instead of hanging; the group then stays broken and every later step throws.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "comm/communicator.h"
 #include "model/batch.h"
 #include "model/kv_storage.h"
 #include "model/model.h"
@@ -22,6 +25,7 @@
 namespace servetune {
 
 class Checkpoint;
+class StepChannel;
 class TimedCommunicator;
 
 class TensorParallelGroup {
@@ -29,25 +33,37 @@ class TensorParallelGroup {
   // Loads every rank's shard of `checkpoint` (sequentially, on this thread); each rank's backend gets
   // `threads_per_rank` threads. Throws Error(kUsage) when the model cannot be split tp_size ways.
   TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int tp_size, int threads_per_rank,
-                      CompileOptions compile = {});
+                      CompileOptions compile = {}, std::chrono::milliseconds timeout = kDefaultCommTimeout);
+  // This process is rank 0 of `comm`'s group (size tp_size); the other ranks are worker processes, told the KV
+  // layout by create_kv() and each step by forward(), and stopped when the group is destroyed.
+  // `timeout` is the communicator's (the workers' wait for the next message).
+  TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int threads, std::unique_ptr<Communicator> comm,
+                      std::chrono::milliseconds timeout, CompileOptions compile = {});
   ~TensorParallelGroup();
   TensorParallelGroup(const TensorParallelGroup&) = delete;
   TensorParallelGroup& operator=(const TensorParallelGroup&) = delete;
 
-  int size() const { return static_cast<int>(ranks_.size()); }
+  int size() const { return static_cast<int>(ranks_.size()); }  // ranks in this process
   Backend& backend(int rank) { return *ranks_[static_cast<size_t>(rank)].backend; }
   Model& model(int rank) { return *ranks_[static_cast<size_t>(rank)].model; }
   // Bytes one KV block takes summed over all ranks (replicated KV heads count once per rank holding them).
   int64_t kv_block_bytes(int64_t page_size, DType dtype) const;
-  // Allocates every rank's KV cache shard of `num_blocks` blocks; then starts the worker ranks.
+  // Allocates every rank's KV cache shard of `num_blocks` blocks; then starts the worker ranks (threads), or
+  // checks the worker processes loaded the same model and has them allocate theirs.
   void create_kv(int64_t num_blocks, int64_t page_size, DType dtype);
   KvStorage& kv(int rank) { return *ranks_[static_cast<size_t>(rank)].kv; }
 
   // Runs `batch` on every rank; `logits` receives the full-vocabulary logits (rank 0's copy). Call from one thread.
   void forward(const Batch& batch, std::vector<float>& logits);
+  // How often an idle engine must call keep_alive() so worker processes waiting for the next step do not time out
+  // (zero: never).
+  std::chrono::milliseconds keep_alive_interval() const;
+  void keep_alive();
+
   // Over all steps: the cost of the communication path itself — per collective, the shortest time any rank spent
   // in it (the last rank to arrive waits for nobody) — and rank 0's further time in collectives, spent waiting for
-  // slower ranks (uneven work, OS scheduling).
+  // slower ranks (uneven work, OS scheduling). With worker processes, rank 0's time sending the Batch counts as
+  // collective time, and the workers' timings arrive with the next message (one step late).
   double comm_seconds() const { return comm_seconds_; }
   double comm_wait_seconds() const { return comm_wait_seconds_; }
 
@@ -64,9 +80,16 @@ class TensorParallelGroup {
 
   void worker(int rank);
   void account_collectives();
+  void account(const std::vector<std::vector<int64_t>>& durations);  // [rank][collective] ns
+  void forward_remote(const Batch& batch, std::vector<float>& logits);
+  void stop_remote();
   void stop_workers();
 
   std::vector<Rank> ranks_;
+  int tp_size_ = 1;
+  std::chrono::milliseconds timeout_{0};
+  std::unique_ptr<StepChannel> channel_;  // worker processes only
+  std::vector<int64_t> previous_;         // rank 0's collective durations since its last message (worker processes)
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
   const Batch* batch_ = nullptr;

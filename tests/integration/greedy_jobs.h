@@ -1,5 +1,5 @@
-// Greedy request batches for the engine's integration tests: a mixed batch of stories-style prompts (some sharing a
-// prefix), submitting them greedily, and collecting every request's tokens to its end.
+// Greedy request batches for the engine's integration tests: an engine config with chunked prefill, a mixed batch of
+// stories-style prompts (some sharing a prefix), submitting them greedily, and collecting every request's tokens.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,6 +12,16 @@
 #include "tokenizer/tokenizer.h"
 
 namespace servetune::testing {
+
+// An engine on `model` whose steps mix chunked prefills (16 tokens of a prompt, 48 in all) with decodes.
+inline EngineConfig chunked_config(const std::string& model) {
+  EngineConfig c;
+  c.model = model;
+  c.max_total_tokens = 16384;
+  c.chunked_prefill_size = 16;  // long prompts take several steps
+  c.max_prefill_tokens = 48;
+  return c;
+}
 
 struct Job {
   std::vector<int32_t> prompt;

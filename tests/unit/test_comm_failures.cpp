@@ -2,20 +2,14 @@
 // Error within the timeout (no hang); mismatched calls; the backend factory's errors; the TCP rendezvous store;
 // gloo over the TCP store; and a real two-process gloo group (this test binary re-run as rank 1).
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <stdexcept>
 
+#include "child_process.h"
 #include "comm/tcp_store.h"
 #include "comm_test_util.h"
 #include "core/error.h"
-
-extern char** environ;
 
 namespace servetune {
 namespace {
@@ -173,18 +167,6 @@ TEST(TcpStore, ClientWithoutServerFailsWithinTimeout) {
   EXPECT_THROW(TcpStore("127.0.0.1", 1, false, std::chrono::milliseconds(200)), Error);
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 void gloo_rank_body(Communicator& c) {
   std::vector<float> v = {static_cast<float>(c.rank() + 1), 2.0f};
   c.all_reduce(v.data(), v.size(), ReduceOp::kSum);
@@ -197,7 +179,7 @@ void gloo_rank_body(Communicator& c) {
 }
 
 TEST(GlooComm, RendezvousOverTheTcpStore) {
-  const std::string addr = "127.0.0.1:" + std::to_string(free_port());
+  const std::string addr = "127.0.0.1:" + std::to_string(testing::free_port());
   std::vector<std::string> errors(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
@@ -233,17 +215,9 @@ TEST(GlooComm, TwoProcessesChildRank) {
 }
 
 TEST(GlooComm, TwoProcesses) {
-  const std::string addr = "127.0.0.1:" + std::to_string(free_port());
-  const std::string env_addr = "SERVETUNE_COMM_CHILD_ADDR=" + addr;
-  std::vector<char*> envp;
-  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
-  envp.push_back(const_cast<char*>(env_addr.c_str()));
-  envp.push_back(nullptr);
-  std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::string filter = "--gtest_filter=GlooComm.TwoProcessesChildRank";
-  char* argv[] = {exe.data(), filter.data(), nullptr};
-  pid_t child = 0;
-  ASSERT_EQ(posix_spawn(&child, exe.c_str(), nullptr, nullptr, argv, envp.data()), 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(testing::free_port());
+  testing::ChildProcess child("GlooComm.TwoProcessesChildRank", "SERVETUNE_COMM_CHILD_ADDR=" + addr);
+  ASSERT_TRUE(child.started());
   std::string error;
   try {
     CommSpec spec;
@@ -256,10 +230,8 @@ TEST(GlooComm, TwoProcesses) {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_EQ(error, "");
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child rank failed, status " << status;
+  EXPECT_TRUE(child.succeeded()) << "child rank failed, status " << child.wait();
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "backend/cpu/attention_simd.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/ops_reference.h"
+#include "backend/cpu/vector_math.h"
 #include "core/cpu_features.h"
 #include "core/half.h"
 
@@ -121,6 +122,50 @@ TEST(CpuOps, SiluMulAvx2MatchesReference) {
   check_silu_mul(&detail::silu_mul_f32_avx2);
 }
 
+// max_value and exp_scaled (the sampler's softmax) against std on lengths around the vector widths, with the
+// maximum in the vector part and in the scalar tail.
+TEST(CpuOps, VectorMathMatchesStd) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 8.0f);
+  for (size_t n : {1u, 7u, 8u, 15u, 16u, 17u, 33u, 49152u}) {
+    for (size_t peak : {size_t{0}, n - 1}) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = normal(rng);
+      x[peak] = 100.0f;
+      ASSERT_EQ(cpu::max_value(x), 100.0f) << n;
+      std::vector<float> out(n);
+      const double sum = cpu::exp_scaled(x, 100.0f, 0.5f, out);
+      double want_sum = 0.0;
+      for (size_t i = 0; i < n; ++i) {
+        const float want = std::exp((x[i] - 100.0f) * 0.5f);
+        ASSERT_NEAR(out[i], want, 2e-6f * want + 1e-37f) << "n " << n << " at " << i;
+        want_sum += want;
+      }
+      EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum) << n;
+    }
+  }
+}
+
+// to_f16 (the f16 KV cache's stores) equals the scalar conversion on normal, subnormal, overflowing and
+// tie-breaking values, at lengths around the vector widths.
+TEST(CpuOps, ToF16MatchesScalarConversion) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::vector<float> specials = {0.0f, -0.0f, 65504.0f, 65520.0f, 1e6f, -1e6f, 6e-8f, 3e-8f, 1e-5f, -2e-6f,
+                                 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, INFINITY, -INFINITY};
+  for (size_t n : {1u, 15u, 16u, 17u, 40u, 1000u}) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = i % 3 == 0 ? specials[i / 3 % specials.size()] : normal(rng);
+    std::vector<uint16_t> got(n);
+    cpu::to_f16(x, got.data());
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], f32_to_fp16(x[i])) << "n " << n << " value " << x[i];
+  }
+  uint16_t nan_half = 0;
+  const float nan = NAN;
+  cpu::to_f16({&nan, 1}, &nan_half);
+  EXPECT_TRUE(std::isnan(fp16_to_f32(nan_half)));
+}
+
 TEST(CpuOps, RopeIsARotation) {
   // Rotation keeps each pair's norm, and position 0 is the identity, in both pair layouts.
   for (bool neox : {false, true}) {
@@ -199,6 +244,32 @@ TEST(CpuOps, FusedRopeStoreQkvEqualsRopeThenStore) {
       EXPECT_EQ(q_fused, q) << "neox " << neox;
       EXPECT_EQ(std::memcmp(k_fused->data(), k_ref->data(), cache_bytes), 0) << "neox " << neox;
       EXPECT_EQ(std::memcmp(v_fused->data(), v_ref->data(), cache_bytes), 0) << "neox " << neox;
+    }
+  }
+}
+
+// The backend's per-position cos/sin table gives the reference rotation bit for bit, while positions grow the
+// table, for both pair layouts, after a parameter change (rebuilt), and for positions past the table (fallback).
+TEST(CpuOps, BackendRopeTableEqualsReference) {
+  CpuBackend backend(2);
+  const std::vector<std::vector<int32_t>> batches = {{5, 0, 300, 7}, {1000, 2, 3}, {70000, 4}, {9, 1}};
+  for (float theta : {10000.0f, 500000.0f}) {
+    for (bool neox : {false, true}) {
+      RopeParams p;
+      p.head_dim = 64;
+      p.rope_dim = 48;
+      p.theta = theta;
+      p.neox = neox;
+      for (const auto& positions : batches) {
+        const auto n = static_cast<int64_t>(positions.size());
+        const int64_t n_heads = 3;
+        std::vector<float> x(static_cast<size_t>(n * n_heads * p.head_dim));
+        std::iota(x.begin(), x.end(), -50.0f);
+        auto want = x;
+        ref::rope(want.data(), positions.data(), n, n_heads, p);
+        backend.rope(x.data(), positions.data(), n, n_heads, p);
+        ASSERT_EQ(x, want) << "theta " << theta << " neox " << neox << " first position " << positions[0];
+      }
     }
   }
 }

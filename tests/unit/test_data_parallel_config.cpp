@@ -1,5 +1,6 @@
 // Data-parallel settings: the replica router's choices (round_robin, shortest_queue) and EngineConfig's validity
-// rules for dp_size / tp_size / load_balance_method, with the messages a user sees.
+// rules for dp_size / tp_size / load_balance_method and for placing tensor-parallel ranks in processes (comm_backend,
+// nnodes, node_rank, dist_init_addr, dist_timeout), with the messages a user sees.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -105,6 +106,86 @@ TEST(DataParallelConfig, LoadBalanceMethodRoundTripsThroughJson) {
   EngineConfig back;
   from_json(j, back);
   EXPECT_EQ(back.load_balance_method, "shortest_queue");
+}
+
+// tp 2 over gloo, this process being `node_rank`.
+EngineConfig gloo_node(int node_rank) {
+  EngineConfig c = with_model();
+  c.tp_size = 2;
+  c.threads = 1;  // one rank in this process
+  c.comm_backend = "gloo";
+  c.nnodes = 2;
+  c.node_rank = node_rank;
+  c.dist_init_addr = "127.0.0.1:29500";
+  return c;
+}
+
+TEST(PlacementConfig, GlooRanksInProcessesFollowSglangsNodeFlags) {
+  EXPECT_NO_THROW(gloo_node(0).validate());
+  EXPECT_NO_THROW(gloo_node(1).validate());
+  EngineConfig c = gloo_node(0);
+  c.tp_size = 1;
+  c.nnodes = 1;
+  EXPECT_NE(usage_message(c).find("comm_backend gloo connects the tensor-parallel ranks of several processes; it needs tp_size > 1"),
+            std::string::npos);
+  c = gloo_node(0);
+  c.nnodes = 1;  // both ranks on this node: its process starts the other one, and needs a thread for each
+  EXPECT_NE(usage_message(c).find("tp_size x dp_size = 2 ranks need at least one thread each, but threads = 1"), std::string::npos);
+  c.threads = 2;
+  EXPECT_NO_THROW(c.validate());
+  c.tp_size = 4;
+  c.nnodes = 3;
+  c.threads = 4;
+  EXPECT_NE(usage_message(c).find("spreads tp_size = 4 ranks evenly over nnodes = 3 nodes, which does not divide it"), std::string::npos);
+  EXPECT_EQ(c.combination_problem(), usage_message(c));
+  c = gloo_node(0);
+  c.dist_init_addr.clear();
+  EXPECT_NE(usage_message(c).find("comm_backend gloo needs dist_init_addr"), std::string::npos);
+  c = gloo_node(0);
+  c.dp_size = 2;
+  c.threads = 2;
+  EXPECT_NE(usage_message(c).find("comm_backend gloo with dp_size > 1 is not implemented yet"), std::string::npos);
+  c = gloo_node(2);
+  EXPECT_NE(usage_message(c).find("node_rank must be in [0, nnodes), got 2 with nnodes = 2"), std::string::npos);
+  c = gloo_node(0);
+  c.dist_init_addr = "localhost";
+  EXPECT_NE(usage_message(c).find("dist_init_addr"), std::string::npos);
+  c = gloo_node(0);
+  c.dist_timeout = 0;
+  EXPECT_NE(usage_message(c).find("dist_timeout must be at least 1 second"), std::string::npos);
+}
+
+TEST(PlacementConfig, NodeFlagsWithoutGlooAreErrorsNotIgnored) {
+  EngineConfig c = gloo_node(0);
+  c.comm_backend = "local";
+  EXPECT_NE(usage_message(c).find("nnodes and node_rank place tensor-parallel ranks in several processes, which needs comm_backend gloo"),
+            std::string::npos);
+  c.nnodes = 1;
+  EXPECT_NE(usage_message(c).find("dist_init_addr is the rendezvous of comm_backend gloo"), std::string::npos);
+  c.comm_backend = "mpi";
+  EXPECT_NE(usage_message(c).find("comm_backend must be local, gloo or nccl, got 'mpi'"), std::string::npos);
+  c = with_model();
+  c.comm_backend = "nccl";
+  try {
+    c.validate();
+    ADD_FAILURE() << "nccl on the CPU device was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+  }
+}
+
+TEST(PlacementConfig, RoundTripsThroughJson) {
+  EngineConfig c = gloo_node(1);
+  c.dist_timeout = 7;
+  nlohmann::json j;
+  to_json(j, c);
+  EngineConfig back;
+  from_json(j, back);
+  EXPECT_EQ(back.comm_backend, "gloo");
+  EXPECT_EQ(back.nnodes, 2);
+  EXPECT_EQ(back.node_rank, 1);
+  EXPECT_EQ(back.dist_init_addr, "127.0.0.1:29500");
+  EXPECT_EQ(back.dist_timeout, 7);
 }
 
 }  // namespace

@@ -91,6 +91,31 @@ TEST(Sampler, TemperatureMatchesSoftmax) {
   }
 }
 
+// A vocabulary of several blocks with the mass on tokens spread over them, including the first and the last
+// token and one past the last whole block: the draw walks block sums, then tokens.
+TEST(Sampler, LargeVocabularyMatchesSoftmax) {
+  std::vector<float> base(1000, -3.0f);
+  const std::map<int32_t, float> heavy = {{0, 2.0f}, {255, 1.0f}, {256, 1.5f}, {700, 2.5f}, {770, 0.5f}, {999, 1.0f}};
+  for (const auto& [t, l] : heavy) base[static_cast<size_t>(t)] = l;
+  SamplingParams p;
+  p.temperature = 0.7f;
+  Sampler s(p, 5, {});
+  std::map<int32_t, int> counts;
+  const int n = 40000;
+  for (int i = 0; i < n; ++i) {
+    auto l = base;
+    ++counts[s.sample(l).token];
+  }
+  double z = 0;
+  for (float v : base) z += std::exp(v / 0.7);
+  double light = 0;
+  for (const auto& [t, c] : counts) {
+    if (!heavy.count(t)) light += c;
+  }
+  for (const auto& [t, l] : heavy) EXPECT_NEAR(counts[t] / static_cast<double>(n), std::exp(l / 0.7) / z, 0.01) << t;
+  EXPECT_NEAR(light / n, 994 * std::exp(-3.0 / 0.7) / z, 0.01);
+}
+
 TEST(Sampler, PenaltiesAndBans) {
   SamplingParams p;
   p.temperature = 0.0f;

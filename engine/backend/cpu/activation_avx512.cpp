@@ -9,4 +9,12 @@ void silu_mul_f32_avx512(const float* gate, const float* up, int64_t in_stride, 
   activation_impl::silu_mul<simd::Avx512>(gate, up, in_stride, n, ffn, out);
 }
 
+float max_value_avx512(const float* x, int64_t n) { return activation_impl::max_value<simd::Avx512>(x, n); }
+
+double exp_scaled_avx512(const float* x, int64_t n, float shift, float scale, float* out) {
+  return activation_impl::exp_scaled<simd::Avx512>(x, n, shift, scale, out);
+}
+
+void to_f16_avx512(const float* x, int64_t n, uint16_t* out) { activation_impl::to_f16<simd::Avx512>(x, n, out); }
+
 }  // namespace servetune::cpu::detail

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/half.h"
+
 namespace servetune::cpu::detail::activation_impl {
 
 template <class S>
@@ -22,6 +24,53 @@ void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, 
     }
     for (; i < ffn; ++i) o[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
   }
+}
+
+// The largest of x[0, n) (n >= 1).
+template <class S>
+float max_value(const float* x, int64_t n) {
+  constexpr int W = S::kWidth;
+  float best = x[0];
+  int64_t i = 0;
+  if (n >= W) {
+    auto m = S::load(x);
+    for (i = W; i + W <= n; i += W) m = S::max(m, S::load(x + i));
+    best = S::hmax(m);
+  }
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  return best;
+}
+
+// out[i] = e^((x[i] - shift) * scale) for i < n; returns their sum (per-lane float sums added in double).
+template <class S>
+double exp_scaled(const float* x, int64_t n, float shift, float scale, float* out) {
+  constexpr int W = S::kWidth;
+  const auto vshift = S::set1(shift), vscale = S::set1(scale);
+  auto sum = S::zero();
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    const auto e = S::exp(S::mul(S::sub(S::load(x + i), vshift), vscale));
+    S::store(out + i, e);
+    sum = S::add(sum, e);
+  }
+  float lanes[W];
+  S::store(lanes, sum);
+  double total = 0.0;
+  for (float lane : lanes) total += lane;
+  for (; i < n; ++i) {
+    out[i] = std::exp((x[i] - shift) * scale);
+    total += out[i];
+  }
+  return total;
+}
+
+// out[i] = x[i] as IEEE half (round to nearest even) for i < n.
+template <class S>
+void to_f16(const float* x, int64_t n, uint16_t* out) {
+  constexpr int W = S::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) S::store(out + i, S::load(x + i));
+  for (; i < n; ++i) out[i] = f32_to_fp16(x[i]);
 }
 
 }  // namespace servetune::cpu::detail::activation_impl

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <utility>
 
 #include <immintrin.h>
 
@@ -42,6 +44,60 @@ struct RowPrefetcher {
   }
 };
 
+// Scores of the m (<= W) keys `rows` (the rest of the W lanes padded) for each of the n_group query heads:
+// scores[g * stride + j0 + i] = q_g . row_i * scale.
+template <class S, int NV, class T>
+void score_block(const T* const* rows, int m, const float* q, int64_t n_group, int64_t stride, int64_t j0, float scale,
+                 float* scores) {
+  using V = typename S::V;
+  constexpr int W = S::kWidth;
+  constexpr int64_t kHd = int64_t{NV} * W;
+  for (int64_t g = 0; g < n_group; ++g) {
+    const float* qg = q + g * kHd;
+    V qv[NV];
+    for (int v = 0; v < NV; ++v) qv[v] = S::load(qg + v * W);
+    V acc[W];
+    for (int i = 0; i < W; ++i) {
+      if (i < m) {
+        V a = S::mul(qv[0], S::load(rows[i]));
+        for (int v = 1; v < NV; ++v) a = S::fmadd(qv[v], S::load(rows[i] + v * W), a);
+        acc[i] = a;
+      } else {
+        acc[i] = S::zero();
+      }
+    }
+    S::store(scores + g * stride + j0, S::mul(S::reduce(acc), S::set1(scale)));
+  }
+}
+
+// out[g] = sum_j p[g, j] * V row j for the G heads of a pass, p[g, j] = scores[g * stride + j] * inv[g].
+template <class S, int NV, class KvT, int G>
+void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* scores, int64_t stride,
+                const float* inv, float* out) {
+  using V = typename S::V;
+  constexpr int W = S::kWidth;
+  constexpr int64_t kHd = int64_t{NV} * W;
+  const int64_t width = kv.n_kv_heads * kHd;
+  const KvT* v_base = static_cast<const KvT*>(kv.v);
+  V acc[G * NV];
+  for (auto& a : acc) a = S::zero();
+  SlotWalker values{table, kv.page_size};
+  RowPrefetcher<KvT, kHd * sizeof(KvT)> value_ahead(table, kv.page_size, v_base, width, n_ctx, 32);
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    const KvT* v = v_base + values.next() * width;
+    value_ahead.fetch();
+    V row[NV];  // loaded (and widened) once for all heads of the pass
+    for (int i = 0; i < NV; ++i) row[i] = S::load(v + i * W);
+    for (int g = 0; g < G; ++g) {
+      const V w = S::set1(scores[g * stride + j] * inv[g]);
+      for (int i = 0; i < NV; ++i) acc[g * NV + i] = S::fmadd(w, row[i], acc[g * NV + i]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int i = 0; i < NV; ++i) S::store(out + g * kHd + i * W, acc[g * NV + i]);
+  }
+}
+
 template <class S, int NV, class KvT>
 void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* q, int64_t n_group, float scale,
            float* scores, float* out) {
@@ -56,28 +112,31 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
   // Scores: W keys at a time, each dot product reduced to one lane of a vector.
   SlotWalker keys{table, kv.page_size};
   RowPrefetcher<KvT, kHd * sizeof(KvT)> key_ahead(table, kv.page_size, k_base, width, n_ctx, 2 * W);
+  // V rows are requested alongside the K rows, so the weighted sum does not start cold on DRAM; only while this
+  // head's V rows stay cached meanwhile (long contexts rely on the value loop's own prefetch).
+  const bool values_early = n_ctx * kHd * static_cast<int64_t>(sizeof(KvT)) <= 256 * 1024;
+  RowPrefetcher<KvT, kHd * sizeof(KvT)> value_early(table, kv.page_size, v_base, width, values_early ? n_ctx : 0, 2 * W);
   for (int64_t j0 = 0; j0 < n_ctx; j0 += W) {
     const int m = static_cast<int>(std::min<int64_t>(W, n_ctx - j0));
     const KvT* rows[W];
     for (int i = 0; i < m; ++i) {
       rows[i] = k_base + keys.next() * width;
       key_ahead.fetch();
+      value_early.fetch();
     }
-    for (int64_t g = 0; g < n_group; ++g) {
-      const float* qg = q + g * kHd;
-      V qv[NV];
-      for (int v = 0; v < NV; ++v) qv[v] = S::load(qg + v * W);
-      V acc[W];
-      for (int i = 0; i < W; ++i) {
-        if (i < m) {
-          V a = S::mul(qv[0], S::load(rows[i]));
-          for (int v = 1; v < NV; ++v) a = S::fmadd(qv[v], S::load(rows[i] + v * W), a);
-          acc[i] = a;
-        } else {
-          acc[i] = S::zero();
-        }
+    if constexpr (std::is_same_v<KvT, float>) {
+      score_block<S, NV>(rows, m, q, n_group, stride, j0, scale, scores);
+    } else if (n_group == 1) {
+      score_block<S, NV>(rows, m, q, n_group, stride, j0, scale, scores);
+    } else {
+      // Several heads read each key: widen the block's f16 rows once (exactly) instead of once per head.
+      alignas(64) float wide[W * kHd];
+      const float* wide_rows[W];
+      for (int i = 0; i < m; ++i) {
+        for (int v = 0; v < NV; ++v) S::store(wide + i * kHd + v * W, S::load(rows[i] + v * W));
+        wide_rows[i] = wide + i * kHd;
       }
-      S::store(scores + g * stride + j0, S::mul(S::reduce(acc), S::set1(scale)));
+      score_block<S, NV>(wide_rows, m, q, n_group, stride, j0, scale, scores);
     }
   }
 
@@ -98,27 +157,17 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     inv[g] = 1.0f / S::hsum(sum);
   }
 
-  // Weighted sum of values, for as many heads at a time as the accumulators fit in registers.
+  // Weighted sum of values, for as many heads at a time as the accumulators fit in registers (the head count of a
+  // pass is a template argument, so the accumulators stay in registers).
   constexpr int kHeadsPerPass = std::max(1, S::kAccRegs / NV);
   for (int64_t g0 = 0; g0 < n_group; g0 += kHeadsPerPass) {
     const int gc = static_cast<int>(std::min<int64_t>(kHeadsPerPass, n_group - g0));
-    V acc[kHeadsPerPass * NV];
-    for (auto& a : acc) a = S::zero();
-    SlotWalker values{table, kv.page_size};
-    RowPrefetcher<KvT, kHd * sizeof(KvT)> value_ahead(table, kv.page_size, v_base, width, n_ctx, 32);
-    for (int64_t j = 0; j < n_ctx; ++j) {
-      const KvT* v = v_base + values.next() * width;
-      value_ahead.fetch();
-      for (int g = 0; g < kHeadsPerPass; ++g) {
-        if (g < gc) {
-          const V w = S::set1(scores[(g0 + g) * stride + j] * inv[g0 + g]);
-          for (int i = 0; i < NV; ++i) acc[g * NV + i] = S::fmadd(w, S::load(v + i * W), acc[g * NV + i]);
-        }
-      }
-    }
-    for (int g = 0; g < gc; ++g) {
-      for (int i = 0; i < NV; ++i) S::store(out + (g0 + g) * kHd + i * W, acc[g * NV + i]);
-    }
+    [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
+      ((gc == Gs + 1 && (value_pass<S, NV, KvT, Gs + 1>(kv, table, n_ctx, scores + g0 * stride, stride, inv + g0,
+                                                        out + g0 * kHd),
+                         true)) ||
+       ...);
+    }(std::make_integer_sequence<int, kHeadsPerPass>{});
   }
 }
 

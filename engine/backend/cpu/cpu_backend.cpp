@@ -1,6 +1,7 @@
 // CPU backend: parallel loops over the reference ops, SIMD matmul, host buffers aligned for AVX-512.
 #include "backend/cpu/cpu_backend.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -10,6 +11,7 @@
 #include "backend/cpu/matmul.h"
 #include "core/cpu_features.h"
 #include "backend/cpu/ops_reference.h"
+#include "backend/cpu/vector_math.h"
 #include "core/error.h"
 
 namespace servetune {
@@ -60,19 +62,76 @@ void CpuBackend::rms_norm(const float* x, const float* w, float* y, int64_t n, i
   });
 }
 
-void CpuBackend::matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) {
-  MatrixView view{w.data, w.type, w.rows, w.cols, w.row_bytes};
-  cpu::matmul(view, x, n, w.cols, y, w.rows, pool_);
-  if (bias != nullptr) {
-    for (int64_t t = 0; t < n; ++t) {
-      for (int64_t r = 0; r < w.rows; ++r) y[t * w.rows + r] += bias[r];
-    }
+namespace {
+
+MatrixView view_of(const WeightMatrix& w) { return {w.data, w.type, w.rows, w.cols, w.row_bytes}; }
+
+void add_bias(const float* bias, int64_t rows, int64_t n, float* y) {
+  if (bias == nullptr) return;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t r = 0; r < rows; ++r) y[t * rows + r] += bias[r];
   }
 }
 
+}  // namespace
+
+void CpuBackend::matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) {
+  cpu::matmul(view_of(w), x, n, w.cols, y, w.rows, pool_);
+  add_bias(bias, w.rows, n, y);
+}
+
+void CpuBackend::matmuls(std::span<const MatmulOut> outs, const float* x, int64_t n) {
+  constexpr size_t kMaxTargets = 8;
+  bool shared = !outs.empty() && outs.size() <= kMaxTargets;
+  for (const MatmulOut& o : outs) {
+    shared = shared && o.w->cols == outs[0].w->cols && matmul_shares_activations(o.w->type, outs[0].w->type);
+  }
+  if (!shared) {
+    Backend::matmuls(outs, x, n);
+    return;
+  }
+  MatmulTarget targets[kMaxTargets];
+  for (size_t i = 0; i < outs.size(); ++i) targets[i] = {view_of(*outs[i].w), outs[i].y, outs[i].w->rows};
+  cpu::matmul_multi(targets, static_cast<int>(outs.size()), x, n, outs[0].w->cols, pool_);
+  for (const MatmulOut& o : outs) add_bias(o.bias, o.w->rows, n, o.y);
+}
+
+const float* CpuBackend::rope_rows(const RopeParams& p, int32_t max_position) {
+  const bool same = p.rope_dim == rope_key_.rope_dim && p.theta == rope_key_.theta &&
+                    p.freq_scale == rope_key_.freq_scale && p.freq_factors == rope_key_.freq_factors;
+  if (!same) {
+    rope_key_ = p;
+    rope_rows_.clear();
+  }
+  const auto have = static_cast<int64_t>(rope_rows_.size()) / std::max<int64_t>(p.rope_dim, 1);
+  if (max_position >= have) {
+    rope_rows_.resize(static_cast<size_t>((max_position + 1) * p.rope_dim));
+    for (int64_t pos = have; pos <= max_position; ++pos) {
+      ref::rope_cache(static_cast<float>(pos), p, rope_rows_.data() + pos * p.rope_dim);
+    }
+  }
+  return rope_rows_.data();
+}
+
 void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) {
-  pool_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
-    ref::rope(x + begin * n_heads * p.head_dim, positions + begin, end - begin, n_heads, p);
+  constexpr int32_t kTabledPositions = 1 << 16;
+  int32_t max_position = 0, min_position = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    max_position = std::max(max_position, positions[t]);
+    min_position = std::min(min_position, positions[t]);
+  }
+  if (max_position >= kTabledPositions || min_position < 0 || p.rope_dim <= 0) {
+    pool_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+      ref::rope(x + begin * n_heads * p.head_dim, positions + begin, end - begin, n_heads, p);
+    });
+    return;
+  }
+  const float* rows = rope_rows(p, max_position);
+  pool_.parallel_for(n, std::max<int64_t>(1, 64 / n_heads), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* cos_sin = rows + static_cast<int64_t>(positions[t]) * p.rope_dim;
+      for (int64_t h = 0; h < n_heads; ++h) ref::rope_head(x + (t * n_heads + h) * p.head_dim, cos_sin, p);
+    }
   });
 }
 
@@ -81,8 +140,13 @@ void CpuBackend::store_kv(const KvLayerView& kv, const float* k, const float* v,
   const int64_t capacity = kv.num_blocks * kv.page_size;
   for (int64_t t = 0; t < n; ++t) {
     if (slots[t] < 0 || slots[t] >= capacity) throw Error(ErrorKind::kInternal, "KV slot out of range");
-    ref::store_kv_row(kv, kv.k, k + t * width, slots[t]);
-    ref::store_kv_row(kv, kv.v, v + t * width, slots[t]);
+    if (kv.dtype == DType::kF16) {
+      to_f16({k + t * width, static_cast<size_t>(width)}, static_cast<uint16_t*>(kv.k) + slots[t] * width);
+      to_f16({v + t * width, static_cast<size_t>(width)}, static_cast<uint16_t*>(kv.v) + slots[t] * width);
+    } else {
+      ref::store_kv_row(kv, kv.k, k + t * width, slots[t]);
+      ref::store_kv_row(kv, kv.v, v + t * width, slots[t]);
+    }
   }
 }
 
@@ -111,10 +175,12 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
     if (static_cast<int64_t>(s.size()) < scratch_floats) s.resize(static_cast<size_t>(scratch_floats));
   }
   const int64_t tasks_per_token = n_heads / heads_per_task;
-  pool_.run([&](int thread, int n_threads) {
+  // Tasks differ in context length and a thread may be preempted: they are handed out one at a time.
+  const int64_t total = batch.n_tokens * tasks_per_token;
+  std::atomic<int64_t> next{pool_.size()};
+  pool_.run([&](int thread, int) {
     float* scratch = scratch_[static_cast<size_t>(thread)].data();
-    const int64_t total = batch.n_tokens * tasks_per_token;
-    for (int64_t i = thread; i < total; i += n_threads) {
+    for (int64_t i = thread; i < total; i = next.fetch_add(1, std::memory_order_relaxed)) {
       const int64_t t = i / tasks_per_token, h = (i % tasks_per_token) * heads_per_task;
       if (group_kernel != nullptr) {
         group_kernel(kv, batch, q, n_heads, scale, t, h, heads_per_task, scratch, out);

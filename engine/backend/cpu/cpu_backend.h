@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
   void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) override;
   void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) override;
   void matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) override;
+  void matmuls(std::span<const MatmulOut> outs, const float* x, int64_t n) override;
   void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) override;
   void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) override;
   void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
@@ -34,8 +35,14 @@ class CpuBackend final : public Backend {
                       int64_t n_heads, const RopeParams& p, float* q_out) override;
 
  private:
+  // Rows of ref::rope_cache for positions [0, max_position] under `p`, computed once per position (every layer's
+  // Q and K rotate by the same angles); rebuilt when the parameters change.
+  const float* rope_rows(const RopeParams& p, int32_t max_position);
+
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per-thread attention scores
+  RopeParams rope_key_;
+  std::vector<float> rope_rows_;
 };
 
 }  // namespace servetune::cpu

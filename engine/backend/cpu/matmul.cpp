@@ -360,6 +360,8 @@ void matmul_with_isa(CpuIsa isa, const MatrixView& w, const float* x, int64_t n_
   run_matmul(kernels_for(isa), w, x, n_tokens, x_stride, y, y_stride, &pool);
 }
 
+bool matmul_shares_activations(DType a, DType b) { return act_kind(a) == act_kind(b); }
+
 void matmul_multi(const MatmulTarget* targets, int n_targets, const float* x, int64_t n_tokens, int64_t x_stride,
                   ThreadPool& pool) {
   const IsaKernels& k = kernels_for(cpu_selected_isa());

@@ -52,6 +52,8 @@ void matmul(const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_str
 // Several matrices applied to the same activations (Q/K/V, gate/up) in one parallel region with one activation
 // preparation: saves a pool wake-up and a quantization per extra matrix. All must have the same cols and activation
 // scheme (act_kind: e.g. all Q4_1, or Q4_0 mixed with Q8_0). Results equal separate matmul calls bit for bit.
+// True when matrices of these weight types can share one matmul_multi call (the same activation scheme).
+bool matmul_shares_activations(DType a, DType b);
 struct MatmulTarget {
   MatrixView w;
   float* y;

@@ -24,6 +24,14 @@ struct EngineConfig {
   int dp_size = 1;                     // engine replicas, each with threads / dp_size, KV and running requests / dp_size
   std::string load_balance_method = "round_robin";  // round_robin | shortest_queue: how requests pick a replica
   int ep_size = 1;
+  // How the tensor-parallel ranks talk: local (threads of this process) | gloo (one process per rank, on one
+  // machine or several, placed by SGLang's multi-node flags below; a node's process starts its other local ranks)
+  // | nccl (GPUs; not on the CPU device).
+  std::string comm_backend = "local";
+  int nnodes = 1;                      // gloo: machines the tp_size ranks are spread over, tp_size / nnodes processes each
+  int node_rank = 0;                   // gloo: this machine's node; 0 runs the engine (scheduler), the others workers
+  std::string dist_init_addr;          // gloo: HOST:PORT where node 0 serves the rendezvous store
+  int dist_timeout = 300;              // seconds a rank waits for its peers (rendezvous, one collective) before failing
   bool enable_dp_attention = false;
   std::string compile = "eager";       // eager | fused | graphs
   int cuda_graph_max_bs = 0;           // compile = graphs: largest decode batch captured (0: 160, as SGLang)
@@ -57,6 +65,9 @@ struct EngineConfig {
   // threads, KV capacity must leave every replica a page, ...): "" when they hold, else what is wrong. validate()
   // throws it as Error(kUsage); the tuner skips such candidates with this message.
   std::string combination_problem() const;
+  // The part of combination_problem() about where the tensor-parallel ranks run (comm_backend, nnodes, node_rank,
+  // dist_init_addr).
+  std::string placement_problem() const;
 };
 
 void to_json(nlohmann::json& j, const EngineConfig& c);

@@ -1,0 +1,19 @@
+// Whole-vector float math for host-side code outside the model (the sampler's softmax over the vocabulary),
+// dispatched to the AVX-512 / AVX2 kernels the activations use, with a plain fallback.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace servetune::cpu {
+
+// The largest element of a non-empty `x`.
+float max_value(std::span<const float> x);
+
+// out[i] = e^((x[i] - shift) * scale); returns the sum of out. `out` has x.size() elements.
+double exp_scaled(std::span<const float> x, float shift, float scale, std::span<float> out);
+
+// out[i] = x[i] as IEEE half, rounded to nearest even (as f32_to_fp16 in core/half.h).
+void to_f16(std::span<const float> x, uint16_t* out);
+
+}  // namespace servetune::cpu

@@ -1,0 +1,110 @@
+// Rank 0 -> worker messages of a multi-process tensor-parallel group (see step_channel.h).
+#include "runtime/step_channel.h"
+
+#include <string>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "model/model_config.h"
+
+namespace servetune {
+namespace {
+
+// Appends `v` to `out`.
+void put(std::vector<int32_t>& out, const std::vector<int32_t>& v) { out.insert(out.end(), v.begin(), v.end()); }
+
+// Takes the next `n` values of `in` at `at`.
+void take(const std::vector<int32_t>& in, size_t& at, size_t n, std::vector<int32_t>& v) {
+  v.assign(in.begin() + static_cast<long>(at), in.begin() + static_cast<long>(at + n));
+  at += n;
+}
+
+}  // namespace
+
+int64_t model_fingerprint(const ModelConfig& c, int tp_size) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the shape
+  for (int64_t v : {c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn, c.vocab, c.context_length,
+                    static_cast<int64_t>(tp_size)}) {
+    h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+  }
+  for (char ch : c.architecture) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  return static_cast<int64_t>(h >> 1);
+}
+
+std::vector<int64_t> StepChannel::exchange(const std::vector<int64_t>& mine, size_t worker_count) {
+  std::vector<size_t> counts(static_cast<size_t>(comm_.size()), worker_count);
+  counts[0] = kHeader;
+  std::vector<int64_t> gathered(kHeader + worker_count * static_cast<size_t>(comm_.size() - 1));
+  comm_.all_gatherv(mine.data(), gathered.data(), counts);
+  return gathered;
+}
+
+std::vector<std::vector<int64_t>> StepChannel::worker_values(const std::vector<int64_t>& gathered, size_t worker_count) const {
+  std::vector<std::vector<int64_t>> out;
+  for (int r = 1; r < comm_.size(); ++r) {
+    const auto begin = gathered.begin() + static_cast<long>(kHeader + worker_count * static_cast<size_t>(r - 1));
+    out.emplace_back(begin, begin + static_cast<long>(worker_count));
+  }
+  return out;
+}
+
+void StepChannel::send_handshake(const KvLayout& kv, int64_t fingerprint) {
+  const std::vector<int64_t> header = {static_cast<int64_t>(RankMessage::kHandshake), kv.num_blocks, kv.page_size,
+                                       static_cast<int64_t>(kv.dtype), fingerprint, 0};
+  const auto fingerprints = worker_values(exchange(header, 1), 1);
+  for (size_t w = 0; w < fingerprints.size(); ++w) {
+    if (fingerprints[w][0] != fingerprint) {
+      throw_usage("tensor-parallel rank " + std::to_string(w + 1) + " loaded a model of another shape or tp_size than rank 0; "
+                  "start every node with the same --model and --tp-size");
+    }
+  }
+}
+
+std::vector<std::vector<int64_t>> StepChannel::send_step(const Batch& b, size_t previous_collectives) {
+  const std::vector<int64_t> header = {static_cast<int64_t>(RankMessage::kStep), b.n_tokens(),
+                                       static_cast<int64_t>(b.block_tables.size()), b.max_blocks_per_seq,
+                                       static_cast<int64_t>(b.logits_indices.size()), 0};
+  auto durations = worker_values(exchange(header, previous_collectives), previous_collectives);
+  payload_.clear();
+  for (const auto* v : {&b.tokens, &b.positions, &b.seq_of_token, &b.slot_mapping, &b.block_tables, &b.logits_indices}) put(payload_, *v);
+  comm_.broadcast(payload_.data(), payload_.size(), 0);
+  return durations;
+}
+
+std::vector<std::vector<int64_t>> StepChannel::send(RankMessage kind, size_t previous_collectives) {
+  const std::vector<int64_t> header = {static_cast<int64_t>(kind), 0, 0, 0, 0, 0};
+  return worker_values(exchange(header, previous_collectives), previous_collectives);
+}
+
+KvLayout StepChannel::receive_handshake(int64_t fingerprint) {
+  const auto header = exchange({fingerprint}, 1);
+  if (header[0] != static_cast<int64_t>(RankMessage::kHandshake)) {
+    throw Error(ErrorKind::kInternal, "tensor-parallel worker expected the handshake, got message " + std::to_string(header[0]));
+  }
+  if (header[4] != fingerprint) {
+    throw_usage("this tensor-parallel worker loaded a model of another shape or tp_size than rank 0; start every node with "
+                "the same --model and --tp-size");
+  }
+  return KvLayout{header[1], header[2], static_cast<DType>(header[3])};
+}
+
+RankMessage StepChannel::receive(const std::vector<int64_t>& previous_durations, Batch& b) {
+  const auto header = exchange(previous_durations, previous_durations.size());
+  const auto kind = static_cast<RankMessage>(header[0]);
+  if (kind == RankMessage::kKeepAlive || kind == RankMessage::kShutdown) return kind;
+  if (kind != RankMessage::kStep) {
+    throw Error(ErrorKind::kInternal, "tensor-parallel worker got an unexpected message " + std::to_string(header[0]));
+  }
+  const auto n_tokens = static_cast<size_t>(header[1]), n_tables = static_cast<size_t>(header[2]);
+  const auto n_logits = static_cast<size_t>(header[4]);
+  payload_.resize(4 * n_tokens + n_tables + n_logits);
+  comm_.broadcast(payload_.data(), payload_.size(), 0);
+  size_t at = 0;
+  for (auto* v : {&b.tokens, &b.positions, &b.seq_of_token, &b.slot_mapping}) take(payload_, at, n_tokens, *v);
+  take(payload_, at, n_tables, b.block_tables);
+  take(payload_, at, n_logits, b.logits_indices);
+  b.max_blocks_per_seq = header[3];
+  return kind;
+}
+
+}  // namespace servetune

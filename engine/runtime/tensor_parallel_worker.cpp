@@ -1,0 +1,56 @@
+// The worker process loop of a multi-process tensor-parallel group (see tensor_parallel_worker.h).
+#include "runtime/tensor_parallel_worker.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "backend/backend.h"
+#include "comm/timed_communicator.h"
+#include "core/error.h"
+#include "model/checkpoint.h"
+#include "runtime/step_channel.h"
+#include "runtime/worker_launcher.h"
+
+namespace servetune {
+
+void run_tensor_parallel_worker(const EngineConfig& config, int local_rank) {
+  config.validate();
+  if (config.comm_backend != "gloo" || (config.node_rank == 0 && local_rank == 0)) {
+    throw_usage("a tensor-parallel worker runs with comm_backend gloo and node_rank > 0 (node_rank 0 runs the engine)");
+  }
+  const int local_ranks = ranks_per_node(config);
+  if (local_rank < 0 || local_rank >= local_ranks) {
+    throw_usage("local rank " + std::to_string(local_rank) + " is outside the node's " + std::to_string(local_ranks) + " ranks");
+  }
+  const auto local_workers = local_rank == 0 ? start_local_workers(config) : std::vector<std::unique_ptr<WorkerProcess>>{};
+  CommSpec spec = node_rank_spec(config.tp_size, config.nnodes, config.node_rank, local_rank, config.dist_init_addr);
+  spec.timeout = std::chrono::seconds(config.dist_timeout);
+  auto raw = make_communicator("gloo", spec);
+  Communicator& channel_comm = *raw;
+  TimedCommunicator comm(std::move(raw));
+  StepChannel channel(channel_comm);
+
+  const Checkpoint checkpoint(config.model, parse_load_format(config.load_format), config.seed);
+  const int node_threads = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = std::max(1, node_threads / local_ranks);
+  auto backend = make_backend(config.device, threads);
+  auto model = checkpoint.load(*backend, ParallelContext{spec.rank, config.tp_size, &comm}, compile_options(config));
+  const KvLayout layout = channel.receive_handshake(model_fingerprint(model->config(), config.tp_size));
+  KvStorage kv(*backend, model->config(), model->local_kv_heads(), layout.num_blocks, layout.page_size, layout.dtype);
+
+  Batch batch;
+  std::vector<float> logits;  // every rank gets the gathered logits; rank 0 samples from its copy
+  for (;;) {
+    const RankMessage message = channel.receive(comm.take_durations(), batch);
+    if (message == RankMessage::kShutdown) return;
+    if (message != RankMessage::kStep) continue;
+    try {
+      model->forward(batch, kv, logits);
+    } catch (const std::exception& ex) {
+      comm.abort("rank " + std::to_string(spec.rank) + " failed: " + ex.what());  // rank 0 fails its step at once
+      throw;
+    }
+  }
+}
+
+}  // namespace servetune

@@ -1,0 +1,215 @@
+// Tensor parallelism across two processes over gloo: this test binary is rank 0 (the engine) and re-runs itself as
+// the worker (node_rank 1, run_tensor_parallel_worker) on a free localhost port. Logits within 1e-5 relative and
+// greedy outputs of the mixed batch identical to tp 1 on stories260K and make-model's tiny-gqa (12 heads over 3 KV
+// heads, split 2 + 1 groups); an idle engine keeps its worker; a worker that never starts, dies mid-run or loads
+// another model is a clear error.
+// Through the servetune binary: with both ranks on one node (nnodes 1) the node's process starts the other itself.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+#include <nlohmann/json.hpp>
+
+#include "child_process.h"
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "integration/greedy_jobs.h"
+#include "integration/random_model.h"
+#include "integration/tp_logits.h"
+#ifdef SERVETUNE_BIN
+#include "integration/tuner/tuner_cli.h"
+#endif
+#include "model/checkpoint.h"
+#include "runtime/tensor_parallel_worker.h"
+#include "servetune/engine.h"
+#include "test_paths.h"
+
+namespace servetune {
+namespace {
+
+using testing::Job;
+
+constexpr const char* kWorkerEnv = "SERVETUNE_TP_WORKER_CONFIG";
+
+// The worker process: runs only as the child the tests below start, with its EngineConfig as JSON in kWorkerEnv.
+TEST(GlooWorker, ChildRank) {
+  const char* json = std::getenv(kWorkerEnv);
+  if (json == nullptr) GTEST_SKIP() << "runs as the worker process of the GlooTensorParallel tests";
+  try {
+    run_tensor_parallel_worker(nlohmann::json::parse(json).get<EngineConfig>());
+  } catch (const std::exception& e) {  // some tests make the worker fail on purpose; the parent checks the status
+    std::fprintf(stderr, "worker process: %s\n", e.what());
+    std::_Exit(1);
+  }
+}
+
+std::string fresh_addr() { return "127.0.0.1:" + std::to_string(testing::free_port()); }
+
+// tp 2 over gloo, one thread per process; node_rank 0 is the engine.
+EngineConfig gloo_config(const std::string& model, int node_rank, const std::string& addr) {
+  EngineConfig c = testing::chunked_config(model);
+  c.threads = 1;
+  c.tp_size = 2;
+  c.comm_backend = "gloo";
+  c.nnodes = 2;
+  c.node_rank = node_rank;
+  c.dist_init_addr = addr;
+  c.dist_timeout = 60;
+  return c;
+}
+
+// The node_rank 1 process of the group `config` describes.
+std::unique_ptr<testing::ChildProcess> start_worker(EngineConfig config) {
+  config.node_rank = 1;
+  const nlohmann::json json = config;
+  auto child = std::make_unique<testing::ChildProcess>("GlooWorker.ChildRank", std::string(kWorkerEnv) + "=" + json.dump());
+  EXPECT_TRUE(child->started());
+  return child;
+}
+
+void expect_gloo_logits_match(const std::string& model) {
+  const std::string addr = fresh_addr();
+  auto worker = start_worker(gloo_config(model, 1, addr));
+  const Checkpoint ck(model, LoadFormat::kAuto);
+  TensorParallelGroup one(ck, "cpu", 1, 1);
+  one.create_kv(testing::kLogitsKvBlocks, testing::kPage, DType::kF32);
+  {
+    CommSpec spec = node_rank_spec(2, 2, 0, 0, addr);
+    spec.timeout = std::chrono::seconds(60);
+    TensorParallelGroup two(ck, "cpu", 1, make_communicator("gloo", spec), spec.timeout);
+    two.create_kv(testing::kLogitsKvBlocks, testing::kPage, DType::kF32);
+    testing::expect_groups_match(model, {&one, &two}, {"tp 1", "tp 2 over gloo"});
+  }  // tells the worker to stop
+  EXPECT_TRUE(worker->succeeded()) << "worker status " << worker->wait();
+}
+
+TEST(GlooTensorParallelLogits, StoriesMatchOneRank) { expect_gloo_logits_match(testing::stories_path()); }
+
+TEST(GlooTensorParallelLogits, RandomLlamaWithUnevenKvGroupsMatchesOneRank) {
+  const testing::RandomModel gqa("tiny-gqa");
+  expect_gloo_logits_match(gqa.path());
+}
+
+void expect_gloo_greedy_identical(const std::string& model) {
+  std::vector<Job> jobs;
+  std::vector<std::vector<int32_t>> reference;
+  {
+    EngineConfig one = testing::chunked_config(model);
+    one.threads = 1;
+    Engine engine(one);
+    jobs = testing::mixed_jobs(engine.tokenizer(), 16, 40);
+    reference = testing::run_greedy(engine, jobs, true);
+  }
+  const std::string addr = fresh_addr();
+  auto worker = start_worker(gloo_config(model, 1, addr));
+  {
+    Engine engine(gloo_config(model, 0, addr));
+    const auto outs = testing::run_greedy(engine, jobs, true);
+    for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(outs[i], reference[i]) << model << ": request " << i;
+    const EngineStats s = engine.stats();
+    EXPECT_GT(s.comm_seconds, 0.0);
+    EXPECT_GT(s.forward_seconds, s.comm_seconds);
+    EXPECT_EQ(s.kv_blocks_used, 0);
+  }
+  EXPECT_TRUE(worker->succeeded()) << "worker status " << worker->wait();
+}
+
+TEST(GlooTensorParallel, StoriesGreedyOutputsIdenticalToOneRank) { expect_gloo_greedy_identical(testing::stories_path()); }
+
+TEST(GlooTensorParallel, RandomLlamaGreedyOutputsIdenticalToOneRank) {
+  const testing::RandomModel gqa("tiny-gqa");
+  expect_gloo_greedy_identical(gqa.path());
+}
+
+// Runs `make` and returns the Error it throws (fails the test when it does not).
+template <class F>
+Error expect_error(F&& make) {
+  try {
+    make();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected an error";
+  return Error(ErrorKind::kInternal, "");
+}
+
+TEST(GlooTensorParallel, WorkerThatNeverStartsIsAClearErrorWithinTheTimeout) {
+  EngineConfig c = gloo_config(testing::stories_path(), 0, fresh_addr());
+  c.dist_timeout = 2;
+  const Error e = expect_error([&] { Engine engine(c); });
+  EXPECT_EQ(e.kind(), ErrorKind::kIo) << e.what();
+  EXPECT_NE(std::string(e.what()).find("communicator gloo rank 0 of 2: rendezvous"), std::string::npos) << e.what();
+}
+
+TEST(GlooTensorParallel, WorkerKilledMidRunFailsTheRequestsWithAClearError) {
+  const std::string addr = fresh_addr();
+  auto worker = start_worker(gloo_config(testing::stories_path(), 1, addr));
+  Engine engine(gloo_config(testing::stories_path(), 0, addr));
+  const auto jobs = testing::mixed_jobs(engine.tokenizer(), 4, 8);
+  testing::run_greedy(engine, jobs, true);
+  worker->kill();
+  worker->wait();
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the group stays broken: the second request fails at once
+    auto stream = testing::submit_greedy(engine, jobs[0], true);
+    std::string error;
+    while (auto e = stream->next()) {
+      if (e->finish == FinishReason::kNone) continue;
+      EXPECT_EQ(e->finish, FinishReason::kError);
+      error = e->error;
+      break;
+    }
+    EXPECT_NE(error.find("engine step failed: communicator gloo rank 0 of 2"), std::string::npos) << error;
+  }
+}
+
+TEST(GlooTensorParallel, IdleLongerThanTheTimeoutKeepsTheWorker) {
+  const std::string addr = fresh_addr();
+  EngineConfig c = gloo_config(testing::stories_path(), 0, addr);
+  c.dist_timeout = 1;
+  auto worker = start_worker(c);
+  {
+    Engine engine(c);
+    const auto jobs = testing::mixed_jobs(engine.tokenizer(), 3, 6);
+    const auto first = testing::run_greedy(engine, jobs, true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // the worker waits for the next step meanwhile
+    EXPECT_EQ(testing::run_greedy(engine, jobs, true), first);
+  }
+  EXPECT_TRUE(worker->succeeded()) << "worker status " << worker->wait();
+}
+
+TEST(GlooTensorParallel, WorkerWithAnotherModelIsRefused) {
+  const testing::RandomModel gqa("tiny-gqa");
+  const std::string addr = fresh_addr();
+  auto worker = start_worker(gloo_config(gqa.path(), 1, addr));
+  const Error e = expect_error([&] { Engine engine(gloo_config(testing::stories_path(), 0, addr)); });
+  EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+  EXPECT_NE(std::string(e.what()).find("tensor-parallel rank 1 loaded a model of another shape"), std::string::npos) << e.what();
+  EXPECT_FALSE(worker->succeeded());
+}
+
+TEST(GlooTensorParallel, SeveralRanksPerNodeNeedAProgramThatCanStartThem) {
+  EngineConfig c = gloo_config(testing::stories_path(), 0, fresh_addr());
+  c.nnodes = 1;
+  c.threads = 2;
+  const Error e = expect_error([&] { Engine engine(c); });  // this test binary registers no worker launcher
+  EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+  EXPECT_NE(std::string(e.what()).find("tp_size / nnodes = 2 ranks per node need worker processes"), std::string::npos) << e.what();
+}
+
+#ifdef SERVETUNE_BIN
+TEST(GlooTensorParallelCli, NodeProcessStartsItsOtherRanksAndMatchesOneRank) {
+  const std::string common = "generate -m " + testing::stories_path() + " --prompt 'Once upon a time' --max-tokens 40 --json --threads 2";
+  const auto one = testing::servetune(common);
+  const auto two = testing::servetune(common + " --tp-size 2 --comm-backend gloo --dist-init-addr " + fresh_addr());
+  ASSERT_EQ(one.code, 0) << one.output;
+  ASSERT_EQ(two.code, 0) << two.output;
+  const auto ids = [](const std::string& out) { return nlohmann::json::parse(out.substr(out.rfind("\n{") + 1))["output_ids"]; };
+  EXPECT_EQ(ids(two.output), ids(one.output));
+  EXPECT_EQ(ids(one.output).size(), 40u);
+}
+#endif
+
+}  // namespace
+}  // namespace servetune
