@@ -34,17 +34,6 @@ int64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{8} << 30;
 }
 
-// graphs is fused plus decode graphs up to cuda_graph_max_bs (SGLang's default, 160, when it is 0), never more
-// than the running-request limit.
-CompileOptions compile_options(const EngineConfig& c) {
-  CompileOptions o;
-  o.fused = c.compile != "eager";
-  if (c.compile == "graphs") {
-    o.graph_max_bs = std::min<int64_t>(c.cuda_graph_max_bs > 0 ? c.cuda_graph_max_bs : 160, c.max_running_requests);
-  }
-  return o;
-}
-
 // "auto" is f32 on the CPU (exact against the reference) and f16 on GPUs (half the memory and bandwidth).
 DType kv_dtype_for(const std::string& name, const Backend& backend) {
   if (name == "f16" || (name == "auto" && !backend.host_memory())) return DType::kF16;

@@ -9,9 +9,21 @@
 #include "comm/timed_communicator.h"
 #include "core/error.h"
 #include "model/checkpoint.h"
+#include "servetune/engine_config.h"
 #include "runtime/step_channel.h"
 
 namespace servetune {
+
+// graphs is fused plus decode graphs up to cuda_graph_max_bs (SGLang's default, 160, when it is 0), never more
+// than the running-request limit.
+CompileOptions compile_options(const EngineConfig& c) {
+  CompileOptions o;
+  o.fused = c.compile != "eager";
+  if (c.compile == "graphs") {
+    o.graph_max_bs = std::min<int64_t>(c.cuda_graph_max_bs > 0 ? c.cuda_graph_max_bs : 160, c.max_running_requests);
+  }
+  return o;
+}
 
 TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int tp_size, int threads_per_rank,
                                          CompileOptions compile, std::chrono::milliseconds timeout)

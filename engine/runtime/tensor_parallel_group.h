@@ -25,8 +25,12 @@
 namespace servetune {
 
 class Checkpoint;
+struct EngineConfig;
 class StepChannel;
 class TimedCommunicator;
+
+// The model build options (fused ops, decode graphs) an engine configuration asks for, for every rank's load.
+CompileOptions compile_options(const EngineConfig& config);
 
 class TensorParallelGroup {
  public:

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "model/checkpoint.h"
 #include "runtime/step_channel.h"
+#include "runtime/tensor_parallel_group.h"
 #include "runtime/worker_launcher.h"
 
 namespace servetune {
