@@ -32,24 +32,27 @@ void validate_endpoint(const std::string& backend, const std::string& api_url) {
   if (!ok) throw_usage("--backend " + backend + " needs an endpoint ending in '" + suffix + "', got " + api_url);
 }
 
+// Written directly (once per request, so without a JSON DOM), members in the sorted order nlohmann::json's
+// object uses; strings are escaped and numbers formatted by nlohmann.
 std::string request_body(const std::string& backend, const std::string& model, const datasets::SampleRequest& r,
                          const RequestParams& params) {
-  nlohmann::json j;
-  j["model"] = model;
-  if (backend_api(backend) == ApiKind::kChat) {
-    j["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", r.prompt}}});
-    j["max_completion_tokens"] = r.output_len;
+  const auto quoted = [](const std::string& s) { return nlohmann::json(s).dump(); };
+  const bool chat = backend_api(backend) == ApiKind::kChat;
+  std::string b = "{";
+  if (params.ignore_eos) b += "\"ignore_eos\":true,";
+  b += chat ? "\"max_completion_tokens\":" : "\"max_tokens\":";
+  b += std::to_string(r.output_len);
+  if (chat) {
+    b += ",\"messages\":[{\"content\":" + quoted(r.prompt) + ",\"role\":\"user\"}],\"model\":" + quoted(model);
   } else {
-    j["prompt"] = r.prompt;
-    j["max_tokens"] = r.output_len;
+    b += ",\"model\":" + quoted(model) + ",\"prompt\":" + quoted(r.prompt);
   }
-  j["stream"] = true;
-  j["stream_options"] = {{"include_usage", true}};
-  if (params.ignore_eos) j["ignore_eos"] = true;
-  if (params.temperature) j["temperature"] = *params.temperature;
-  if (params.top_p) j["top_p"] = *params.top_p;
-  if (params.top_k) j["top_k"] = *params.top_k;
-  return j.dump();
+  b += ",\"stream\":true,\"stream_options\":{\"include_usage\":true}";
+  if (params.temperature) b += ",\"temperature\":" + nlohmann::json(*params.temperature).dump();
+  if (params.top_k) b += ",\"top_k\":" + std::to_string(*params.top_k);
+  if (params.top_p) b += ",\"top_p\":" + nlohmann::json(*params.top_p).dump();
+  b += "}";
+  return b;
 }
 
 }  // namespace servetune::loadgen

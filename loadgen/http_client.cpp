@@ -34,14 +34,17 @@ std::string snippet(std::string_view s, size_t n = 200) {
 
 struct Loop;
 
-// One curl multi handle and its connection cache. libcurl looks for a reusable connection by walking every
-// connection to the host, so a single cache holding 10,000 busy connections costs O(n) per new request; the loop
-// spreads requests over shards of at most kShardConnections connections instead.
+// One curl multi handle and its connection cache. libcurl 7.88 walks every connection of the cache when it looks
+// for one to reuse and again when a transfer is removed, so one cache holding 10,000 connections costs O(n) per
+// request; the loop spreads requests over shards of at most kShardConnections transfers instead, and skips the
+// first walk (CURLOPT_FRESH_CONNECT) when the shard has no idle connection, which it knows from its socket count.
 struct Shard {
   Loop* loop = nullptr;
   uint32_t index = 0;
   CURLM* multi = nullptr;
+  bool dirty = false;  // curl ran on it since its finished transfers were last read
   int64_t inflight = 0;
+  int64_t sockets = 0;  // open sockets of this shard's connections, busy or idle (open/close socket callbacks)
   std::optional<Clock::time_point> curl_deadline;
 };
 
@@ -50,10 +53,21 @@ struct Loop {
   Clock::time_point t0;
   double io_time = -1.0;  // taken just before handing a ready socket to curl: the arrival time of what it reads
   std::vector<std::unique_ptr<Shard>> shards;
+  std::vector<Shard*> dirty;
   double now_s() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 };
 
-constexpr int64_t kShardConnections = 256;
+// Hands socket readiness (or CURL_SOCKET_TIMEOUT) to a shard's multi handle.
+void socket_action(Shard& shard, curl_socket_t s, int flags) {
+  int running = 0;
+  curl_multi_socket_action(shard.multi, s, flags, &running);
+  if (!shard.dirty) {
+    shard.dirty = true;
+    shard.loop->dirty.push_back(&shard);
+  }
+}
+
+constexpr int64_t kShardConnections = 32;
 constexpr uint64_t kTimerTag = ~0ull;  // epoll data of the arrival timerfd
 
 struct Transfer {
@@ -153,8 +167,22 @@ int on_socket(CURL*, curl_socket_t s, int what, void* userp, void* socketp) {
     op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
     epoll_ctl(epfd, op, s, &ev);
   }
-  curl_multi_assign(shard->multi, s, reinterpret_cast<void*>(1));
+  if (socketp == nullptr) curl_multi_assign(shard->multi, s, reinterpret_cast<void*>(1));
   return 0;
+}
+
+// Sockets are opened and closed here so that each shard knows how many connections it holds (clientp: the shard
+// the connection belongs to; libcurl keeps the close callback's pointer with the connection).
+curl_socket_t on_open_socket(void* clientp, curlsocktype, curl_sockaddr* a) {
+  const int fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+  if (fd < 0) return CURL_SOCKET_BAD;
+  ++static_cast<Shard*>(clientp)->sockets;
+  return fd;
+}
+
+int on_close_socket(void* clientp, curl_socket_t fd) {
+  --static_cast<Shard*>(clientp)->sockets;
+  return close(fd);
 }
 
 int on_timer(CURLM*, long timeout_ms, void* userp) {
@@ -184,11 +212,106 @@ long raise_open_file_limit() {
   return static_cast<long>(lim.rlim_cur);
 }
 
+// What outlives a run: the event loop's epoll set, the shards with their connection caches and the easy handles.
+struct HttpClient::Pool {
+  Loop loop;
+  curl_slist* headers = nullptr;
+  std::vector<std::unique_ptr<Transfer>> transfers;
+  std::vector<Transfer*> idle;
+  std::vector<Shard*> freed;  // shards where a transfer finished, most recent last: their connection is idle
+  size_t cursor = 0;          // where the search for a shard with a free slot starts
+
+  ~Pool() {
+    for (auto& sh : loop.shards) curl_multi_cleanup(sh->multi);
+    for (auto& t : transfers) curl_easy_cleanup(t->easy);
+    curl_slist_free_all(headers);
+    if (loop.epfd >= 0) close(loop.epfd);
+  }
+
+  Shard* add_shard() {
+    auto shard = std::make_unique<Shard>();
+    shard->loop = &loop;
+    shard->index = static_cast<uint32_t>(loop.shards.size());
+    shard->multi = curl_multi_init();
+    if (shard->multi == nullptr) throw Error(ErrorKind::kIo, "cannot create a curl multi handle");
+    curl_multi_setopt(shard->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(shard->multi, CURLMOPT_SOCKETDATA, shard.get());
+    curl_multi_setopt(shard->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+    curl_multi_setopt(shard->multi, CURLMOPT_TIMERDATA, shard.get());
+    curl_multi_setopt(shard->multi, CURLMOPT_MAXCONNECTS, static_cast<long>(kShardConnections + 16));
+    loop.shards.push_back(std::move(shard));
+    return loop.shards.back().get();
+  }
+
+  // Where the next transfer goes: a shard where one just finished (its connection is reused without connecting),
+  // else the first shard with a free slot from the cursor on, else a new shard.
+  Shard* pick_shard() {
+    while (!freed.empty()) {
+      Shard* sh = freed.back();
+      freed.pop_back();
+      if (sh->inflight < kShardConnections) return sh;
+    }
+    for (size_t k = 0; k < loop.shards.size(); ++k, cursor = (cursor + 1) % loop.shards.size()) {
+      if (loop.shards[cursor]->inflight < kShardConnections) return loop.shards[cursor].get();
+    }
+    return add_shard();
+  }
+
+  void add_transfers(size_t n, const HttpClientOptions& o) {
+    while (transfers.size() < n) {
+      auto t = std::make_unique<Transfer>();
+      t->easy = curl_easy_init();
+      if (t->easy == nullptr) throw Error(ErrorKind::kIo, "cannot create a curl easy handle");
+      t->loop = &loop;
+      t->api = backend_api(o.backend);
+      CURL* e = t->easy;
+      curl_easy_setopt(e, CURLOPT_URL, o.api_url.c_str());
+      curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+      curl_easy_setopt(e, CURLOPT_POST, 1L);
+      curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+      curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
+      curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
+      curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
+      curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+      curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+      curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
+      curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(std::ceil(o.request_timeout_s * 1000.0)));
+      curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+      curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+      idle.push_back(t.get());
+      transfers.push_back(std::move(t));
+    }
+  }
+
+  // Starts `t` on the least busy shard: a fresh connection when the shard has no idle one (no cache walk).
+  void launch(Transfer* t, const std::string& body) {
+    Shard* shard = pick_shard();
+    t->shard = shard;
+    CURL* e = t->easy;
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, shard);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, shard);
+    curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, shard->sockets <= shard->inflight ? 1L : 0L);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body.data());
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    curl_multi_add_handle(shard->multi, e);
+    ++shard->inflight;
+    socket_action(*shard, CURL_SOCKET_TIMEOUT, 0);
+  }
+};
+
 HttpClient::HttpClient(HttpClientOptions options) : options_(std::move(options)) {
   static CurlGlobal global;
   if (!is_http_backend(options_.backend)) throw_usage("unknown HTTP backend '" + options_.backend + "'");
   validate_endpoint(options_.backend, options_.api_url);
   if (!(options_.request_timeout_s > 0.0)) throw_usage("--request-timeout must be > 0");
+  pool_ = std::make_unique<Pool>();
+  pool_->loop.epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (pool_->loop.epfd < 0) throw Error(ErrorKind::kIo, "cannot create the event loop");
+  pool_->headers = curl_slist_append(pool_->headers, "Content-Type: application/json");
+  pool_->headers = curl_slist_append(pool_->headers, "Expect:");
+  if (!options_.api_key.empty()) {
+    pool_->headers = curl_slist_append(pool_->headers, ("Authorization: Bearer " + options_.api_key).c_str());
+  }
 }
 
 HttpClient::~HttpClient() = default;
@@ -204,77 +327,24 @@ RunResult HttpClient::run(const RunSpec& spec) {
     bodies.push_back(request_body(options_.backend, options_.model, *p.sample, spec.params));
   }
 
-  Loop loop;
-  loop.epfd = epoll_create1(EPOLL_CLOEXEC);
+  Pool& pool = *pool_;
+  Loop& loop = pool.loop;
   const int timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (loop.epfd < 0 || timerfd < 0) throw Error(ErrorKind::kIo, "cannot create the event loop");
+  if (timerfd < 0) throw Error(ErrorKind::kIo, "cannot create the event loop");
   epoll_event tev{};
   tev.events = EPOLLIN;
   tev.data.u64 = kTimerTag;
   epoll_ctl(loop.epfd, EPOLL_CTL_ADD, timerfd, &tev);
   const int64_t cap = spec.max_concurrency > 0 ? std::min<int64_t>(spec.max_concurrency, static_cast<int64_t>(n))
                                                : static_cast<int64_t>(n);
-  const int64_t n_shards = (cap + kShardConnections - 1) / kShardConnections;
-  for (int64_t i = 0; i < n_shards; ++i) {
-    auto shard = std::make_unique<Shard>();
-    shard->loop = &loop;
-    shard->index = static_cast<uint32_t>(i);
-    shard->multi = curl_multi_init();
-    if (shard->multi == nullptr) throw Error(ErrorKind::kIo, "cannot create a curl multi handle");
-    curl_multi_setopt(shard->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-    curl_multi_setopt(shard->multi, CURLMOPT_SOCKETDATA, shard.get());
-    curl_multi_setopt(shard->multi, CURLMOPT_TIMERFUNCTION, on_timer);
-    curl_multi_setopt(shard->multi, CURLMOPT_TIMERDATA, shard.get());
-    curl_multi_setopt(shard->multi, CURLMOPT_MAXCONNECTS, static_cast<long>(kShardConnections + 16));
-    loop.shards.push_back(std::move(shard));
-  }
-  // The shard with the fewest transfers in flight takes the next request.
-  const auto pick_shard = [&]() -> Shard* {
-    Shard* best = loop.shards.front().get();
-    for (const auto& sh : loop.shards) {
-      if (sh->inflight < best->inflight) best = sh.get();
-    }
-    return best;
-  };
-
-  curl_slist* headers = nullptr;
-  headers = curl_slist_append(headers, "Content-Type: application/json");
-  headers = curl_slist_append(headers, "Expect:");
-  if (!options_.api_key.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + options_.api_key).c_str());
-
-  std::vector<std::unique_ptr<Transfer>> pool;
-  std::vector<Transfer*> free_list;
-  const auto acquire = [&]() -> Transfer* {
-    if (!free_list.empty()) {
-      Transfer* t = free_list.back();
-      free_list.pop_back();
-      return t;
-    }
-    auto t = std::make_unique<Transfer>();
-    t->easy = curl_easy_init();
-    t->loop = &loop;
-    t->api = backend_api(options_.backend);
-    t->keep_text = spec.keep_text;
-    CURL* e = t->easy;
-    curl_easy_setopt(e, CURLOPT_URL, options_.api_url.c_str());
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(e, CURLOPT_POST, 1L);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
-    curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(std::ceil(options_.request_timeout_s * 1000.0)));
-    pool.push_back(std::move(t));
-    return pool.back().get();
-  };
+  // Handles for the requests due at the start are made before the clock starts; more are made when needed.
+  size_t due_at_start = 0;
+  while (due_at_start < static_cast<size_t>(cap) && spec.requests[due_at_start].scheduled_s <= 0.0) ++due_at_start;
+  pool.add_transfers(due_at_start, options_);
 
   size_t next = 0, finished = 0;
   int64_t inflight = 0;
   double slot_free_s = 0.0;
-  int running = 0;
   const auto can_launch = [&] { return spec.max_concurrency <= 0 || inflight < spec.max_concurrency; };
   const auto launch_due = [&] {
     while (next < n && can_launch()) {
@@ -286,17 +356,15 @@ RunResult HttpClient::run(const RunSpec& spec) {
       o.ready_time = spec.max_concurrency > 0 ? std::max(p.scheduled_s, slot_free_s) : p.scheduled_s;
       o.dataset_prompt_len = o.prompt_len = p.sample->prompt_len;
       o.itl.reserve(static_cast<size_t>(std::max<int64_t>(p.sample->output_len, 1)));
-      Transfer* t = acquire();
+      if (pool.idle.empty()) pool.add_transfers(pool.transfers.size() + 1, options_);
+      Transfer* t = pool.idle.back();
+      pool.idle.pop_back();
       t->reset(next, &o);
-      t->shard = pick_shard();
-      curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, bodies[next].data());
-      curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE, static_cast<long>(bodies[next].size()));
+      t->keep_text = spec.keep_text;
       o.start_time = loop.now_s();
-      curl_multi_add_handle(t->shard->multi, t->easy);
-      ++t->shard->inflight;
+      pool.launch(t, bodies[next]);
       ++inflight;
       ++next;
-      curl_multi_socket_action(t->shard->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     }
   };
   const auto finish = [&](Transfer* t, CURLcode res) {
@@ -328,9 +396,11 @@ RunResult HttpClient::run(const RunSpec& spec) {
     if (spec.max_concurrency > 0 && inflight == spec.max_concurrency) slot_free_s = now;
     --inflight;
     --t->shard->inflight;
+    pool.freed.push_back(t->shard);
     t->shard = nullptr;
+    t->out = nullptr;
     ++finished;
-    free_list.push_back(t);
+    pool.idle.push_back(t);
   };
   const auto drain_done = [&](Shard& shard) {
     CURLMsg* msg = nullptr;
@@ -352,7 +422,12 @@ RunResult HttpClient::run(const RunSpec& spec) {
   loop.t0 = Clock::now();
   while (finished < n) {
     launch_due();
-    for (auto& sh : loop.shards) drain_done(*sh);
+    while (!loop.dirty.empty()) {
+      Shard* sh = loop.dirty.back();
+      loop.dirty.pop_back();
+      sh->dirty = false;
+      drain_done(*sh);
+    }
     if (finished == n) break;
     if (next < n && can_launch() && armed_for != next) {
       itimerspec its{};
@@ -388,7 +463,7 @@ RunResult HttpClient::run(const RunSpec& spec) {
       if (events[i].events & (EPOLLERR | EPOLLHUP)) flags |= CURL_CSELECT_ERR;
       Shard& shard = *loop.shards[tag >> 32];
       loop.io_time = loop.now_s();
-      curl_multi_socket_action(shard.multi, static_cast<curl_socket_t>(tag & 0xffffffffu), flags, &running);
+      socket_action(shard, static_cast<curl_socket_t>(tag & 0xffffffffu), flags);
       loop.io_time = -1.0;
       if ((i & 3) == 3) launch_due();  // arrivals stay on time during a long batch
     }
@@ -396,17 +471,13 @@ RunResult HttpClient::run(const RunSpec& spec) {
     for (auto& sh : loop.shards) {
       if (sh->curl_deadline && now >= *sh->curl_deadline) {
         sh->curl_deadline.reset();
-        curl_multi_socket_action(sh->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+        socket_action(*sh, CURL_SOCKET_TIMEOUT, 0);
       }
     }
   }
   result.duration_s = loop.now_s();
-
-  for (auto& sh : loop.shards) curl_multi_cleanup(sh->multi);
-  for (auto& t : pool) curl_easy_cleanup(t->easy);
-  curl_slist_free_all(headers);
+  epoll_ctl(loop.epfd, EPOLL_CTL_DEL, timerfd, nullptr);
   close(timerfd);
-  close(loop.epfd);
   return result;
 }
 

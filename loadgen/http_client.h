@@ -1,9 +1,11 @@
 // Client for OpenAI-compatible servers: every request is a streaming POST driven by libcurl's multi interface on
 // one epoll loop (no thread per request); arrivals are timed with a timerfd. SSE is parsed as bytes arrive and each
 // read is timestamped when it is handed to the parser. Failures (transport errors, HTTP status, malformed SSE or
-// JSON, server error events, a stream ending without [DONE], timeouts) fail that request with a reason.
+// JSON, server error events, a stream ending without [DONE], timeouts) fail that request with a reason. The client
+// keeps its connections (and libcurl handles) between runs, like an HTTP session; they close when it is destroyed.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "loadgen/client.h"
@@ -25,7 +27,9 @@ class HttpClient : public Client {
   RunResult run(const RunSpec& spec) override;
 
  private:
+  struct Pool;
   HttpClientOptions options_;
+  std::unique_ptr<Pool> pool_;
 };
 
 // Raises the soft RLIMIT_NOFILE to the hard limit; returns the soft limit in force afterwards.

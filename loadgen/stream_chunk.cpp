@@ -4,28 +4,53 @@
 // streamed token, so it avoids building a DOM; tests check it against nlohmann::json on valid and broken input.
 #include "loadgen/stream_chunk.h"
 
+#include <bit>
 #include <charconv>
+#include <cstring>
 
 namespace servetune::loadgen {
 namespace {
 
+// First byte in [p, end) that ends the plain part of a JSON string: '"', '\\' or a control character (< 0x20).
+// Eight bytes at a time (SWAR); the lowest flagged byte of each test is exact, which is all that is used.
+const char* plain_string_end(const char* p, const char* end) {
+  static_assert(std::endian::native == std::endian::little);
+  constexpr uint64_t k01 = 0x0101010101010101ull, k80 = 0x8080808080808080ull;
+  while (end - p >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    const uint64_t q = v ^ (k01 * '"'), b = v ^ (k01 * '\\');
+    const uint64_t hit = (((q - k01) & ~q) | ((b - k01) & ~b) | ((v - k01 * 0x20) & ~v)) & k80;
+    if (hit != 0) return p + std::countr_zero(hit) / 8;
+    p += 8;
+  }
+  while (p != end && *p != '"' && *p != '\\' && static_cast<unsigned char>(*p) >= 0x20) ++p;
+  return p;
+}
+
 class Scanner {
  public:
-  explicit Scanner(std::string_view s) : s_(s) {}
+  explicit Scanner(std::string_view s) : p_(s.data()), end_(s.data() + s.size()) {}
 
   bool ok() const { return ok_; }
   bool at_end() {
     ws();
-    return p_ == s_.size();
+    return p_ == end_;
   }
-  void fail() { ok_ = false; }
+  void fail() {
+    ok_ = false;
+    p_ = end_;  // every later read sees the end, so a failed scan unwinds at once
+  }
 
   void ws() {
-    while (p_ < s_.size() && (s_[p_] == ' ' || s_[p_] == '\n' || s_[p_] == '\r' || s_[p_] == '\t')) ++p_;
+    while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
   }
+  // The next significant character, '\0' at the end (compact JSON, the usual case, has no whitespace to skip).
   char peek() {
+    if (p_ == end_) return '\0';
+    if (static_cast<unsigned char>(*p_) > ' ') return *p_;
     ws();
-    return p_ < s_.size() ? s_[p_] : '\0';
+    return p_ != end_ ? *p_ : '\0';
   }
   bool eat(char c) {
     if (peek() != c) return false;
@@ -55,12 +80,11 @@ class Scanner {
   // A member name: a view into the payload when it has no escapes (the usual case), else decoded.
   bool key_view(std::string_view& key) {
     if (peek() != '"') return false;
-    const size_t start = p_ + 1;
-    size_t q = start;
-    while (q < s_.size() && s_[q] != '"' && s_[q] != '\\' && static_cast<unsigned char>(s_[q]) >= 0x20) ++q;
-    if (q < s_.size() && s_[q] == '"') {
-      key = s_.substr(start, q - start);
-      p_ = q + 1;
+    const char* start = p_ + 1;
+    const char* stop = plain_string_end(start, end_);
+    if (stop != end_ && *stop == '"') {
+      key = std::string_view(start, static_cast<size_t>(stop - start));
+      p_ = stop + 1;
       return true;
     }
     key_buf_.clear();
@@ -85,18 +109,15 @@ class Scanner {
   // Reads a string, decoding escapes into *out when given.
   bool string(std::string* out) {
     if (!eat('"')) return fail(), false;
-    while (p_ < s_.size()) {
-      const size_t start = p_;
-      const char* d = s_.data();
-      const size_t n = s_.size();
-      while (p_ < n && d[p_] != '"' && d[p_] != '\\' && static_cast<unsigned char>(d[p_]) >= 0x20) ++p_;
-      if (out != nullptr) out->append(s_.substr(start, p_ - start));
-      if (p_ >= s_.size()) break;
-      const char c = s_[p_++];
+    for (;;) {
+      const char* stop = plain_string_end(p_, end_);
+      if (out != nullptr) out->append(p_, static_cast<size_t>(stop - p_));
+      p_ = stop;
+      if (p_ == end_) break;
+      const char c = *p_++;
       if (c == '"') return true;
-      if (c != '\\') break;  // a raw control character
-      if (p_ >= s_.size()) break;
-      const char e = s_[p_++];
+      if (c != '\\' || p_ == end_) break;  // a raw control character, or a lone backslash at the end
+      const char e = *p_++;
       char decoded = 0;
       switch (e) {
         case '"': decoded = '"'; break;
@@ -112,7 +133,7 @@ class Scanner {
           if (!hex4(cp)) return fail(), false;
           if (cp >= 0xD800 && cp <= 0xDBFF) {
             uint32_t lo = 0;
-            if (p_ + 1 >= s_.size() || s_[p_] != '\\' || s_[p_ + 1] != 'u') return fail(), false;
+            if (end_ - p_ < 2 || p_[0] != '\\' || p_[1] != 'u') return fail(), false;
             p_ += 2;
             if (!hex4(lo) || lo < 0xDC00 || lo > 0xDFFF) return fail(), false;
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
@@ -133,29 +154,29 @@ class Scanner {
   // Reads a number; *as_int gets its value when it is an integer that fits, else stays unset (-1 on return).
   bool number(int64_t* as_int) {
     ws();
-    const size_t start = p_;
+    const char* start = p_;
     bool integral = true;
-    if (p_ < s_.size() && s_[p_] == '-') ++p_;
-    if (p_ < s_.size() && s_[p_] == '0') {
+    if (p_ != end_ && *p_ == '-') ++p_;
+    if (p_ != end_ && *p_ == '0') {
       ++p_;
     } else if (!digits()) {
       return fail(), false;
     }
-    if (p_ < s_.size() && s_[p_] == '.') {
+    if (p_ != end_ && *p_ == '.') {
       ++p_;
       integral = false;
       if (!digits()) return fail(), false;
     }
-    if (p_ < s_.size() && (s_[p_] == 'e' || s_[p_] == 'E')) {
+    if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) {
       ++p_;
       integral = false;
-      if (p_ < s_.size() && (s_[p_] == '+' || s_[p_] == '-')) ++p_;
+      if (p_ != end_ && (*p_ == '+' || *p_ == '-')) ++p_;
       if (!digits()) return fail(), false;
     }
     if (as_int != nullptr) {
       *as_int = -1;
       int64_t v = 0;
-      const auto r = std::from_chars(s_.data() + start, s_.data() + p_, v);
+      const auto r = std::from_chars(start, p_, v);
       if (integral && r.ec == std::errc()) *as_int = v;
     }
     return true;
@@ -188,28 +209,30 @@ class Scanner {
     return true;
   }
 
-  std::string_view rest_from(size_t start) const { return s_.substr(start, p_ - start); }
-  size_t pos() {
+  std::string_view rest_from(const char* start) const {
+    return std::string_view(start, static_cast<size_t>(p_ - start));
+  }
+  const char* pos() {
     ws();
     return p_;
   }
 
  private:
   bool digits() {
-    const size_t start = p_;
-    while (p_ < s_.size() && s_[p_] >= '0' && s_[p_] <= '9') ++p_;
-    return p_ > start;
+    const char* start = p_;
+    while (p_ != end_ && *p_ >= '0' && *p_ <= '9') ++p_;
+    return p_ != start;
   }
   void literal(std::string_view word) {
     ws();
-    if (s_.substr(p_, word.size()) != word) return fail();
+    if (static_cast<size_t>(end_ - p_) < word.size() || std::memcmp(p_, word.data(), word.size()) != 0) return fail();
     p_ += word.size();
   }
   bool hex4(uint32_t& v) {
-    if (p_ + 4 > s_.size()) return false;
+    if (end_ - p_ < 4) return false;
     v = 0;
     for (int i = 0; i < 4; ++i) {
-      const char c = s_[p_++];
+      const char c = *p_++;
       v <<= 4;
       if (c >= '0' && c <= '9') {
         v |= static_cast<uint32_t>(c - '0');
@@ -241,8 +264,8 @@ class Scanner {
     }
   }
 
-  std::string_view s_;
-  size_t p_ = 0;
+  const char* p_;
+  const char* end_;
   bool ok_ = true;
   std::string key_buf_;
 };
@@ -274,7 +297,7 @@ void scan_choice(Scanner& sc, ApiKind kind, StreamChunk& out) {
 }
 
 void scan_error(Scanner& sc, StreamChunk& out) {
-  const size_t start = sc.pos();
+  const char* start = sc.pos();
   if (sc.peek() == '"') {
     std::string msg;
     sc.string(&msg);

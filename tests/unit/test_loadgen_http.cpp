@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "core/error.h"
@@ -140,6 +141,35 @@ TEST(HttpClient, InjectedFailuresAreCountedWithReasons) {
   EXPECT_EQ(m.failed, static_cast<int64_t>(cases.size()));
   EXPECT_EQ(m.completed, 5);
   EXPECT_EQ(m.failure_reasons.count("HTTP 429: {\"error\":{\"message\":\"mock status 429\",\"code\":429}}"), 1u);
+}
+
+// One client, several runs: more streams than one connection shard holds, connections kept between runs (and
+// found dead, then replaced, after the server restarts on the same port).
+TEST(HttpClient, ConnectionsAreReusedAcrossRunsAndShards) {
+  auto server = std::make_unique<MockServer>();
+  const std::string url = server->url("/v1/completions");
+  const std::string port = url.substr(url.rfind(':') + 1, url.find('/', url.rfind(':')) - url.rfind(':') - 1);
+  HttpClientOptions o;
+  o.api_url = url;
+  HttpClient client(o);
+  std::vector<datasets::SampleRequest> reqs;
+  for (int i = 0; i < 300; ++i) reqs.push_back(sample("one two", 3 + i % 4));
+  const auto run = [&](int64_t cap) {
+    RunSpec spec;
+    spec.max_concurrency = cap;
+    for (const auto& r : reqs) spec.requests.push_back({&r, 0.0});
+    const RunResult r = client.run(spec);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(r.outputs[i].success) << "cap " << cap << ": " << r.outputs[i].error;
+      EXPECT_EQ(r.outputs[i].output_tokens, reqs[i].output_len);
+      EXPECT_EQ(r.outputs[i].itl.size(), static_cast<size_t>(reqs[i].output_len - 1));
+    }
+  };
+  run(0);    // all 300 at once: several shards
+  run(100);  // reuses the connections of the first run
+  server.reset();
+  server = std::make_unique<MockServer>(std::vector<std::string>{"--port", port});
+  run(40);  // every kept connection is dead now
 }
 
 TEST(HttpClient, NothingListeningFailsEveryRequest) {
