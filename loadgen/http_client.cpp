@@ -337,6 +337,9 @@ RunResult HttpClient::run(const RunSpec& spec) {
   epoll_ctl(loop.epfd, EPOLL_CTL_ADD, timerfd, &tev);
   const int64_t cap = spec.max_concurrency > 0 ? std::min<int64_t>(spec.max_concurrency, static_cast<int64_t>(n))
                                                : static_cast<int64_t>(n);
+  // Idle connections left by earlier runs, one entry each (the list of a finished run is not kept: it can be long).
+  pool.freed.clear();
+  for (const auto& sh : loop.shards) pool.freed.insert(pool.freed.end(), std::max<int64_t>(sh->sockets, 0), sh.get());
   // Handles for the requests due at the start are made before the clock starts; more are made when needed.
   size_t due_at_start = 0;
   while (due_at_start < static_cast<size_t>(cap) && spec.requests[due_at_start].scheduled_s <= 0.0) ++due_at_start;
