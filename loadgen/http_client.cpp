@@ -9,6 +9,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -45,7 +46,6 @@ struct Shard {
   bool dirty = false;  // curl ran on it since its finished transfers were last read
   int64_t inflight = 0;
   int64_t sockets = 0;  // open sockets of this shard's connections, busy or idle (open/close socket callbacks)
-  std::optional<Clock::time_point> curl_deadline;
 };
 
 struct Loop {
@@ -54,6 +54,9 @@ struct Loop {
   double io_time = -1.0;  // taken just before handing a ready socket to curl: the arrival time of what it reads
   std::vector<std::unique_ptr<Shard>> shards;
   std::vector<Shard*> dirty;
+  // When curl wants CURL_SOCKET_TIMEOUT on each shard (time_point::max(): never), contiguous because the loop
+  // scans them after every epoll_wait.
+  std::vector<Clock::time_point> deadlines;
   double now_s() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 };
 
@@ -187,11 +190,8 @@ int on_close_socket(void* clientp, curl_socket_t fd) {
 
 int on_timer(CURLM*, long timeout_ms, void* userp) {
   auto* shard = static_cast<Shard*>(userp);
-  if (timeout_ms < 0) {
-    shard->curl_deadline.reset();
-  } else {
-    shard->curl_deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  }
+  shard->loop->deadlines[shard->index] =
+      timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
   return 0;
 }
 
@@ -232,6 +232,7 @@ struct HttpClient::Pool {
     auto shard = std::make_unique<Shard>();
     shard->loop = &loop;
     shard->index = static_cast<uint32_t>(loop.shards.size());
+    loop.deadlines.push_back(Clock::time_point::max());
     shard->multi = curl_multi_init();
     if (shard->multi == nullptr) throw Error(ErrorKind::kIo, "cannot create a curl multi handle");
     curl_multi_setopt(shard->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
@@ -349,27 +350,6 @@ RunResult HttpClient::run(const RunSpec& spec) {
   int64_t inflight = 0;
   double slot_free_s = 0.0;
   const auto can_launch = [&] { return spec.max_concurrency <= 0 || inflight < spec.max_concurrency; };
-  const auto launch_due = [&] {
-    while (next < n && can_launch()) {
-      const double now = loop.now_s();
-      if (spec.requests[next].scheduled_s > now) break;
-      const PlannedRequest& p = spec.requests[next];
-      RequestOutput& o = result.outputs[next];
-      o.scheduled_time = p.scheduled_s;
-      o.ready_time = spec.max_concurrency > 0 ? std::max(p.scheduled_s, slot_free_s) : p.scheduled_s;
-      o.dataset_prompt_len = o.prompt_len = p.sample->prompt_len;
-      o.itl.reserve(static_cast<size_t>(std::max<int64_t>(p.sample->output_len, 1)));
-      if (pool.idle.empty()) pool.add_transfers(pool.transfers.size() + 1, options_);
-      Transfer* t = pool.idle.back();
-      pool.idle.pop_back();
-      t->reset(next, &o);
-      t->keep_text = spec.keep_text;
-      o.start_time = loop.now_s();
-      pool.launch(t, bodies[next]);
-      ++inflight;
-      ++next;
-    }
-  };
   const auto finish = [&](Transfer* t, CURLcode res) {
     RequestOutput& o = *t->out;
     const double now = loop.now_s();
@@ -418,6 +398,38 @@ RunResult HttpClient::run(const RunSpec& spec) {
       finish(t, res);
     }
   };
+  // Finished transfers are read before any launch, so that a shard's count of transfers in flight (and with it
+  // the choice between reusing an idle connection and opening a fresh one) is never stale.
+  const auto drain = [&] {
+    while (!loop.dirty.empty()) {
+      Shard* sh = loop.dirty.back();
+      loop.dirty.pop_back();
+      sh->dirty = false;
+      drain_done(*sh);
+    }
+  };
+  const auto launch_due = [&] {
+    drain();
+    while (next < n && can_launch()) {
+      const double now = loop.now_s();
+      if (spec.requests[next].scheduled_s > now) break;
+      const PlannedRequest& p = spec.requests[next];
+      RequestOutput& o = result.outputs[next];
+      o.scheduled_time = p.scheduled_s;
+      o.ready_time = spec.max_concurrency > 0 ? std::max(p.scheduled_s, slot_free_s) : p.scheduled_s;
+      o.dataset_prompt_len = o.prompt_len = p.sample->prompt_len;
+      o.itl.reserve(static_cast<size_t>(std::max<int64_t>(p.sample->output_len, 1)));
+      if (pool.idle.empty()) pool.add_transfers(pool.transfers.size() + 1, options_);
+      Transfer* t = pool.idle.back();
+      pool.idle.pop_back();
+      t->reset(next, &o);
+      t->keep_text = spec.keep_text;
+      o.start_time = loop.now_s();
+      pool.launch(t, bodies[next]);
+      ++inflight;
+      ++next;
+    }
+  };
 
   constexpr int kMaxEvents = 512;
   std::vector<epoll_event> events(kMaxEvents);
@@ -425,12 +437,6 @@ RunResult HttpClient::run(const RunSpec& spec) {
   loop.t0 = Clock::now();
   while (finished < n) {
     launch_due();
-    while (!loop.dirty.empty()) {
-      Shard* sh = loop.dirty.back();
-      loop.dirty.pop_back();
-      sh->dirty = false;
-      drain_done(*sh);
-    }
     if (finished == n) break;
     if (next < n && can_launch() && armed_for != next) {
       itimerspec its{};
@@ -442,12 +448,9 @@ RunResult HttpClient::run(const RunSpec& spec) {
       timerfd_settime(timerfd, TFD_TIMER_ABSTIME, &its, nullptr);
       armed_for = next;
     }
-    std::optional<Clock::time_point> deadline;
-    for (const auto& sh : loop.shards) {
-      if (sh->curl_deadline && (!deadline || *sh->curl_deadline < *deadline)) deadline = sh->curl_deadline;
-    }
+    const auto deadline = std::min_element(loop.deadlines.begin(), loop.deadlines.end());
     int timeout_ms = -1;
-    if (deadline) {
+    if (deadline != loop.deadlines.end() && *deadline != Clock::time_point::max()) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now()).count();
       timeout_ms = static_cast<int>(std::max<int64_t>(left, 0));
     }
@@ -471,10 +474,10 @@ RunResult HttpClient::run(const RunSpec& spec) {
       if ((i & 3) == 3) launch_due();  // arrivals stay on time during a long batch
     }
     const auto now = Clock::now();
-    for (auto& sh : loop.shards) {
-      if (sh->curl_deadline && now >= *sh->curl_deadline) {
-        sh->curl_deadline.reset();
-        socket_action(*sh, CURL_SOCKET_TIMEOUT, 0);
+    for (size_t k = 0; k < loop.deadlines.size(); ++k) {
+      if (now >= loop.deadlines[k]) {
+        loop.deadlines[k] = Clock::time_point::max();
+        socket_action(*loop.shards[k], CURL_SOCKET_TIMEOUT, 0);
       }
     }
   }

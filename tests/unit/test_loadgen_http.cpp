@@ -165,6 +165,12 @@ TEST(HttpClient, ConnectionsAreReusedAcrossRunsAndShards) {
       EXPECT_EQ(r.outputs[i].itl.size(), static_cast<size_t>(reqs[i].output_len - 1));
     }
   };
+  {
+    HttpClient fresh(o);  // nothing due at the start: the loop waits with no connection shard yet
+    RunSpec spec;
+    for (int i = 0; i < 3; ++i) spec.requests.push_back({&reqs[i], 0.02 + 0.01 * i});
+    for (const RequestOutput& out : fresh.run(spec).outputs) EXPECT_TRUE(out.success) << out.error;
+  }
   run(0);    // all 300 at once: several shards
   run(100);  // reuses the connections of the first run
   server.reset();
