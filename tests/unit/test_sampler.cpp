@@ -72,17 +72,23 @@ TEST(Sampler, TopPAndMinP) {
   EXPECT_EQ(seen, (std::set<int32_t>{0, 1}));
 }
 
-TEST(Sampler, TemperatureMatchesSoftmax) {
-  std::vector<float> base = {0.0f, 1.0f, 2.0f};
+// How often each token is drawn in n temperature samples from `logits`.
+std::map<int32_t, int> draw_counts(const std::vector<float>& logits, float temperature, uint64_t seed, int n) {
   SamplingParams p;
-  p.temperature = 2.0f;
-  Sampler s(p, 11, {});
+  p.temperature = temperature;
+  Sampler s(p, seed, {});
   std::map<int32_t, int> counts;
-  const int n = 40000;
   for (int i = 0; i < n; ++i) {
-    auto l = base;
+    auto l = logits;
     ++counts[s.sample(l).token];
   }
+  return counts;
+}
+
+TEST(Sampler, TemperatureMatchesSoftmax) {
+  std::vector<float> base = {0.0f, 1.0f, 2.0f};
+  const int n = 40000;
+  auto counts = draw_counts(base, 2.0f, 11, n);
   double z = 0;
   for (float v : base) z += std::exp(v / 2.0);
   for (int t = 0; t < 3; ++t) {
@@ -97,15 +103,8 @@ TEST(Sampler, LargeVocabularyMatchesSoftmax) {
   std::vector<float> base(1000, -3.0f);
   const std::map<int32_t, float> heavy = {{0, 2.0f}, {255, 1.0f}, {256, 1.5f}, {700, 2.5f}, {770, 0.5f}, {999, 1.0f}};
   for (const auto& [t, l] : heavy) base[static_cast<size_t>(t)] = l;
-  SamplingParams p;
-  p.temperature = 0.7f;
-  Sampler s(p, 5, {});
-  std::map<int32_t, int> counts;
   const int n = 40000;
-  for (int i = 0; i < n; ++i) {
-    auto l = base;
-    ++counts[s.sample(l).token];
-  }
+  auto counts = draw_counts(base, 0.7f, 5, n);
   double z = 0;
   for (float v : base) z += std::exp(v / 0.7);
   double light = 0;
