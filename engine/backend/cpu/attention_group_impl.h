@@ -82,7 +82,8 @@ void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, cons
   const int64_t width = kv.n_kv_heads * kHd;
   const KvT* v_base = static_cast<const KvT*>(kv.v);
   V acc[G * NV];
-  for (auto& a : acc) a = S::zero();
+#pragma GCC unroll 64
+  for (int i = 0; i < G * NV; ++i) acc[i] = S::zero();
   SlotWalker values{table, kv.page_size};
   RowPrefetcher<KvT> value_ahead(table, kv.page_size, v_base, width, kHd * sizeof(KvT), n_ctx, 32);
   for (int64_t j = 0; j < n_ctx; ++j) {
