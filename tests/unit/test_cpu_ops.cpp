@@ -219,37 +219,50 @@ TEST(CpuOps, FusedAddRmsNormEqualsAddThenNorm) {
 
 TEST(CpuOps, FusedRopeStoreQkvEqualsRopeThenStore) {
   CpuBackend backend(2);
-  for (DType kv_dtype : {DType::kF32, DType::kF16}) {
-    for (bool neox : {false, true}) {
-      const int64_t n = 5, n_heads = 6, n_kv = 2, hd = 24, page = 4, num_blocks = 4;
-      RopeParams p;
-      p.head_dim = hd;
-      p.rope_dim = 16;
-      p.neox = neox;
-      const int64_t qw = n_heads * hd, kvw = n_kv * hd, row = qw + 2 * kvw;
-      const auto qkv = normal_values(static_cast<size_t>(n * row), 4);
-      const std::vector<int32_t> positions = {3, 4, 5, 0, 9}, slots = {7, 8, 9, 0, 13};
-      std::vector<float> q(static_cast<size_t>(n * qw)), k(static_cast<size_t>(n * kvw)), v(k.size());
-      for (int64_t t = 0; t < n; ++t) {
-        std::copy_n(qkv.begin() + t * row, qw, q.begin() + t * qw);
-        std::copy_n(qkv.begin() + t * row + qw, kvw, k.begin() + t * kvw);
-        std::copy_n(qkv.begin() + t * row + qw + kvw, kvw, v.begin() + t * kvw);
+  // Positions inside the backend's rotary table, and a batch reaching past it (the per-token fallback).
+  for (int32_t far : {9, 70000}) {
+    for (DType kv_dtype : {DType::kF32, DType::kF16}) {
+      for (bool neox : {false, true}) {
+        const int64_t n = 5, n_heads = 6, n_kv = 2, hd = 24, page = 4, num_blocks = 4;
+        RopeParams p;
+        p.head_dim = hd;
+        p.rope_dim = 16;
+        p.neox = neox;
+        const int64_t qw = n_heads * hd, kvw = n_kv * hd, row = qw + 2 * kvw;
+        const auto qkv = normal_values(static_cast<size_t>(n * row), 4);
+        const std::vector<int32_t> positions = {3, 4, 5, 0, far}, slots = {7, 8, 9, 0, 13};
+        std::vector<float> q(static_cast<size_t>(n * qw)), k(static_cast<size_t>(n * kvw)), v(k.size());
+        for (int64_t t = 0; t < n; ++t) {
+          std::copy_n(qkv.begin() + t * row, qw, q.begin() + t * qw);
+          std::copy_n(qkv.begin() + t * row + qw, kvw, k.begin() + t * kvw);
+          std::copy_n(qkv.begin() + t * row + qw + kvw, kvw, v.begin() + t * kvw);
+        }
+        const size_t cache_bytes = static_cast<size_t>(num_blocks * page * kvw) * (kv_dtype == DType::kF16 ? 2 : 4);
+        auto k_ref = backend.allocate(cache_bytes), v_ref = backend.allocate(cache_bytes);
+        auto k_fused = backend.allocate(cache_bytes), v_fused = backend.allocate(cache_bytes);
+        std::memset(k_ref->data(), 0, cache_bytes), std::memset(v_ref->data(), 0, cache_bytes);
+        std::memset(k_fused->data(), 0, cache_bytes), std::memset(v_fused->data(), 0, cache_bytes);
+        const KvLayerView ref_kv{k_ref->data(), v_ref->data(), kv_dtype, num_blocks, page, n_kv, hd};
+        const KvLayerView fused_kv{k_fused->data(), v_fused->data(), kv_dtype, num_blocks, page, n_kv, hd};
+        backend.rope(q.data(), positions.data(), n, n_heads, p);
+        backend.rope(k.data(), positions.data(), n, n_kv, p);
+        backend.store_kv(ref_kv, k.data(), v.data(), slots.data(), n);
+        std::vector<float> q_fused(q.size());
+        backend.rope_store_qkv(fused_kv, qkv.data(), positions.data(), slots.data(), n, n_heads, p, q_fused.data());
+        EXPECT_EQ(q_fused, q) << "neox " << neox;
+        EXPECT_EQ(std::memcmp(k_fused->data(), k_ref->data(), cache_bytes), 0) << "neox " << neox;
+        EXPECT_EQ(std::memcmp(v_fused->data(), v_ref->data(), cache_bytes), 0) << "neox " << neox;
+        // And token by token through the reference op.
+        std::vector<float> q_ref(q.size()), cos_sin(static_cast<size_t>(p.rope_dim));
+        std::vector<float> k_scratch(static_cast<size_t>(kvw));
+        for (int64_t t = 0; t < n; ++t) {
+          ref::rope_store_qkv_row(ref_kv, qkv.data() + t * row, static_cast<float>(positions[static_cast<size_t>(t)]),
+                                  slots[static_cast<size_t>(t)], n_heads, p, q_ref.data() + t * qw, cos_sin.data(),
+                                  k_scratch.data());
+        }
+        EXPECT_EQ(q_fused, q_ref) << "neox " << neox << " far " << far;
+        EXPECT_EQ(std::memcmp(k_fused->data(), k_ref->data(), cache_bytes), 0) << "neox " << neox << " far " << far;
       }
-      const size_t cache_bytes = static_cast<size_t>(num_blocks * page * kvw) * (kv_dtype == DType::kF16 ? 2 : 4);
-      auto k_ref = backend.allocate(cache_bytes), v_ref = backend.allocate(cache_bytes);
-      auto k_fused = backend.allocate(cache_bytes), v_fused = backend.allocate(cache_bytes);
-      std::memset(k_ref->data(), 0, cache_bytes), std::memset(v_ref->data(), 0, cache_bytes);
-      std::memset(k_fused->data(), 0, cache_bytes), std::memset(v_fused->data(), 0, cache_bytes);
-      const KvLayerView ref_kv{k_ref->data(), v_ref->data(), kv_dtype, num_blocks, page, n_kv, hd};
-      const KvLayerView fused_kv{k_fused->data(), v_fused->data(), kv_dtype, num_blocks, page, n_kv, hd};
-      backend.rope(q.data(), positions.data(), n, n_heads, p);
-      backend.rope(k.data(), positions.data(), n, n_kv, p);
-      backend.store_kv(ref_kv, k.data(), v.data(), slots.data(), n);
-      std::vector<float> q_fused(q.size());
-      backend.rope_store_qkv(fused_kv, qkv.data(), positions.data(), slots.data(), n, n_heads, p, q_fused.data());
-      EXPECT_EQ(q_fused, q) << "neox " << neox;
-      EXPECT_EQ(std::memcmp(k_fused->data(), k_ref->data(), cache_bytes), 0) << "neox " << neox;
-      EXPECT_EQ(std::memcmp(v_fused->data(), v_ref->data(), cache_bytes), 0) << "neox " << neox;
     }
   }
 }

@@ -113,20 +113,25 @@ const float* CpuBackend::rope_rows(const RopeParams& p, int32_t max_position) {
   return rope_rows_.data();
 }
 
-void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) {
+const float* CpuBackend::rope_table_for(const int32_t* positions, int64_t n, const RopeParams& p) {
   constexpr int32_t kTabledPositions = 1 << 16;
   int32_t max_position = 0, min_position = 0;
   for (int64_t t = 0; t < n; ++t) {
     max_position = std::max(max_position, positions[t]);
     min_position = std::min(min_position, positions[t]);
   }
-  if (max_position >= kTabledPositions || min_position < 0 || p.rope_dim <= 0) {
+  if (max_position >= kTabledPositions || min_position < 0 || p.rope_dim <= 0) return nullptr;
+  return rope_rows(p, max_position);
+}
+
+void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) {
+  const float* rows = rope_table_for(positions, n, p);
+  if (rows == nullptr) {
     pool_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
       ref::rope(x + begin * n_heads * p.head_dim, positions + begin, end - begin, n_heads, p);
     });
     return;
   }
-  const float* rows = rope_rows(p, max_position);
   pool_.parallel_for(n, std::max<int64_t>(1, 64 / n_heads), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const float* cos_sin = rows + static_cast<int64_t>(positions[t]) * p.rope_dim;
@@ -135,18 +140,33 @@ void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int64_t n_h
   });
 }
 
-void CpuBackend::store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) {
-  const int64_t width = kv.n_kv_heads * kv.head_dim;
+namespace {
+
+void check_slots(const KvLayerView& kv, const int32_t* slots, int64_t n) {
   const int64_t capacity = kv.num_blocks * kv.page_size;
   for (int64_t t = 0; t < n; ++t) {
     if (slots[t] < 0 || slots[t] >= capacity) throw Error(ErrorKind::kInternal, "KV slot out of range");
-    if (kv.dtype == DType::kF16) {
-      to_f16({k + t * width, static_cast<size_t>(width)}, static_cast<uint16_t*>(kv.k) + slots[t] * width);
-      to_f16({v + t * width, static_cast<size_t>(width)}, static_cast<uint16_t*>(kv.v) + slots[t] * width);
-    } else {
-      ref::store_kv_row(kv, kv.k, k + t * width, slots[t]);
-      ref::store_kv_row(kv, kv.v, v + t * width, slots[t]);
-    }
+  }
+}
+
+// ref::store_kv_row with f16 rows converted by the vector converter (the same rounding).
+void store_row(const KvLayerView& kv, void* cache, const float* row, int64_t slot) {
+  const int64_t width = kv.n_kv_heads * kv.head_dim;
+  if (kv.dtype == DType::kF16) {
+    to_f16({row, static_cast<size_t>(width)}, static_cast<uint16_t*>(cache) + slot * width);
+  } else {
+    ref::store_kv_row(kv, cache, row, slot);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) {
+  check_slots(kv, slots, n);
+  const int64_t width = kv.n_kv_heads * kv.head_dim;
+  for (int64_t t = 0; t < n; ++t) {
+    store_row(kv, kv.k, k + t * width, slots[t]);
+    store_row(kv, kv.v, v + t * width, slots[t]);
   }
 }
 
@@ -218,16 +238,27 @@ void CpuBackend::add_rms_norm(float* x, const float* residual, const float* w, f
 
 void CpuBackend::rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots,
                                 int64_t n, int64_t n_heads, const RopeParams& p, float* q_out) {
-  const int64_t hd = p.head_dim, kv_width = kv.n_kv_heads * hd, row = n_heads * hd + 2 * kv_width;
-  const int64_t capacity = kv.num_blocks * kv.page_size;
-  for (int64_t t = 0; t < n; ++t) {
-    if (slots[t] < 0 || slots[t] >= capacity) throw Error(ErrorKind::kInternal, "KV slot out of range");
-  }
-  pool_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> cos_sin(static_cast<size_t>(p.rope_dim)), k(static_cast<size_t>(kv_width));
+  const int64_t hd = p.head_dim, kv_width = kv.n_kv_heads * hd, q_width = n_heads * hd, row = q_width + 2 * kv_width;
+  check_slots(kv, slots, n);
+  const float* table = rope_table_for(positions, n, p);
+  pool_.parallel_for(n, std::max<int64_t>(1, 64 / n_heads), [&](int64_t begin, int64_t end) {
+    std::vector<float> cos_sin(table == nullptr ? static_cast<size_t>(p.rope_dim) : 0);
+    std::vector<float> k(static_cast<size_t>(kv_width));
     for (int64_t t = begin; t < end; ++t) {
-      ref::rope_store_qkv_row(kv, qkv + t * row, static_cast<float>(positions[t]), slots[t], n_heads, p,
-                              q_out + t * n_heads * hd, cos_sin.data(), k.data());
+      const float* in = qkv + t * row;
+      float* q = q_out + t * q_width;
+      if (table == nullptr) {
+        ref::rope_store_qkv_row(kv, in, static_cast<float>(positions[t]), slots[t], n_heads, p, q, cos_sin.data(),
+                                k.data());
+        continue;
+      }
+      const float* angles = table + static_cast<int64_t>(positions[t]) * p.rope_dim;
+      std::copy(in, in + q_width, q);
+      for (int64_t h = 0; h < n_heads; ++h) ref::rope_head(q + h * hd, angles, p);
+      std::copy(in + q_width, in + q_width + kv_width, k.data());
+      for (int64_t h = 0; h < kv.n_kv_heads; ++h) ref::rope_head(k.data() + h * hd, angles, p);
+      store_row(kv, kv.k, k.data(), slots[t]);
+      store_row(kv, kv.v, in + q_width + kv_width, slots[t]);
     }
   });
 }

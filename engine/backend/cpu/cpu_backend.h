@@ -38,6 +38,9 @@ class CpuBackend final : public Backend {
   // Rows of ref::rope_cache for positions [0, max_position] under `p`, computed once per position (every layer's
   // Q and K rotate by the same angles); rebuilt when the parameters change.
   const float* rope_rows(const RopeParams& p, int32_t max_position);
+  // rope_rows covering every position of the batch, or nullptr when one lies outside the table (negative, past
+  // 65536, or no rotary dims): then the per-token reference path computes its own angles.
+  const float* rope_table_for(const int32_t* positions, int64_t n, const RopeParams& p);
 
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per-thread attention scores
