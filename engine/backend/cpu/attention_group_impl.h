@@ -72,10 +72,14 @@ void score_block(const T* const* rows, int m, const float* q, int64_t n_group, i
   }
 }
 
+// What a KV head's pass prefetches: its own columns of each row, the whole rows (the task's later KV heads read them
+// from cache), or nothing (an earlier KV head of the task fetched them whole).
+enum class RowFetch { kOwnColumns, kWholeRows, kNone };
+
 // out[g] = sum_j p[g, j] * V row j for the G heads of a pass, p[g, j] = scores[g * stride + j] * inv[g].
 template <class S, int NV, class KvT, int G>
 void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* scores, int64_t stride,
-                const float* inv, float* out) {
+                const float* inv, float* out, RowFetch fetch) {
   using V = typename S::V;
   constexpr int W = S::kWidth;
   constexpr int64_t kHd = int64_t{NV} * W;
@@ -85,7 +89,8 @@ void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, cons
 #pragma GCC unroll 64
   for (int i = 0; i < G * NV; ++i) acc[i] = S::zero();
   SlotWalker values{table, kv.page_size};
-  RowPrefetcher<KvT> value_ahead(table, kv.page_size, v_base, width, kHd * sizeof(KvT), n_ctx, 32);
+  RowPrefetcher<KvT> value_ahead(table, kv.page_size, v_base, width, kHd * sizeof(KvT),
+                                 fetch == RowFetch::kNone ? 0 : n_ctx, 32);
   for (int64_t j = 0; j < n_ctx; ++j) {
     const KvT* v = v_base + values.next() * width;
     value_ahead.fetch();
@@ -101,11 +106,10 @@ void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, cons
   }
 }
 
-// `row_start`: this head's K/V columns are `row_start` values into each row; when `whole_rows`, the prefetchers fetch
-// the entire rows, for the task's later KV heads.
+// `row_start`: this head's K/V columns are `row_start` values into each row (where kWholeRows fetches from).
 template <class S, int NV, class KvT>
 void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* q, int64_t n_group, float scale,
-           float* scores, float* out, int64_t row_start, bool whole_rows) {
+           float* scores, float* out, int64_t row_start, RowFetch fetch) {
   using V = typename S::V;
   constexpr int W = S::kWidth;
   constexpr int64_t kHd = int64_t{NV} * W;
@@ -116,14 +120,16 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
 
   // Scores: W keys at a time, each dot product reduced to one lane of a vector.
   SlotWalker keys{table, kv.page_size};
+  const bool whole_rows = fetch == RowFetch::kWholeRows;
   const int64_t fetch_bytes = (whole_rows ? width : kHd) * static_cast<int64_t>(sizeof(KvT));
-  RowPrefetcher<KvT> key_ahead(table, kv.page_size, k_base - (whole_rows ? row_start : 0), width, fetch_bytes, n_ctx,
+  const int64_t fetched = fetch == RowFetch::kNone ? 0 : n_ctx;
+  RowPrefetcher<KvT> key_ahead(table, kv.page_size, k_base - (whole_rows ? row_start : 0), width, fetch_bytes, fetched,
                                2 * W);
   // V rows are requested alongside the K rows, so the weighted sum does not start cold on DRAM; only while they stay
   // cached meanwhile (long contexts rely on the value loop's own prefetch).
   const bool values_early = n_ctx * fetch_bytes <= 256 * 1024;
   RowPrefetcher<KvT> value_early(table, kv.page_size, v_base - (whole_rows ? row_start : 0), width, fetch_bytes,
-                                 values_early ? n_ctx : 0, 2 * W);
+                                 values_early ? fetched : 0, 2 * W);
   for (int64_t j0 = 0; j0 < n_ctx; j0 += W) {
     const int m = static_cast<int>(std::min<int64_t>(W, n_ctx - j0));
     const KvT* rows[W];
@@ -172,7 +178,7 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     const int gc = static_cast<int>(std::min<int64_t>(kHeadsPerPass, n_group - g0));
     [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
       ((gc == Gs + 1 && (value_pass<S, NV, KvT, Gs + 1>(kv, table, n_ctx, scores + g0 * stride, stride, inv + g0,
-                                                        out + g0 * kHd),
+                                                        out + g0 * kHd, fetch),
                          true)) ||
        ...);
     }(std::make_integer_sequence<int, kHeadsPerPass>{});
@@ -187,6 +193,9 @@ void attention_group_typed(const KvLayerView& kv, const AttentionBatch& batch, c
   const int64_t n_ctx = batch.positions[t] + 1;
   const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
   const int64_t head_end = head_begin + head_count;
+  // A task spanning KV heads fetches whole rows with its first KV head when all of its K and V rows stay in L2 for the
+  // others; past that, each KV head fetches its own columns.
+  const bool rows_stay_cached = 2 * n_ctx * kv.n_kv_heads * hd * static_cast<int64_t>(sizeof(KvT)) <= 512 * 1024;
   // KV head by KV head; chunks of at most 64 heads (`inv` holds 64).
   for (int64_t h = head_begin; h < head_end;) {
     const int64_t kv_head = h / group_size;
@@ -194,20 +203,23 @@ void attention_group_typed(const KvLayerView& kv, const AttentionBatch& batch, c
     KvLayerView head_kv = kv;  // point K/V at this KV head's columns; rows stay n_kv_heads * hd apart
     head_kv.k = static_cast<KvT*>(kv.k) + kv_head * hd;
     head_kv.v = static_cast<KvT*>(kv.v) + kv_head * hd;
-    const bool whole_rows = h == head_begin && h + n < head_end && h + n == (kv_head + 1) * group_size;
+    RowFetch fetch = RowFetch::kOwnColumns;
+    if (rows_stay_cached && head_begin / group_size != (head_end - 1) / group_size) {
+      fetch = h == head_begin ? RowFetch::kWholeRows : RowFetch::kNone;
+    }
     const float* qg = q + (t * n_heads + h) * hd;
     float* og = out + (t * n_heads + h) * hd;
     const int64_t row_start = kv_head * hd;
     switch (hd / S::kWidth) {
-      case 1: group<S, 1, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, whole_rows); break;
-      case 2: group<S, 2, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, whole_rows); break;
-      case 3: group<S, 3, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, whole_rows); break;
-      case 4: group<S, 4, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, whole_rows); break;
-      case 5: group<S, 5, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, whole_rows); break;
-      case 6: group<S, 6, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, whole_rows); break;
-      case 7: group<S, 7, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, whole_rows); break;
-      case 8: group<S, 8, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, whole_rows); break;
-      case 16: group<S, 16, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, whole_rows); break;
+      case 1: group<S, 1, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
+      case 2: group<S, 2, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
+      case 3: group<S, 3, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
+      case 4: group<S, 4, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
+      case 5: group<S, 5, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
+      case 6: group<S, 6, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
+      case 7: group<S, 7, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
+      case 8: group<S, 8, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
+      case 16: group<S, 16, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
       default: break;  // excluded by attention_simd_supports
     }
     h += n;
