@@ -6,8 +6,9 @@
 
 #include <cstdint>
 
-// GCC 12 reports the undefined pass-through operand inside the AVX-512 shuffle intrinsics as uninitialised.
+// GCC 12 reports the undefined pass-through operand inside the AVX-512 shuffle intrinsics as (maybe) uninitialised.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace servetune::cpu::detail::simd {
 
