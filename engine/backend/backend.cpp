@@ -12,6 +12,10 @@
 
 namespace servetune {
 
+void Backend::sample(const float*, int64_t, int64_t, std::span<const SampleRow>, int32_t*) {
+  throw Error(ErrorKind::kInternal, "backend '" + name() + "' does not sample on the device (the host Sampler does)");
+}
+
 bool backend_available(const std::string& device) {
 #if defined(SERVETUNE_WITH_GPU)
   if (device == gpu_backend_name()) return true;

@@ -57,6 +57,17 @@ struct AttentionBatch {
   int64_t max_blocks_per_seq = 0;
 };
 
+// One logits row's draw for Backend::sample, with the host Sampler's semantics (runtime/sampler.h): greedy (lowest id
+// among tied maxima) when temperature is 0; otherwise temperature, then top-k, top-p and min-p over the tokens sorted
+// by logit (ties by id), and `uniform` in [0, 1) (drawn by the request's RNG) times the kept mass picks the token.
+struct SampleRow {
+  float temperature = 0.0f;
+  int32_t top_k = 0;  // <= 0: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  double uniform = 0.0;
+};
+
 // Device memory of a GPU backend, in bytes.
 struct DeviceMemory {
   int64_t total = 0;
@@ -127,6 +138,11 @@ class Backend {
   virtual bool fill_random(void* /*dst*/, DType /*type*/, int64_t /*n*/, uint64_t /*seed*/, float /*mean*/, float /*std*/) {
     return false;
   }
+  // Whether sample() draws on this backend (GPUs); host-memory backends leave sampling to the host Sampler.
+  virtual bool device_sampling() const { return false; }
+  // Draws one token per row of `logits` [n, vocab] (backend memory) as rows[i] says and writes the n ids to host
+  // `tokens`, so only ids leave the device. Only where device_sampling().
+  virtual void sample(const float* logits, int64_t n, int64_t vocab, std::span<const SampleRow> rows, int32_t* tokens);
   // Graphs (compile = graphs): ops issued between begin_capture and end_capture are recorded, not run, as graph `key`
   // (a negative key discards them); replay_graph runs them again over whatever the buffers hold by then. Backends
   // without graphs (CPU) return false from begin_capture and record nothing.

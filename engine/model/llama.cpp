@@ -141,19 +141,24 @@ bool LlamaModel::reserve(int64_t n_tokens, int64_t n_logits) {
   return grows;
 }
 
-void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) {
+void LlamaModel::run_batch(const Batch& batch, KvStorage& kv) {
   const int64_t n = batch.n_tokens();
   const int64_t n_out = static_cast<int64_t>(batch.logits_indices.size());
-  if (n == 0) {
-    logits.clear();
-    return;
-  }
   for (const int32_t row : batch.logits_indices) {
     if (row < 0 || row >= n) throw Error(ErrorKind::kInternal, "logits index out of range");
   }
-  if (forward_graph(batch, kv, logits)) return;
+  if (forward_graph(batch, kv)) return;
   reserve(n, n_out);
   compute(n, n_out, batch.max_blocks_per_seq, place_indices(batch), kv);
+}
+
+void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) {
+  const auto n_out = static_cast<int64_t>(batch.logits_indices.size());
+  if (batch.n_tokens() == 0) {
+    logits.clear();
+    return;
+  }
+  run_batch(batch, kv);
   if (n_out == 0) {  // a prefill chunk that does not reach the end of its prompt
     logits.clear();
     return;
@@ -164,6 +169,17 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
     return;
   }
   gather_logits(static_cast<const float*>(logits_out_->data()), n_out, logits);
+}
+
+void LlamaModel::forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows,
+                                 std::vector<int32_t>& tokens) {
+  if (!device_sampling()) throw Error(ErrorKind::kInternal, "forward_sampled needs a device-sampling backend and tp_size 1");
+  const auto n_out = static_cast<int64_t>(batch.logits_indices.size());
+  if (static_cast<int64_t>(rows.size()) != n_out) throw Error(ErrorKind::kInternal, "forward_sampled: one SampleRow per logits row");
+  tokens.resize(static_cast<size_t>(n_out));
+  if (batch.n_tokens() == 0) return;
+  run_batch(batch, kv);
+  if (n_out > 0) backend_.sample(static_cast<const float*>(logits_out_->data()), n_out, output_.rows, rows, tokens.data());
 }
 
 void LlamaModel::compute(int64_t n, int64_t n_out, int64_t max_blocks_per_seq, const BatchIndices& ix, KvStorage& kv) {
@@ -185,7 +201,7 @@ void LlamaModel::drop_graphs() {
   graph_captured_.clear();
 }
 
-bool LlamaModel::forward_graph(const Batch& batch, KvStorage& kv, std::vector<float>& logits) {
+bool LlamaModel::forward_graph(const Batch& batch, KvStorage& kv) {
   const int64_t n = batch.n_tokens();
   if (graph_max_bs_ <= 0 || n > graph_max_bs_ || parallel_.tp_size != 1 || batch.n_seqs() != n ||
       static_cast<int64_t>(batch.logits_indices.size()) != n) {
@@ -262,9 +278,7 @@ bool LlamaModel::forward_graph(const Batch& batch, KvStorage& kv, std::vector<fl
   } else {
     compute(bucket, bucket, width, ix, kv);  // a backend without graphs runs the padded step eagerly
   }
-  logits.resize(static_cast<size_t>(n * output_.rows));
-  backend_.download(logits.data(), *logits_out_, 0, logits.size() * sizeof(float));
-  return true;
+  return true;  // rows [0, n) of logits_out_ are the real sequences
 }
 
 // With fused_ (compile = fused) the same arithmetic in fewer launches: stacked QKV and gate/up matmuls, rotary fused

@@ -25,6 +25,8 @@ class LlamaModel final : public Model {
   const ParallelContext& parallel() const override { return parallel_; }
   int64_t local_kv_heads() const override { return n_kv_heads_; }
   void forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) override;
+  bool device_sampling() const override { return parallel_.tp_size == 1 && backend_.device_sampling(); }
+  void forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) override;
 
  private:
   struct Layer {
@@ -70,8 +72,10 @@ class LlamaModel final : public Model {
   // can capture it.
   void compute(int64_t n, int64_t n_out, int64_t max_blocks_per_seq, const BatchIndices& ix, KvStorage& kv);
   void forward_layers(int64_t n, int64_t max_blocks_per_seq, const BatchIndices& ix, KvStorage& kv);
+  // Runs `batch` (through a graph when it qualifies), leaving its logits rows in logits_out_ (rank-local vocabulary).
+  void run_batch(const Batch& batch, KvStorage& kv);
   // Decode batches of up to graph_max_bs_ sequences through graphs; false when `batch` does not qualify.
-  bool forward_graph(const Batch& batch, KvStorage& kv, std::vector<float>& logits);
+  bool forward_graph(const Batch& batch, KvStorage& kv);
 
   ModelConfig config_;
   ParallelContext parallel_;

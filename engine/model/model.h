@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ class Model {
   virtual int64_t local_kv_heads() const = 0;
   // Runs `batch`, storing its K/V in `kv`, and writes logits [batch.logits_indices.size(), vocab] to `logits`.
   virtual void forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) = 0;
+  // Whether forward_sampled() can run: the backend samples on the device and one rank holds the whole vocabulary.
+  virtual bool device_sampling() const = 0;
+  // Runs `batch` like forward() but draws each logits row's token on the device (rows[i] for row i, see
+  // Backend::sample): only the ids come back, into `tokens`. Only where device_sampling().
+  virtual void forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) = 0;
 };
 
 }  // namespace servetune

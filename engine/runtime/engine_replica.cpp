@@ -128,6 +128,7 @@ class EngineReplica::Impl {
     sc.policy = parse_schedule_policy(config_.schedule_policy);
     scheduler_ = std::make_unique<Scheduler>(sc, *blocks_);
     runner_ = std::make_unique<ModelRunner>(*ranks_);
+    device_sampling_ = ranks_->device_sampling();
     SpeculatorContext spec_context;
     spec_context.backend = &ranks_->backend(0);
     spec_context.target_tokenizer = tokenizer_.get();
@@ -285,9 +286,26 @@ class EngineReplica::Impl {
     return reason != FinishReason::kNone;
   }
 
+  // The step's device draws, when every sampling sequence can have one (no speculative draft, nothing
+  // Sampler::device_refusal names): one row per sampling sequence in step order, each drawing its uniform now.
+  // Empty: the step's logits come back and the host samples.
+  std::vector<SampleRow> device_rows(const SchedulerOutput& out) {
+    std::vector<SampleRow> rows;
+    if (!device_sampling_) return rows;
+    for (const auto& s : out.seqs) {
+      const RequestState& st = *states_.at(static_cast<uint64_t>(s.seq->id));
+      if (s.samples && (s.num_draft > 0 || st.sampler.device_refusal(banned_tokens(st)) != nullptr)) return rows;
+    }
+    for (const auto& s : out.seqs) {
+      if (s.samples) rows.push_back(states_.at(static_cast<uint64_t>(s.seq->id))->sampler.device_row());
+    }
+    return rows;
+  }
+
   // Samples (and, with drafts, verifies) the tokens of one sampling sequence from its logits rows starting at
-  // `row`, streams them as one event, and rolls back rejected drafts; returns true when the request is finished.
-  bool emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, EngineClock::time_point now) {
+  // `row`, or takes `device_token` (>= 0) drawn on the device, streams them as one event, and rolls back rejected
+  // drafts; returns true when the request is finished.
+  bool emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, EngineClock::time_point now, int32_t device_token) {
     Sequence& seq = st.seq;
     std::vector<int32_t> draft;
     if (s.num_draft > 0) {
@@ -297,9 +315,17 @@ class EngineReplica::Impl {
     TokenEvent e;
     e.request_id = static_cast<uint64_t>(seq.id);
     bool finished = false;
-    const int64_t accepted = verify_draft(
-        st.sampler, draft, [&](size_t j) { return runner_->logits(row + j); }, [&] { return banned_tokens(st); },
-        [&](SampleResult& r) { return finished = push_token(st, r, e); }, draft_probs_of(st, s.num_draft));
+    int64_t accepted = 0;
+    if (device_token >= 0) {
+      SampleResult r;
+      r.token = device_token;
+      st.sampler.accept(r.token);
+      finished = push_token(st, r, e);
+    } else {
+      accepted = verify_draft(
+          st.sampler, draft, [&](size_t j) { return runner_->logits(row + j); }, [&] { return banned_tokens(st); },
+          [&](SampleResult& r) { return finished = push_token(st, r, e); }, draft_probs_of(st, s.num_draft));
+    }
     generation_tokens_ += static_cast<int64_t>(e.token_ids.size());
     if (s.num_draft > 0) {
       ++st.spec_num_drafts;
@@ -442,9 +468,12 @@ class EngineReplica::Impl {
       }
       return;
     }
+    std::vector<SampleRow> rows;
     try {
       const auto start = EngineClock::now();
-      runner_->run(out);
+      rows = device_rows(out);
+      if (rows.empty()) runner_->run(out);
+      else runner_->run_sampled(out, rows);
       forward_seconds_ += std::chrono::duration<double>(EngineClock::now() - start).count();
     } catch (const std::exception& ex) {
       for (const auto& s : out.seqs) {
@@ -468,7 +497,7 @@ class EngineReplica::Impl {
       prompt_tokens_ += std::clamp<int64_t>(s.seq->prompt_len - first, 0, s.num_tokens);
       if (!s.samples) continue;
       try {
-        if (emit_tokens(st, s, row, now)) done.push_back(static_cast<uint64_t>(s.seq->id));
+        if (emit_tokens(st, s, row, now, rows.empty() ? -1 : runner_->token(row))) done.push_back(static_cast<uint64_t>(s.seq->id));
       } catch (const std::exception& ex) {
         finish(st, FinishReason::kError, std::string("sampling failed: ") + ex.what());
         done.push_back(static_cast<uint64_t>(s.seq->id));
@@ -537,6 +566,7 @@ class EngineReplica::Impl {
   std::vector<uint64_t> aborts_;
   std::unordered_set<uint64_t> live_ids_;
   bool stopping_ = false;
+  bool device_sampling_ = false;  // steps whose requests allow it draw their tokens on the device (GPU, one rank)
   std::thread thread_;
 
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> states_;  // engine thread only

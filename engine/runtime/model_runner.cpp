@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "runtime/tensor_parallel_group.h"
 
 namespace servetune {
@@ -44,6 +45,13 @@ void ModelRunner::run(const SchedulerOutput& step) {
   } else {
     model_.forward(batch_, kv_, logits_);
   }
+}
+
+void ModelRunner::run_sampled(const SchedulerOutput& step, std::span<const SampleRow> rows) {
+  if (!group_) throw Error(ErrorKind::kInternal, "device sampling runs through a TensorParallelGroup");
+  build_batch(step, kv_.page_size(), batch_);
+  logits_.clear();
+  group_->forward_sampled(batch_, rows, tokens_);
 }
 
 std::span<float> ModelRunner::logits(size_t i) {

@@ -25,6 +25,10 @@ class ModelRunner {
   // 1 + num_draft consecutive rows.
   void run(const SchedulerOutput& step);
   std::span<float> logits(size_t i);
+  // Runs `step` drawing each logits row's token on the device as rows[i] says (TensorParallelGroup::device_sampling):
+  // afterwards token(i) is row i's token, and logits() has nothing.
+  void run_sampled(const SchedulerOutput& step, std::span<const SampleRow> rows);
+  int32_t token(size_t i) const { return tokens_.at(i); }
   const Batch& last_batch() const { return batch_; }
 
   // Builds the batch without running it (for tests).
@@ -36,6 +40,7 @@ class ModelRunner {
   TensorParallelGroup* group_ = nullptr;
   Batch batch_;
   std::vector<float> logits_;
+  std::vector<int32_t> tokens_;
 };
 
 }  // namespace servetune

@@ -99,6 +99,27 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> b
   return result;
 }
 
+const char* Sampler::device_refusal(std::span<const int32_t> banned) const {
+  if (params_.logprobs >= 0) return "logprobs";
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f || params_.repetition_penalty != 1.0f) {
+    return "presence, frequency or repetition penalty";
+  }
+  if (!banned.empty()) return "tokens banned before min_tokens";
+  return nullptr;
+}
+
+SampleRow Sampler::device_row() {
+  SampleRow row;
+  if (params_.greedy()) return row;
+  row.temperature = params_.temperature;
+  row.top_k = params_.top_k;
+  row.top_p = params_.top_p;
+  row.min_p = params_.min_p;
+  // pick() draws uniform(0, total), which is this canonical draw times total (same RNG use, same value).
+  row.uniform = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  return row;
+}
+
 std::vector<TokenLogprob> Sampler::top_logprobs(std::span<const float> logits, int32_t n, float lse) {
   const auto vocab = static_cast<int32_t>(logits.size());
   const auto count = static_cast<size_t>(std::min(n, vocab));
@@ -215,8 +236,7 @@ int32_t Sampler::pick(size_t n, int32_t draft, size_t draft_index, std::span<con
       }
     }
   }
-  std::uniform_real_distribution<double> uniform(0.0, total);
-  double r = uniform(rng_);
+  double r = unit(rng_) * total;  // Sampler::device_row hands the device this same draw
   // Whole blocks first (their sums vectorise), then token by token inside the block where r runs out.
   constexpr size_t kBlock = 256;
   size_t i = 0;

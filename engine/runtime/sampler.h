@@ -10,6 +10,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "backend/backend.h"
 #include "runtime/sampling_params.h"
 
 namespace servetune {
@@ -44,6 +45,12 @@ class Sampler {
   // min(1, p(draft) / q(draft)), otherwise a draw from max(0, p - q) renormalised. Either way: overall exactly p.
   SampleResult sample(std::span<float> logits, std::span<const int32_t> banned = {}, int32_t draft = -1,
                       std::span<const float> draft_probs = {});
+  // Why this request's next token cannot be drawn by Backend::sample (penalties, logprobs, banned tokens; a
+  // speculative draft is the caller's to exclude), or nullptr when it can.
+  const char* device_refusal(std::span<const int32_t> banned) const;
+  // The next draw as a device SampleRow: the settings, and the uniform that sample() would draw from this request's
+  // RNG (greedy draws none), so the device and the host pick the same token for the same seed.
+  SampleRow device_row();
   // Records a token as generated (for penalties). sample() does not call it: speculative paths may reject tokens.
   void accept(int32_t token);
 

@@ -59,6 +59,12 @@ class TensorParallelGroup {
 
   // Runs `batch` on every rank; `logits` receives the full-vocabulary logits (rank 0's copy). Call from one thread.
   void forward(const Batch& batch, std::vector<float>& logits);
+  // Whether forward_sampled() can run: one rank in all, on a backend that samples on the device.
+  bool device_sampling() { return tp_size_ == 1 && !channel_ && size() == 1 && model(0).device_sampling(); }
+  // Runs `batch` and draws its logits rows' tokens on the device (see Model::forward_sampled).
+  void forward_sampled(const Batch& batch, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) {
+    model(0).forward_sampled(batch, kv(0), rows, tokens);
+  }
   // How often an idle engine must call keep_alive() so worker processes waiting for the next step do not time out
   // (zero: never).
   std::chrono::milliseconds keep_alive_interval() const;

@@ -2,6 +2,7 @@
 // and the empirical distribution of plain temperature sampling against the softmax.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -170,6 +171,56 @@ TEST(Sampler, ValidationNamesTheField) {
   p.max_tokens = 1;
   p.top_p = 0.0f;
   EXPECT_THROW(validate_sampling_params(p), Error);
+}
+
+// The device sampler's inputs: device_row() hands out the uniform sample() would draw, so walking the plain
+// temperature probabilities in id order with uniform * total gives the host's token for the same seed.
+TEST(Sampler, DeviceRowDrawsTheUniformSampleWouldDraw) {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.seed = 7;
+  std::vector<float> logits(301);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = 2.0f * std::sin(0.37f * static_cast<float>(i));
+  Sampler host(p, 0, {}), device(p, 0, {});
+  const float best = *std::max_element(logits.begin(), logits.end());
+  int differing_draws = 0;
+  double previous = -1.0;
+  for (int draw = 0; draw < 200; ++draw) {
+    auto copy = logits;
+    const int32_t expected = host.sample(copy).token;
+    const SampleRow row = device.device_row();
+    EXPECT_EQ(row.temperature, 0.8f);
+    ASSERT_GE(row.uniform, 0.0);
+    ASSERT_LT(row.uniform, 1.0);
+    differing_draws += row.uniform != previous;
+    previous = row.uniform;
+    double total = 0.0;
+    for (float l : logits) total += std::exp((l - best) / 0.8);
+    double r = row.uniform * total;
+    int32_t token = -1;
+    for (size_t i = 0; i < logits.size() && token < 0; ++i) {
+      r -= std::exp((logits[i] - best) / 0.8);
+      if (r < 0.0) token = static_cast<int32_t>(i);
+    }
+    EXPECT_EQ(token, expected) << "draw " << draw;
+  }
+  EXPECT_EQ(differing_draws, 200);
+}
+
+TEST(Sampler, DeviceRowOfGreedyDrawsNothingAndRefusalsNameTheSetting) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  Sampler s(greedy, 1, {});
+  EXPECT_EQ(s.device_row().temperature, 0.0f);
+  EXPECT_EQ(s.device_refusal({}), nullptr);
+  const int32_t banned[] = {2};
+  EXPECT_STREQ(s.device_refusal(banned), "tokens banned before min_tokens");
+  SamplingParams lp;
+  lp.logprobs = 0;
+  EXPECT_STREQ(Sampler(lp, 1, {}).device_refusal({}), "logprobs");
+  SamplingParams pen;
+  pen.repetition_penalty = 1.1f;
+  EXPECT_STREQ(Sampler(pen, 1, {}).device_refusal({}), "presence, frequency or repetition penalty");
 }
 
 }  // namespace

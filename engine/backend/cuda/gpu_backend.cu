@@ -143,6 +143,19 @@ class GpuBackend final : public Backend {
     launch_fill_random(dst, type == DType::kBF16, n, seed, mean, std, stream_);
     return true;
   }
+  bool device_sampling() const override { return true; }
+  void sample(const float* logits, int64_t n, int64_t vocab, std::span<const SampleRow> rows, int32_t* tokens) override {
+    if (static_cast<int64_t>(rows.size()) != n) throw Error(ErrorKind::kInternal, "GPU sample: one SampleRow per logits row");
+    for (const SampleRow& r : rows) check_sample_row(r);
+    if (n == 0) return;
+    const size_t row_bytes = static_cast<size_t>(n) * sizeof(SampleRow), token_bytes = static_cast<size_t>(n) * sizeof(int32_t);
+    if (!sample_rows_ || sample_rows_->size() < row_bytes) sample_rows_ = std::make_unique<DeviceBuffer>(2 * row_bytes);
+    if (!sample_tokens_ || sample_tokens_->size() < token_bytes) sample_tokens_ = std::make_unique<DeviceBuffer>(2 * token_bytes);
+    upload(*sample_rows_, 0, rows.data(), row_bytes);
+    launch_sample(logits, n, vocab, static_cast<const SampleRow*>(sample_rows_->data()),
+                  static_cast<int32_t*>(sample_tokens_->data()), stream_);
+    download(tokens, *sample_tokens_, 0, token_bytes);
+  }
   bool begin_capture() override {
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     return true;
@@ -180,6 +193,15 @@ class GpuBackend final : public Backend {
  private:
   // As the CPU reference computes it (host std::pow), so both backends start from the same float.
   static float theta_scale(const RopeParams& p) { return std::pow(p.theta, -2.0f / static_cast<float>(p.rope_dim)); }
+  // The device sampler draws what SampleRow can say; anything outside the host Sampler's valid ranges is refused.
+  static void check_sample_row(const SampleRow& r) {
+    if (!(r.temperature >= 0.0f && r.temperature <= 100.0f) || !(r.top_p > 0.0f && r.top_p <= 1.0f) ||
+        !(r.min_p >= 0.0f && r.min_p <= 1.0f) || !(r.uniform >= 0.0 && r.uniform <= 1.0)) {
+      throw Error(ErrorKind::kInternal, "GPU sample: temperature " + std::to_string(r.temperature) + ", top_p " +
+                                            std::to_string(r.top_p) + ", min_p " + std::to_string(r.min_p) + ", uniform " +
+                                            std::to_string(r.uniform) + " out of range");
+    }
+  }
   static void require_float_type(const WeightMatrix& w, const char* what) {
     if (w.type != DType::kF32 && w.type != DType::kF16 && w.type != DType::kBF16) {
       throw Error(ErrorKind::kInternal, std::string("GPU ") + what + " must be f32, f16 or bf16, got " + std::string(dtype_name(w.type)));
@@ -224,6 +246,7 @@ class GpuBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<DeviceBuffer> blas_workspace_;
 #endif
+  std::unique_ptr<DeviceBuffer> sample_rows_, sample_tokens_;  // Backend::sample's rows in and ids out
   std::unique_ptr<DeviceBuffer> x_bf16_;  // activations cast to bf16 for the bf16 GEMMs
   std::vector<std::unique_ptr<DeviceBuffer>> retired_;  // earlier x_bf16_ buffers that captured graphs read
 };

@@ -1,4 +1,4 @@
-// Launchers of the GPU kernels behind the CUDA/HIP backend (ops.cu, attention.cu, gemm.cu); all take device
+// Launchers of the GPU kernels behind the CUDA/HIP backend (ops.cu, attention.cu, gemm.cu, sample.cu); all take device
 // pointers and run on `stream`. Element types of tables, weights and caches: f32, f16 or bf16 (by DType).
 #pragma once
 
@@ -35,6 +35,9 @@ void launch_fill_random(void* dst, bool bf16, int64_t n, uint64_t seed, float me
 // Paged attention over each token's visible positions (see Backend::attention); head_dim <= 256.
 void launch_attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                       float* out, cudaStream_t stream);
+// One token per row of logits [n, vocab] drawn as rows[i] (device memory) says (see Backend::sample), ids to `tokens`.
+void launch_sample(const float* logits, int64_t n, int64_t vocab, const SampleRow* rows, int32_t* tokens,
+                   cudaStream_t stream);
 // y[n, rows] = x[n, cols] . W^T with W f32 or bf16 [rows, cols] (plain tiled kernel: the HIP build's GEMM).
 void launch_gemm_tiled(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream);
 
