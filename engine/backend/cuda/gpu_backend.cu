@@ -38,11 +38,12 @@ class DeviceBuffer final : public Buffer {
   explicit DeviceBuffer(size_t bytes) : size_(bytes) {
     if (bytes == 0) return;
     const cudaError_t status = cudaMalloc(&data_, bytes);
-    if (status != cudaSuccess) {
+    if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // clear the failed allocation's error
       throw Error(ErrorKind::kUsage, "out of GPU memory allocating " + std::to_string(bytes >> 20) +
                                          " MiB (lower mem_fraction_static or max_total_tokens, or use a smaller model)");
     }
+    check(status, "cudaMalloc");  // anything else (a graph capture in progress, a broken context) is not a memory shortage
   }
   ~DeviceBuffer() override {
     if (data_ != nullptr) (void)cudaFree(data_);

@@ -9,6 +9,7 @@
 #include <hip/hip_runtime.h>
 #define cudaError_t hipError_t
 #define cudaSuccess hipSuccess
+#define cudaErrorMemoryAllocation hipErrorOutOfMemory
 #define cudaGetErrorString hipGetErrorString
 #define cudaGetLastError hipGetLastError
 #define cudaGetDeviceCount hipGetDeviceCount
