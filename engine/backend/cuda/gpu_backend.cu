@@ -159,15 +159,19 @@ class GpuBackend final : public Backend {
   }
   bool begin_capture() override {
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    capturing_ = true;
     return true;
   }
   void end_capture(int64_t key) override {
     cudaGraph_t graph = nullptr;
-    check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
-    if (key < 0) {
-      (void)cudaGraphDestroy(graph);
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    capturing_ = false;
+    if (key < 0) {  // discarding, usually after a failure inside the capture: that error is the one to report
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
       return;
     }
+    check(ended, "cudaStreamEndCapture");
     cudaGraphExec_t exec = nullptr;
 #if defined(SERVETUNE_HIP)
     const cudaError_t status = hipGraphInstantiate(&exec, graph, nullptr, nullptr, 0);
@@ -228,6 +232,8 @@ class GpuBackend final : public Backend {
     }
     const size_t need = static_cast<size_t>(n * w.cols) * sizeof(uint16_t);
     if (!x_bf16_ || x_bf16_->size() < need) {
+      // An allocation cannot be recorded into a graph, and a buffer this capture already used must stay alive.
+      if (capturing_) throw Error(ErrorKind::kInternal, "GPU GEMM scratch must grow during a graph capture (the eager warm-up step of that batch size should have sized it)");
       if (x_bf16_ && !graphs_.empty()) retired_.push_back(std::move(x_bf16_));  // captured graphs still use it
       x_bf16_ = std::make_unique<DeviceBuffer>(need * 2);
     }
@@ -241,6 +247,7 @@ class GpuBackend final : public Backend {
   }
 
   cudaStream_t stream_ = nullptr;
+  bool capturing_ = false;
   std::map<int64_t, cudaGraphExec_t> graphs_;
 #if !defined(SERVETUNE_HIP)
   static constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
