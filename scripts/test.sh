@@ -21,7 +21,7 @@ ctest --test-dir build/ci --output-on-failure -j "$JOBS" --timeout 900
 step "cuda backend and nccl communicator compile and link (preset cuda: sm_90a + sm_80; nothing runs without a GPU)"
 if [ -x /usr/local/cuda/bin/nvcc ] && [ -f /usr/local/cuda/include/nccl.h ]; then
   cmake --preset cuda >/dev/null
-  cmake --build build/cuda -j "$JOBS" --target servetune test_gpu_ops test_gpu_parity test_comm
+  cmake --build build/cuda -j "$JOBS" --target servetune test_gpu_ops test_gpu_sample test_gpu_parity test_comm
 elif [ -f /usr/local/cuda/include/nccl.h ]; then
   echo "no nvcc: only the nccl communicator (preset nccl)"
   cmake --preset nccl >/dev/null
