@@ -26,23 +26,21 @@ struct SlotWalker {
 };
 
 // Rows of one head are strided and scattered over blocks, which the hardware prefetcher does not follow: this
-// walker runs `distance` positions ahead of the one reading and prefetches `bytes` of each row it passes (this
-// head's columns, or the whole row when the task goes on to the other KV heads of the same rows).
-template <class KvT>
+// walker runs `distance` positions ahead of the one reading and prefetches the rows it passes.
+template <class KvT, int64_t kRowBytes>
 struct RowPrefetcher {
   SlotWalker walker;
   const KvT* base;
-  int64_t width, bytes, remaining;
-  RowPrefetcher(const int32_t* table, int64_t page, const KvT* base_, int64_t width_, int64_t bytes_, int64_t n_ctx,
-                int64_t distance)
-      : walker{table, page}, base(base_), width(width_), bytes(bytes_), remaining(n_ctx) {
+  int64_t width, remaining;
+  RowPrefetcher(const int32_t* table, int64_t page, const KvT* base_, int64_t width_, int64_t n_ctx, int64_t distance)
+      : walker{table, page}, base(base_), width(width_), remaining(n_ctx) {
     for (int64_t i = 0; i < distance && remaining > 0; ++i) fetch();
   }
   void fetch() {
     if (remaining == 0) return;
     --remaining;
     const char* row = reinterpret_cast<const char*>(base + walker.next() * width);
-    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
+    for (int64_t b = 0; b < kRowBytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
   }
 };
 
@@ -72,14 +70,10 @@ void score_block(const T* const* rows, int m, const float* q, int64_t n_group, i
   }
 }
 
-// What a KV head's pass prefetches: its own columns of each row, the whole rows (the task's later KV heads read them
-// from cache), or nothing (an earlier KV head of the task fetched them whole).
-enum class RowFetch { kOwnColumns, kWholeRows, kNone };
-
 // out[g] = sum_j p[g, j] * V row j for the G heads of a pass, p[g, j] = scores[g * stride + j] * inv[g].
 template <class S, int NV, class KvT, int G>
 void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* scores, int64_t stride,
-                const float* inv, float* out, RowFetch fetch) {
+                const float* inv, float* out) {
   using V = typename S::V;
   constexpr int W = S::kWidth;
   constexpr int64_t kHd = int64_t{NV} * W;
@@ -89,8 +83,7 @@ void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, cons
 #pragma GCC unroll 64
   for (int i = 0; i < G * NV; ++i) acc[i] = S::zero();
   SlotWalker values{table, kv.page_size};
-  RowPrefetcher<KvT> value_ahead(table, kv.page_size, v_base, width, kHd * sizeof(KvT),
-                                 fetch == RowFetch::kNone ? 0 : n_ctx, 32);
+  RowPrefetcher<KvT, kHd * sizeof(KvT)> value_ahead(table, kv.page_size, v_base, width, n_ctx, 32);
   for (int64_t j = 0; j < n_ctx; ++j) {
     const KvT* v = v_base + values.next() * width;
     value_ahead.fetch();
@@ -106,10 +99,9 @@ void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, cons
   }
 }
 
-// `row_start`: this head's K/V columns are `row_start` values into each row (where kWholeRows fetches from).
 template <class S, int NV, class KvT>
 void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* q, int64_t n_group, float scale,
-           float* scores, float* out, int64_t row_start, RowFetch fetch) {
+           float* scores, float* out) {
   using V = typename S::V;
   constexpr int W = S::kWidth;
   constexpr int64_t kHd = int64_t{NV} * W;
@@ -120,16 +112,11 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
 
   // Scores: W keys at a time, each dot product reduced to one lane of a vector.
   SlotWalker keys{table, kv.page_size};
-  const bool whole_rows = fetch == RowFetch::kWholeRows;
-  const int64_t fetch_bytes = (whole_rows ? width : kHd) * static_cast<int64_t>(sizeof(KvT));
-  const int64_t fetched = fetch == RowFetch::kNone ? 0 : n_ctx;
-  RowPrefetcher<KvT> key_ahead(table, kv.page_size, k_base - (whole_rows ? row_start : 0), width, fetch_bytes, fetched,
-                               2 * W);
-  // V rows are requested alongside the K rows, so the weighted sum does not start cold on DRAM; only while they stay
-  // cached meanwhile (long contexts rely on the value loop's own prefetch).
-  const bool values_early = n_ctx * fetch_bytes <= 256 * 1024;
-  RowPrefetcher<KvT> value_early(table, kv.page_size, v_base - (whole_rows ? row_start : 0), width, fetch_bytes,
-                                 values_early ? fetched : 0, 2 * W);
+  RowPrefetcher<KvT, kHd * sizeof(KvT)> key_ahead(table, kv.page_size, k_base, width, n_ctx, 2 * W);
+  // V rows are requested alongside the K rows, so the weighted sum does not start cold on DRAM; only while this
+  // head's V rows stay cached meanwhile (long contexts rely on the value loop's own prefetch).
+  const bool values_early = n_ctx * kHd * static_cast<int64_t>(sizeof(KvT)) <= 256 * 1024;
+  RowPrefetcher<KvT, kHd * sizeof(KvT)> value_early(table, kv.page_size, v_base, width, values_early ? n_ctx : 0, 2 * W);
   for (int64_t j0 = 0; j0 < n_ctx; j0 += W) {
     const int m = static_cast<int>(std::min<int64_t>(W, n_ctx - j0));
     const KvT* rows[W];
@@ -178,7 +165,7 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     const int gc = static_cast<int>(std::min<int64_t>(kHeadsPerPass, n_group - g0));
     [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
       ((gc == Gs + 1 && (value_pass<S, NV, KvT, Gs + 1>(kv, table, n_ctx, scores + g0 * stride, stride, inv + g0,
-                                                        out + g0 * kHd, fetch),
+                                                        out + g0 * kHd),
                          true)) ||
        ...);
     }(std::make_integer_sequence<int, kHeadsPerPass>{});
@@ -190,39 +177,30 @@ void attention_group_typed(const KvLayerView& kv, const AttentionBatch& batch, c
                            float scale, int64_t t, int64_t head_begin, int64_t head_count, float* scratch, float* out) {
   const int64_t hd = kv.head_dim;
   const int64_t group_size = n_heads / kv.n_kv_heads;
+  const int64_t kv_head = head_begin / group_size;
   const int64_t n_ctx = batch.positions[t] + 1;
   const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
-  const int64_t head_end = head_begin + head_count;
-  // A task spanning KV heads fetches whole rows with its first KV head when all of its K and V rows stay in L2 for the
-  // others; past that, each KV head fetches its own columns.
-  const bool rows_stay_cached = 2 * n_ctx * kv.n_kv_heads * hd * static_cast<int64_t>(sizeof(KvT)) <= 512 * 1024;
-  // KV head by KV head; chunks of at most 64 heads (`inv` holds 64).
-  for (int64_t h = head_begin; h < head_end;) {
-    const int64_t kv_head = h / group_size;
-    const int64_t n = std::min({head_end, (kv_head + 1) * group_size, h + 64}) - h;
-    KvLayerView head_kv = kv;  // point K/V at this KV head's columns; rows stay n_kv_heads * hd apart
-    head_kv.k = static_cast<KvT*>(kv.k) + kv_head * hd;
-    head_kv.v = static_cast<KvT*>(kv.v) + kv_head * hd;
-    RowFetch fetch = RowFetch::kOwnColumns;
-    if (rows_stay_cached && head_begin / group_size != (head_end - 1) / group_size) {
-      fetch = h == head_begin ? RowFetch::kWholeRows : RowFetch::kNone;
-    }
-    const float* qg = q + (t * n_heads + h) * hd;
-    float* og = out + (t * n_heads + h) * hd;
-    const int64_t row_start = kv_head * hd;
+  KvLayerView head_kv = kv;  // point K/V at this KV head's columns; rows stay n_kv_heads * hd apart
+  head_kv.k = static_cast<KvT*>(kv.k) + kv_head * hd;
+  head_kv.v = static_cast<KvT*>(kv.v) + kv_head * hd;
+  const float* qh = q + (t * n_heads + head_begin) * hd;
+  float* oh = out + (t * n_heads + head_begin) * hd;
+  for (int64_t done = 0; done < head_count; done += 64) {  // `inv` holds 64 heads
+    const int64_t n = std::min<int64_t>(64, head_count - done);
+    const float* qg = qh + done * hd;
+    float* og = oh + done * hd;
     switch (hd / S::kWidth) {
-      case 1: group<S, 1, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
-      case 2: group<S, 2, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
-      case 3: group<S, 3, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
-      case 4: group<S, 4, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
-      case 5: group<S, 5, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
-      case 6: group<S, 6, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
-      case 7: group<S, 7, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
-      case 8: group<S, 8, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
-      case 16: group<S, 16, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og, row_start, fetch); break;
+      case 1: group<S, 1, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 2: group<S, 2, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 3: group<S, 3, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 4: group<S, 4, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 5: group<S, 5, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 6: group<S, 6, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 7: group<S, 7, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 8: group<S, 8, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
+      case 16: group<S, 16, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
       default: break;  // excluded by attention_simd_supports
     }
-    h += n;
   }
 }
 

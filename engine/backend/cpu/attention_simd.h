@@ -9,8 +9,7 @@
 
 namespace servetune::cpu::detail {
 
-// Heads [head_begin, head_begin + head_count) of token t, KV head by KV head (a task spanning several KV heads reads
-// each K/V row whole when it reaches the first of them, then the others from cache). `out` is the batch's
+// Heads [head_begin, head_begin + head_count) of token t; they must map to the same KV head. `out` is the batch's
 // output ([n_tokens, n_heads, head_dim]); `scratch` holds attention_scratch_floats(head_count, n_ctx) floats.
 // Requires kv.dtype f32 or f16 and attention_simd_supports(head_dim) for the ISA.
 using AttentionGroupKernel = void (*)(const KvLayerView& kv, const AttentionBatch& batch, const float* q,

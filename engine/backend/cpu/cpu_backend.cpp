@@ -185,15 +185,10 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
       group_kernel = &detail::attention_group_avx2;
     }
   }
-  // A task is one token's heads (its K/V rows read whole, once, from DRAM), or with fewer tokens than keep every
-  // thread busy that way, one token's group of query heads sharing a KV head (each K/V row read once for the
-  // group), or one head (single-sequence decode).
-  int64_t heads_per_task = 1;
-  if (group_kernel != nullptr && batch.n_tokens >= 4 * pool_.size()) {
-    heads_per_task = n_heads;
-  } else if (group_kernel != nullptr && batch.n_tokens * kv.n_kv_heads >= 2 * pool_.size()) {
-    heads_per_task = group_size;
-  }
+  // A task is one token's group of query heads sharing a KV head (each K/V row read once for the group), or one
+  // head when there are too few groups to keep every thread busy (single-sequence decode).
+  const int64_t heads_per_task = (group_kernel != nullptr && batch.n_tokens * kv.n_kv_heads >= 2 * pool_.size())
+                                     ? group_size : 1;
   const int64_t scratch_floats =
       group_kernel != nullptr ? detail::attention_scratch_floats(heads_per_task, max_ctx) : max_ctx;
   for (auto& s : scratch_) {
