@@ -95,7 +95,7 @@ struct Transfer {
   void reset(size_t i, RequestOutput* o) {
     index = i;
     out = o;
-    sse = SseParser();
+    sse.reset();
     status_known = false;
     status = 0;
     error_body.clear();

@@ -57,6 +57,18 @@ class SseParser {
     return pending;
   }
 
+  // Back to the start of a new stream, keeping the buffers' capacity (a pooled parser allocates nothing per stream).
+  void reset() {
+    line_.clear();
+    data_.clear();
+    type_.clear();
+    id_.clear();
+    bom_buf_.clear();
+    first_unknown_.clear();
+    has_data_ = skip_lf_ = bom_checked_ = false;
+    comments_ = unknown_fields_ = 0;
+  }
+
   int64_t comments() const { return comments_; }
   int64_t unknown_fields() const { return unknown_fields_; }
   const std::string& first_unknown_field() const { return first_unknown_; }

@@ -8,12 +8,28 @@
 #include <charconv>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace servetune::loadgen {
 namespace {
 
 // First byte in [p, end) that ends the plain part of a JSON string: '"', '\\' or a control character (< 0x20).
-// Eight bytes at a time (SWAR); the lowest flagged byte of each test is exact, which is all that is used.
-const char* plain_string_end(const char* p, const char* end) {
+// Sixteen bytes at a time with SSE2, then eight (SWAR; the lowest flagged byte of each test is exact, which is all
+// that is used). Inlined: most strings in a streamed chunk are short, so the call would cost more than the scan.
+[[gnu::always_inline]] inline const char* plain_string_end(const char* p, const char* end) {
+#if defined(__SSE2__)
+  const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), control = _mm_set1_epi8(0x1f);
+  while (end - p >= 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                     _mm_cmpeq_epi8(_mm_min_epu8(v, control), v));
+    const auto mask = static_cast<unsigned>(_mm_movemask_epi8(hit));
+    if (mask != 0) return p + std::countr_zero(mask);
+    p += 16;
+  }
+#endif
   static_assert(std::endian::native == std::endian::little);
   constexpr uint64_t k01 = 0x0101010101010101ull, k80 = 0x8080808080808080ull;
   while (end - p >= 8) {

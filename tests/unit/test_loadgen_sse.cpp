@@ -19,14 +19,19 @@ struct Collected {
   std::vector<std::string> ids;
 };
 
-Collected parse_pieces(const std::vector<std::string>& pieces, bool finish = true) {
-  SseParser p;
-  Collected c;
-  const auto on = [&](const SseEvent& e) {
+// An event handler that appends each event to `c`.
+auto collect_into(Collected& c) {
+  return [&c](const SseEvent& e) {
     c.data.emplace_back(e.data);
     c.types.emplace_back(e.type);
     c.ids.emplace_back(e.id);
   };
+}
+
+Collected parse_pieces(const std::vector<std::string>& pieces, bool finish = true) {
+  SseParser p;
+  Collected c;
+  const auto on = collect_into(c);
   for (const std::string& s : pieces) p.feed(s, on);
   if (finish) p.finish(on);
   return c;
@@ -96,6 +101,29 @@ TEST(SseParser, FinishFlushesAnUnterminatedEvent) {
 
 TEST(SseParser, CrAtTheEndOfOneChunkAndLfAtTheStartOfTheNext) {
   EXPECT_EQ(parse_pieces({"data: a\r", "\n\r", "\ndata: b\r", "\r"}).data, (std::vector<std::string>{"a", "b"}));
+}
+
+
+// A pooled parser is reset between streams: nothing of a stream cut anywhere (half a line, an event without its
+// blank line, a line ended by a lone CR, a BOM checked or not yet, an unknown field) leaks into the next one.
+TEST(SseParser, ResetStartsAFreshStream) {
+  const std::string next = "\xEF\xBB\xBF" "data: {\"n\":1}\n\nevent: e\nid: 3\ndata: z\n\n";
+  const Collected want = parse_pieces({next});
+  for (const std::string prefix : {"", "bogus: 1\n"}) {
+    for (size_t cut = 0; cut <= 2 * kStream.size() + 1; ++cut) {
+      SseParser p;
+      Collected got;
+      const auto on = collect_into(got);
+      p.feed(prefix + kStream.substr(0, cut / 2) + (cut % 2 == 1 ? "\r" : ""), [](const SseEvent&) {});
+      p.reset();
+      p.feed(next, on);
+      p.finish(on);
+      EXPECT_EQ(p.unknown_fields(), 0);
+      EXPECT_EQ(got.data, want.data) << "cut at " << cut;
+      EXPECT_EQ(got.types, want.types) << "cut at " << cut;
+      EXPECT_EQ(got.ids, want.ids) << "cut at " << cut;
+    }
+  }
 }
 
 TEST(StreamChunk, CompletionsChatUsageAndErrors) {
