@@ -83,6 +83,7 @@ struct Transfer {
   size_t index = 0;
   RequestOutput* out = nullptr;
   SseParser sse;
+  StreamChunkParser chunks;
   StreamChunk chunk;
   bool status_known = false;
   long status = 0;
@@ -110,7 +111,7 @@ struct Transfer {
       error = "server error event: " + snippet(ev.data);
       return;
     }
-    parse_stream_chunk(ev.data, api, chunk);
+    chunks.parse(ev.data, api, chunk);
     if (!chunk.error.empty()) {
       error = chunk.error;
       return;

@@ -46,9 +46,11 @@ namespace {
 
 class Scanner {
  public:
-  explicit Scanner(std::string_view s) : p_(s.data()), end_(s.data() + s.size()) {}
+  explicit Scanner(std::string_view s) : begin_(s.data()), p_(s.data()), end_(s.data() + s.size()) {}
 
   bool ok() const { return ok_; }
+  size_t offset() const { return static_cast<size_t>(p_ - begin_); }
+  bool consumed() const { return ok_ && p_ == end_; }  // every byte read, no trailing whitespace skipped
   bool at_end() {
     ws();
     return p_ == end_;
@@ -280,6 +282,7 @@ class Scanner {
     }
   }
 
+  const char* begin_;
   const char* p_;
   const char* end_;
   bool ok_ = true;
@@ -292,16 +295,32 @@ std::string snippet(std::string_view s) {
   return out;
 }
 
+// Where the text strings read from a payload lie: [begin, end) of the last one's raw content between its quotes.
+struct TextSpan {
+  int count = 0;
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+// Reads the string at the scanner (peek() saw its quote) into out.text and records where its content lies.
+void read_text(Scanner& sc, StreamChunk& out, TextSpan& span) {
+  const size_t open = sc.offset();
+  if (!sc.string(&out.text)) return;
+  ++span.count;
+  span.begin = open + 1;
+  span.end = sc.offset() - 1;
+}
+
 // choices[0]: completions carry "text", chat carries "delta": {"content": ...}.
-void scan_choice(Scanner& sc, ApiKind kind, StreamChunk& out) {
+void scan_choice(Scanner& sc, ApiKind kind, StreamChunk& out, TextSpan& span) {
   if (sc.peek() != '{') return sc.skip_value();
   sc.object([&](std::string_view key) {
     if (kind == ApiKind::kCompletions && key == "text" && sc.peek() == '"') {
-      sc.string(&out.text);
+      read_text(sc, out, span);
     } else if (kind == ApiKind::kChat && key == "delta" && sc.peek() == '{') {
       sc.object([&](std::string_view k) {
         if (k == "content" && sc.peek() == '"') {
-          sc.string(&out.text);
+          read_text(sc, out, span);
         } else {
           sc.skip_value();
         }
@@ -336,9 +355,7 @@ void scan_error(Scanner& sc, StreamChunk& out) {
   out.error = "server error in stream: " + (message.empty() ? std::string(sc.rest_from(start)) : message);
 }
 
-}  // namespace
-
-void parse_stream_chunk(std::string_view data, ApiKind kind, StreamChunk& out) {
+void scan_payload(std::string_view data, ApiKind kind, StreamChunk& out, TextSpan& span) {
   out.done = false;
   out.has_choices = false;
   out.text.clear();
@@ -362,7 +379,7 @@ void parse_stream_chunk(std::string_view data, ApiKind kind, StreamChunk& out) {
       sc.array([&](size_t i) {
         out.has_choices = true;
         if (i == 0) {
-          scan_choice(sc, kind, out);
+          scan_choice(sc, kind, out, span);
         } else {
           sc.skip_value();
         }
@@ -396,6 +413,48 @@ void parse_stream_chunk(std::string_view data, ApiKind kind, StreamChunk& out) {
     out.has_choices = false;
     out.error = std::move(error);
   }
+}
+
+}  // namespace
+
+void parse_stream_chunk(std::string_view data, ApiKind kind, StreamChunk& out) {
+  TextSpan span;
+  scan_payload(data, kind, out, span);
+}
+
+void StreamChunkParser::parse(std::string_view data, ApiKind kind, StreamChunk& out) {
+  const size_t suffix = last_.size() - text_end_;
+  if (!last_.empty() && kind == last_kind_ && data.size() >= text_begin_ + suffix &&
+      std::memcmp(data.data(), last_.data(), text_begin_) == 0 &&
+      std::memcmp(data.data() + data.size() - suffix, last_.data() + text_end_, suffix) == 0) {
+    // The same bytes around the text string's content as the last payload: the payload is valid, with the same
+    // fields, exactly when the new content is a valid JSON string ending at the suffix's closing quote.
+    out.text.clear();
+    Scanner sc(data.substr(text_begin_ - 1, data.size() - suffix - text_begin_ + 2));
+    if (sc.string(&out.text) && sc.consumed()) {
+      out.done = false;
+      out.has_choices = last_fields_.has_choices;
+      out.has_usage = last_fields_.has_usage;
+      out.prompt_tokens = last_fields_.prompt_tokens;
+      out.completion_tokens = last_fields_.completion_tokens;
+      out.error.clear();
+      return;
+    }
+  }
+  TextSpan span;
+  scan_payload(data, kind, out, span);
+  if (!out.error.empty() || out.done || span.count != 1) {
+    last_.clear();
+    return;
+  }
+  last_.assign(data);
+  last_kind_ = kind;
+  text_begin_ = span.begin;
+  text_end_ = span.end;
+  last_fields_.has_choices = out.has_choices;
+  last_fields_.has_usage = out.has_usage;
+  last_fields_.prompt_tokens = out.prompt_tokens;
+  last_fields_.completion_tokens = out.completion_tokens;
 }
 
 }  // namespace servetune::loadgen

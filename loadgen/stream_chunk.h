@@ -23,4 +23,19 @@ struct StreamChunk {
 // Parses `data` into `out` (which is reset first).
 void parse_stream_chunk(std::string_view data, ApiKind kind, StreamChunk& out);
 
+// parse_stream_chunk for the payloads of one stream, which servers send with the same bytes around a changing
+// text: a payload that matches the last fully scanned one outside its text string is checked by scanning only
+// that string. Same results as parse_stream_chunk on any input.
+class StreamChunkParser {
+ public:
+  void parse(std::string_view data, ApiKind kind, StreamChunk& out);
+
+ private:
+  std::string last_;  // the last fully scanned payload with one text string, empty when there is none
+  ApiKind last_kind_ = ApiKind::kCompletions;
+  size_t text_begin_ = 0;  // its text string's content: [text_begin_, text_end_) of last_
+  size_t text_end_ = 0;
+  StreamChunk last_fields_;  // what it held besides the text
+};
+
 }  // namespace servetune::loadgen

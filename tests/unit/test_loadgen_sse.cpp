@@ -2,6 +2,7 @@
 // multi-line data, BOM, unknown fields and end of stream. OpenAI chunk payloads: text, usage, errors.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -215,35 +216,88 @@ void expect_same(std::string_view data, ApiKind kind) {
   }
 }
 
-// The scanner against nlohmann::json on real payload shapes, every truncation and single-byte corruptions.
-// (Bytes are only changed at ASCII positions: nlohmann also rejects invalid UTF-8, which the scanner accepts.)
-TEST(StreamChunk, AgreesWithNlohmannOnValidAndBrokenPayloads) {
-  const std::vector<std::pair<std::string, ApiKind>> corpus = {
-      {R"({"id":"cmpl-1","object":"text_completion","created":0,"model":"m","choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null})", ApiKind::kCompletions},
-      {R"({"choices":[{"text":"a\"b\\c\/\n\t\u00e9\ud83d\ude00 é","index":0}],"usage":{"prompt_tokens":2,"completion_tokens":3,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":0}},"timings":{"prompt_ms":1.5e3,"x":[true,false,null,-0.5E-2]}})", ApiKind::kCompletions},
-      {R"( { "choices" : [ { "finish_reason" : null , "index" : 0 , "delta" : { "role" : "assistant" , "content" : "Hi" } } , {"delta":{"content":"no"}} ] } )", ApiKind::kChat},
-      {R"({"choices":[],"usage":{"prompt_tokens":12.0,"completion_tokens":-7}})", ApiKind::kChat},
-      {R"({"choices":[{"delta":{}}],"error":null})", ApiKind::kChat},
-      {R"({"error":{"message":"boom","code":500}})", ApiKind::kCompletions},
-      {R"([1,2,{"a":"b"}])", ApiKind::kCompletions},
-      {R"("just a string")", ApiKind::kCompletions},
-  };
-  const std::string replacements = "}{],[\":x 0-.e\x01";
-  for (const auto& [text, kind] : corpus) {
-    expect_same(text, kind);
-    for (size_t cut = 0; cut < text.size(); ++cut) {
-      if ((static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) continue;  // inside a UTF-8 sequence
-      expect_same(std::string_view(text).substr(0, cut), kind);
-    }
-    for (size_t i = 0; i < text.size(); ++i) {
-      if (static_cast<unsigned char>(text[i]) >= 0x80) continue;
-      for (char r : replacements) {
-        std::string mutated = text;
-        mutated[i] = r;
-        expect_same(mutated, kind);
-      }
+// Real payload shapes and odd but valid JSON (escapes, surrogate pairs, whitespace, nested values, errors).
+const std::vector<std::pair<std::string, ApiKind>> kPayloads = {
+    {R"({"id":"cmpl-1","object":"text_completion","created":0,"model":"m","choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null})", ApiKind::kCompletions},
+    {R"({"choices":[{"text":"a\"b\\c\/\n\t\u00e9\ud83d\ude00 é","index":0}],"usage":{"prompt_tokens":2,"completion_tokens":3,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":0}},"timings":{"prompt_ms":1.5e3,"x":[true,false,null,-0.5E-2]}})", ApiKind::kCompletions},
+    {R"( { "choices" : [ { "finish_reason" : null , "index" : 0 , "delta" : { "role" : "assistant" , "content" : "Hi" } } , {"delta":{"content":"no"}} ] } )", ApiKind::kChat},
+    {R"({"id":"chatcmpl-1","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}],"usage":{"prompt_tokens":4,"completion_tokens":1}})", ApiKind::kChat},
+    {R"({"choices":[],"usage":{"prompt_tokens":12.0,"completion_tokens":-7}})", ApiKind::kChat},
+    {R"({"choices":[{"delta":{}}],"error":null})", ApiKind::kChat},
+    {R"({"error":{"message":"boom","code":500}})", ApiKind::kCompletions},
+    {R"([1,2,{"a":"b"}])", ApiKind::kCompletions},
+    {R"("just a string")", ApiKind::kCompletions},
+};
+
+// Every truncation of `text` and every single-byte corruption at an ASCII position (nlohmann rejects invalid
+// UTF-8, which the scanner accepts).
+std::vector<std::string> broken_variants(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t cut = 0; cut < text.size(); ++cut) {
+    if ((static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) continue;  // inside a UTF-8 sequence
+    out.push_back(text.substr(0, cut));
+  }
+  const std::string replacements = "}{],[\":x 0-.e\x01\\";
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (static_cast<unsigned char>(text[i]) >= 0x80) continue;
+    for (char r : replacements) {
+      std::string mutated = text;
+      mutated[i] = r;
+      out.push_back(mutated);
     }
   }
+  return out;
+}
+
+// The scanner against nlohmann::json on the payloads, every truncation and single-byte corruptions.
+TEST(StreamChunk, AgreesWithNlohmannOnValidAndBrokenPayloads) {
+  for (const auto& [text, kind] : kPayloads) {
+    expect_same(text, kind);
+    for (const std::string& broken : broken_variants(text)) expect_same(broken, kind);
+  }
+}
+
+// The stream parser checks only the text of a payload that repeats the last one around it: after any payload, it
+// gives parse_stream_chunk's results (error messages included) on the same payload with other texts (escaped,
+// empty, long, with an unescaped quote or backslash that changes the structure), and on every broken variant.
+TEST(StreamChunk, StreamParserMatchesTheFullScanAfterAnyPayload) {
+  const std::vector<std::string> texts = {"", "a\\\"b", "\\u00e9\\ud83d\\ude00", std::string(100, 'w'), "q\"",
+                                          "tail\\", "\x01", "tok\",\"text\":\"again", "\\x"};
+  const auto expect_equal = [](const StreamChunk& got, const StreamChunk& want, const std::string& data) {
+    SCOPED_TRACE(data);
+    EXPECT_EQ(got.done, want.done);
+    EXPECT_EQ(got.has_choices, want.has_choices);
+    EXPECT_EQ(got.text, want.text);
+    EXPECT_EQ(got.has_usage, want.has_usage);
+    EXPECT_EQ(got.prompt_tokens, want.prompt_tokens);
+    EXPECT_EQ(got.completion_tokens, want.completion_tokens);
+    EXPECT_EQ(got.error, want.error);
+  };
+  int fast_path_candidates = 0;
+  for (const auto& [first, kind] : kPayloads) {
+    std::vector<std::string> next = broken_variants(first);
+    next.push_back(first);
+    next.push_back("[DONE]");
+    for (const char* key : {"\"text\":\"", "\"content\" : \"", "\"content\":\""}) {
+      const size_t at = first.find(key);
+      if (at == std::string::npos) continue;
+      const size_t begin = at + std::strlen(key), end = first.find('"', begin);
+      for (const std::string& t : texts) next.push_back(first.substr(0, begin) + t + first.substr(end));
+      fast_path_candidates += static_cast<int>(texts.size());
+    }
+    for (const std::string& data : next) {
+      StreamChunkParser parser;
+      StreamChunk got, want;
+      parser.parse(first, kind, got);
+      parser.parse(data, kind, got);
+      parse_stream_chunk(data, kind, want);
+      expect_equal(got, want, data);
+      parser.parse(first, kind, got);  // and back to the first payload
+      parse_stream_chunk(first, kind, want);
+      expect_equal(got, want, first);
+    }
+  }
+  EXPECT_GE(fast_path_candidates, 3 * 9);  // three payloads have a text string to vary
 }
 
 }  // namespace
