@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
+#include <deque>
 #include <memory>
 
 #include "core/error.h"
@@ -81,6 +81,7 @@ struct Transfer {
   bool keep_text = true;
   char errbuf[CURL_ERROR_SIZE] = {};
   size_t index = 0;
+  uint64_t launch = 0;  // which launch of this handle is in flight (a timeout names the launch it is for)
   RequestOutput* out = nullptr;
   SseParser sse;
   StreamChunkParser chunks;
@@ -277,7 +278,6 @@ struct HttpClient::Pool {
       curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
       curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
       curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
-      curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(std::ceil(o.request_timeout_s * 1000.0)));
       curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
       curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
       idle.push_back(t.get());
@@ -349,6 +349,16 @@ RunResult HttpClient::run(const RunSpec& spec) {
 
   size_t next = 0, finished = 0;
   int64_t inflight = 0;
+  // Request timeouts, kept here rather than by curl (CURLOPT_TIMEOUT_MS puts every transfer in its multi handle's
+  // timer tree, which curl rebalances on each socket action). One timeout for all requests, so launch order is
+  // deadline order and a queue holds them; a finished or relaunched transfer's entry is skipped when it comes up.
+  struct RequestDeadline {
+    double at;
+    Transfer* t;
+    uint64_t launch;
+  };
+  std::deque<RequestDeadline> request_deadlines;
+  uint64_t launches = 0;
   double slot_free_s = 0.0;
   const auto can_launch = [&] { return spec.max_concurrency <= 0 || inflight < spec.max_concurrency; };
   const auto finish = [&](Transfer* t, CURLcode res) {
@@ -426,9 +436,26 @@ RunResult HttpClient::run(const RunSpec& spec) {
       t->reset(next, &o);
       t->keep_text = spec.keep_text;
       o.start_time = loop.now_s();
+      t->launch = ++launches;
+      request_deadlines.push_back({o.start_time + options_.request_timeout_s, t, t->launch});
       pool.launch(t, bodies[next]);
       ++inflight;
       ++next;
+    }
+  };
+
+  // Aborts the requests whose timeout has passed (after reading finished transfers: one that completed in time is
+  // not failed for a message not yet read).
+  const auto expire_requests = [&] {
+    if (request_deadlines.empty() || request_deadlines.front().at > loop.now_s()) return;
+    drain();
+    const double now = loop.now_s();
+    while (!request_deadlines.empty() && request_deadlines.front().at <= now) {
+      const RequestDeadline d = request_deadlines.front();
+      request_deadlines.pop_front();
+      if (d.t->out == nullptr || d.t->launch != d.launch) continue;  // finished in time
+      curl_multi_remove_handle(d.t->shard->multi, d.t->easy);
+      finish(d.t, CURLE_OPERATION_TIMEDOUT);
     }
   };
 
@@ -449,11 +476,16 @@ RunResult HttpClient::run(const RunSpec& spec) {
       timerfd_settime(timerfd, TFD_TIMER_ABSTIME, &its, nullptr);
       armed_for = next;
     }
-    const auto deadline = std::min_element(loop.deadlines.begin(), loop.deadlines.end());
+    auto deadline = std::min_element(loop.deadlines.begin(), loop.deadlines.end());
+    auto wake = deadline != loop.deadlines.end() ? *deadline : Clock::time_point::max();
+    if (!request_deadlines.empty()) {
+      wake = std::min(wake, loop.t0 + std::chrono::ceil<Clock::duration>(
+                                         std::chrono::duration<double>(request_deadlines.front().at)));
+    }
     int timeout_ms = -1;
-    if (deadline != loop.deadlines.end() && *deadline != Clock::time_point::max()) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now()).count();
-      timeout_ms = static_cast<int>(std::max<int64_t>(left, 0));
+    if (wake != Clock::time_point::max()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 24 * 3600 * 1000));
     }
     const int nev = epoll_wait(loop.epfd, events.data(), kMaxEvents, timeout_ms);
     for (int i = 0; i < nev; ++i) {
@@ -481,6 +513,7 @@ RunResult HttpClient::run(const RunSpec& spec) {
         socket_action(*loop.shards[k], CURL_SOCKET_TIMEOUT, 0);
       }
     }
+    expire_requests();
   }
   result.duration_s = loop.now_s();
   epoll_ctl(loop.epfd, EPOLL_CTL_DEL, timerfd, nullptr);

@@ -143,6 +143,25 @@ TEST(HttpClient, InjectedFailuresAreCountedWithReasons) {
   EXPECT_EQ(m.failure_reasons.count("HTTP 429: {\"error\":{\"message\":\"mock status 429\",\"code\":429}}"), 1u);
 }
 
+// The timeout is per request: one handle running request after request for longer than the timeout in all (each
+// well within it) fails none of them, while a hanging request on another handle times out meanwhile.
+TEST(HttpClient, TimeoutCountsFromEachRequestsOwnStart) {
+  MockServer server({"--itl-us", "1000"});
+  HttpClientOptions o;
+  o.api_url = server.url("/v1/completions");
+  o.request_timeout_s = 1.0;
+  std::vector<datasets::SampleRequest> reqs = {sample("mock:hang:1", 5)};
+  for (int i = 0; i < 12; ++i) reqs.push_back(sample("fine", 100));  // about 0.1-0.2 s each
+  const RunResult r = run_plan(o, reqs, 2);
+  EXPECT_FALSE(r.outputs[0].success);
+  EXPECT_NE(r.outputs[0].error.find("timed out after 1"), std::string::npos) << r.outputs[0].error;
+  for (size_t i = 1; i < reqs.size(); ++i) {
+    ASSERT_TRUE(r.outputs[i].success) << i << ": " << r.outputs[i].error;
+    EXPECT_EQ(r.outputs[i].output_tokens, 100);
+  }
+  EXPECT_GT(r.duration_s, o.request_timeout_s);  // the handle reuse this test is about did happen past a timeout
+}
+
 // One client, several runs: more streams than one connection shard holds, connections kept between runs (and
 // found dead, then replaced, after the server restarts on the same port).
 TEST(HttpClient, ConnectionsAreReusedAcrossRunsAndShards) {
