@@ -9,6 +9,8 @@
 # when client and mock share a few busy cores), and client lag p50 / p99.
 # Usage: scripts/bench_client.sh [C ...]   (default: 1000 10000). Needs python3 with aiohttp (PYTHON=... to pick
 # one) and a build (BUILD=build/lg). Raises RLIMIT_NOFILE to the hard limit and says so if that is too low.
+# EVENTS=N: events in all per burst run (default 200000; a larger N makes each stream longer, so connection setup
+# weighs less); PACED=0 skips the paced runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +19,8 @@ SERVETUNE=$BUILD/tuner/servetune
 MOCK=$BUILD/loadgen/servetune_mock_openai
 PYTHON=${PYTHON:-python3}
 TOKENIZER=tests/data/stories260K.gguf
+EVENTS=${EVENTS:-200000}
+PACED=${PACED:-1}
 LEVELS=("$@")
 [ ${#LEVELS[@]} -gt 0 ] || LEVELS=(1000 10000)
 [ -x "$SERVETUNE" ] && [ -x "$MOCK" ] || { echo "bench_client: build servetune and servetune_mock_openai in $BUILD" >&2; exit 2; }
@@ -139,13 +143,14 @@ print(f"== OS wake-up lateness for a 2 ms sleep: p50 {late[250]:.3f} ms, p99 {la
 PY_WAKE
 
 for C in "${LEVELS[@]}"; do
-  # burst: C streams at once, as many events as the mock can write (200,000 events in all).
-  OUT=$(( 200000 / C )); [ "$OUT" -ge 20 ] || OUT=20
+  # burst: C streams at once, as many events as the mock can write (EVENTS in all).
+  OUT=$(( EVENTS / C )); [ "$OUT" -ge 20 ] || OUT=20
   start_mock 0
   echo "== burst: $C concurrent streams x $OUT events (mock --itl-us 0), load average $(cut -d' ' -f1 /proc/loadavg)"
   run_servetune "$C" "$OUT" inf
   run_python "$C" "$OUT" inf
   stop_mock
+  [ "$PACED" = 1 ] || continue
   # paced: 5 s streams (25 tokens, one every 200 ms); Poisson arrivals at C/5 per second keep about C open.
   start_mock 200000
   RATE=$(( C / 5 ))
