@@ -253,10 +253,11 @@ void check_type(DType type, const std::vector<Case>& cases) {
 const std::vector<Case> kQuantCases = {
     {1, 32, 1},     {5, 64, 2},   {7, 96, 3},   {67, 576, 1}, {67, 576, 5},  {33, 1536, 17}, {130, 576, 33},
     {19, 160, 100}, {6, 4160, 3}, {9, 4128, 5}, {5, 4128, 1}, {6, 4160, 17}, {192, 576, 4},  {40, 2080, 8},
+    {19, 4160, 150},  // more activations than one work chunk caches: split into token chunks
 };
 const std::vector<Case> kFloatCases = {
     {1, 1, 1},     {3, 7, 2},      {5, 17, 3},   {67, 64, 5},  {9, 172, 17},
-    {33, 576, 33}, {18, 100, 100}, {70, 288, 1}, {4, 1536, 4}, {11, 33, 9},
+    {33, 576, 33}, {18, 100, 100}, {70, 288, 1}, {4, 1536, 4}, {11, 33, 9}, {5, 4096, 40},
 };
 
 TEST(CpuMatmul, Q4_1MatchesReference) { check_type(DType::kQ4_1, kQuantCases); }

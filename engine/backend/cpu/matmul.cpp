@@ -223,10 +223,23 @@ struct Plan {
   int64_t token_chunks = 1;
 };
 
-Plan make_plan(int64_t rows, int64_t n_tokens, int64_t row_bytes, int threads) {
+// Long prompts: a chunk covers at most kChunkActivationBytes of prepared activations, so they stay in L2 while the
+// chunk's weight panels pass over them (a 2048-token chunk of 1536-wide activations is 3 MB, read again from L3 for
+// every 16-row panel).
+constexpr int64_t kChunkActivationBytes = 512 * 1024;
+
+Plan make_plan(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t act_bytes_per_token, int threads) {
   Plan p;
   p.row_chunk = round_up(std::max<int64_t>(rows, 1), kRowChunk);
   p.token_chunk = n_tokens;
+  const int64_t cache_tokens =
+      std::max<int64_t>(kTokenGroup, kChunkActivationBytes / std::max<int64_t>(act_bytes_per_token, 1) / kTokenGroup *
+                                         kTokenGroup);
+  if (n_tokens > cache_tokens) {
+    p.token_chunks = (n_tokens + cache_tokens - 1) / cache_tokens;
+    p.token_chunk = round_up((n_tokens + p.token_chunks - 1) / p.token_chunks, kTokenGroup);
+    p.token_chunks = (n_tokens + p.token_chunk - 1) / p.token_chunk;
+  }
   // Below ~16 KB of weights × tokens a second thread costs more than it saves.
   if (threads <= 1 || rows * row_bytes * std::min<int64_t>(n_tokens, 16) < 16 * 1024) return p;
   const int64_t row_tiles = (rows + kRowChunk - 1) / kRowChunk;
@@ -234,15 +247,30 @@ Plan make_plan(int64_t rows, int64_t n_tokens, int64_t row_bytes, int threads) {
   // Small matrices: one chunk per thread (no scheduling traffic); larger ones: four, handed out dynamically.
   const int64_t target = (rows * row_bytes < 256 * 1024 ? 1 : 4) * static_cast<int64_t>(threads);
   const int64_t row_chunks = std::min(row_tiles, target);
-  int64_t token_chunks = 1;
+  int64_t token_chunks = p.token_chunks;
   if (row_chunks < 2 * threads && token_tiles > 1) {
-    token_chunks = std::min(token_tiles, (target + row_chunks - 1) / row_chunks);
+    token_chunks = std::max(token_chunks, std::min(token_tiles, (target + row_chunks - 1) / row_chunks));
   }
   p.row_chunk = (row_tiles + row_chunks - 1) / row_chunks * kRowChunk;
   p.row_chunks = (rows + p.row_chunk - 1) / p.row_chunk;
   p.token_chunk = (token_tiles + token_chunks - 1) / token_chunks * kTokenGroup;
   p.token_chunks = (n_tokens + p.token_chunk - 1) / p.token_chunk;
   return p;
+}
+
+// Bytes of prepared activations the kernels read per token (see Activations): token-lane quants and two scale rows
+// (Q8_0 also the quads' negated sums), Q8_K quants with their scales and sums, or f32 rows.
+int64_t activation_bytes_per_token(ActKind kind, int64_t cols) {
+  switch (kind) {
+    case ActKind::kQ8_0:
+      return 2 * cols + cols / kQBlock * 8;
+    case ActKind::kQ8_1:
+      return cols + cols / kQBlock * 8;
+    case ActKind::kQ8_K:
+      return cols + cols / kQK_K * 4 + cols / 16 * 2;
+    default:
+      return static_cast<int64_t>(sizeof(float)) * cols;
+  }
 }
 
 // One weight matrix of a (possibly multi-matrix) matmul call, with its kernel, output and work split.
@@ -279,7 +307,7 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
     if (j.kernel == nullptr) j.kernel = reference_kernels().kernel_for(mv.type);
     j.y = targets[i].y;
     j.y_stride = targets[i].y_stride;
-    j.plan = make_plan(mv.rows, n_tokens, mv.row_bytes, threads);
+    j.plan = make_plan(mv.rows, n_tokens, mv.row_bytes, activation_bytes_per_token(kind, cols), threads);
     j.first_chunk = chunks;
     chunks += j.plan.row_chunks * j.plan.token_chunks;
   }
@@ -288,7 +316,7 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
   const bool needs_prep = kind != ActKind::kF32 && kind != ActKind::kDequantF32;
   // Few activations (decode): every thread prepares its own copy inside the parallel region, which overlaps that
   // work with the wake-up and needs no barrier. Preparation is deterministic, so all copies are identical.
-  const bool private_prep = needs_prep && chunks > 1 && n_tokens * cols <= 16 * 1024;
+  const bool private_prep = needs_prep && threads > 1 && chunks > 1 && n_tokens * cols <= 16 * 1024;
   const bool token_lanes = k.pack_token_groups != nullptr && n_tokens >= kTokenGroup;
   Activations shared;
   if (!needs_prep) {
@@ -318,8 +346,8 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
     job.kernel(job.w, a, r0, std::min(job.w.rows, r0 + plan.row_chunk), t0, std::min(n_tokens, t0 + plan.token_chunk),
                job.y, job.y_stride);
   };
-  if (chunks == 1) {
-    run_chunk(shared, 0);
+  if (chunks == 1 || threads == 1) {
+    for (int64_t i = 0; i < chunks; ++i) run_chunk(shared, i);
     return;
   }
   std::atomic<int64_t> next{threads};
