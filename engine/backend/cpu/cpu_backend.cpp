@@ -195,17 +195,22 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
     if (static_cast<int64_t>(s.size()) < scratch_floats) s.resize(static_cast<size_t>(scratch_floats));
   }
   const int64_t tasks_per_token = n_heads / heads_per_task;
-  // Tasks differ in context length and a thread may be preempted: they are handed out one at a time.
+  // Tasks differ in context length and a thread may be preempted: they are handed out dynamically, in runs of a
+  // few when there are many (a prefill chunk's thousands of short tasks would otherwise contend on the counter).
   const int64_t total = batch.n_tokens * tasks_per_token;
-  std::atomic<int64_t> next{pool_.size()};
+  const int64_t run = std::max<int64_t>(1, total / (64 * pool_.size()));
+  std::atomic<int64_t> next{0};
   pool_.run([&](int thread, int) {
     float* scratch = scratch_[static_cast<size_t>(thread)].data();
-    for (int64_t i = thread; i < total; i = next.fetch_add(1, std::memory_order_relaxed)) {
-      const int64_t t = i / tasks_per_token, h = (i % tasks_per_token) * heads_per_task;
-      if (group_kernel != nullptr) {
-        group_kernel(kv, batch, q, n_heads, scale, t, h, heads_per_task, scratch, out);
-      } else {
-        ref::attention_head(kv, batch, q, n_heads, scale, t, h, scratch, out + (t * n_heads + h) * hd);
+    for (int64_t first = next.fetch_add(run, std::memory_order_relaxed); first < total;
+         first = next.fetch_add(run, std::memory_order_relaxed)) {
+      for (int64_t i = first; i < std::min(total, first + run); ++i) {
+        const int64_t t = i / tasks_per_token, h = (i % tasks_per_token) * heads_per_task;
+        if (group_kernel != nullptr) {
+          group_kernel(kv, batch, q, n_heads, scale, t, h, heads_per_task, scratch, out);
+        } else {
+          ref::attention_head(kv, batch, q, n_heads, scale, t, h, scratch, out + (t * n_heads + h) * hd);
+        }
       }
     }
   });
@@ -222,7 +227,10 @@ void CpuBackend::silu_mul(const float* gate, const float* up, int64_t in_stride,
 }
 
 void CpuBackend::add(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+  // A decode batch's residual add stays on this thread (under two grains); a prefill chunk's megabytes are split.
+  pool_.parallel_for(n, 64 * 1024, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) x[i] += y[i];
+  });
 }
 
 void CpuBackend::add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) {
