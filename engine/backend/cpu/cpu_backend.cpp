@@ -135,7 +135,7 @@ void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int64_t n_h
   pool_.parallel_for(n, std::max<int64_t>(1, 64 / n_heads), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const float* cos_sin = rows + static_cast<int64_t>(positions[t]) * p.rope_dim;
-      for (int64_t h = 0; h < n_heads; ++h) ref::rope_head(x + (t * n_heads + h) * p.head_dim, cos_sin, p);
+      ref::rope_heads(x + t * n_heads * p.head_dim, n_heads, cos_sin, p);
     }
   });
 }
@@ -257,9 +257,9 @@ void CpuBackend::rope_store_qkv(const KvLayerView& kv, const float* qkv, const i
       }
       const float* angles = table + static_cast<int64_t>(positions[t]) * p.rope_dim;
       std::copy(in, in + q_width, q);
-      for (int64_t h = 0; h < n_heads; ++h) ref::rope_head(q + h * hd, angles, p);
+      ref::rope_heads(q, n_heads, angles, p);
       std::copy(in + q_width, in + q_width + kv_width, k.data());
-      for (int64_t h = 0; h < kv.n_kv_heads; ++h) ref::rope_head(k.data() + h * hd, angles, p);
+      ref::rope_heads(k.data(), kv.n_kv_heads, angles, p);
       store_row(kv, kv.k, k.data(), slots[t]);
       store_row(kv, kv.v, in + q_width + kv_width, slots[t]);
     }

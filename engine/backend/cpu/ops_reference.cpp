@@ -65,15 +65,17 @@ void rope_cache(float position, const RopeParams& p, float* cos_sin) {
   }
 }
 
-void rope_head(float* x, const float* cos_sin, const RopeParams& p) {
+void rope_heads(float* x, int64_t n_heads, const float* cos_sin, const RopeParams& p) {
   const int64_t half = p.rope_dim / 2;
-  for (int64_t i = 0; i < p.rope_dim; i += 2) {
-    const float c = cos_sin[i], s = cos_sin[i + 1];
-    const int64_t a = p.neox ? i / 2 : i;
-    const int64_t b = p.neox ? i / 2 + half : i + 1;
-    const float x0 = x[a], x1 = x[b];
-    x[a] = x0 * c - x1 * s;
-    x[b] = x0 * s + x1 * c;
+  for (float* head = x; head < x + n_heads * p.head_dim; head += p.head_dim) {
+    for (int64_t i = 0; i < p.rope_dim; i += 2) {
+      const float c = cos_sin[i], s = cos_sin[i + 1];
+      const int64_t a = p.neox ? i / 2 : i;
+      const int64_t b = p.neox ? i / 2 + half : i + 1;
+      const float x0 = head[a], x1 = head[b];
+      head[a] = x0 * c - x1 * s;
+      head[b] = x0 * s + x1 * c;
+    }
   }
 }
 
@@ -81,7 +83,7 @@ void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const 
   std::vector<float> cache(static_cast<size_t>(p.rope_dim));
   for (int64_t t = 0; t < n; ++t) {
     rope_cache(static_cast<float>(positions[t]), p, cache.data());
-    for (int64_t h = 0; h < n_heads; ++h) rope_head(x + (t * n_heads + h) * p.head_dim, cache.data(), p);
+    rope_heads(x + t * n_heads * p.head_dim, n_heads, cache.data(), p);
   }
 }
 
@@ -147,9 +149,9 @@ void rope_store_qkv_row(const KvLayerView& kv, const float* qkv_row, float posit
   const int64_t hd = p.head_dim, kv_width = kv.n_kv_heads * hd;
   rope_cache(position, p, cos_sin);
   std::copy(qkv_row, qkv_row + n_heads * hd, q_out_row);
-  for (int64_t h = 0; h < n_heads; ++h) rope_head(q_out_row + h * hd, cos_sin, p);
+  rope_heads(q_out_row, n_heads, cos_sin, p);
   std::copy(qkv_row + n_heads * hd, qkv_row + n_heads * hd + kv_width, k_scratch);
-  for (int64_t h = 0; h < kv.n_kv_heads; ++h) rope_head(k_scratch + h * hd, cos_sin, p);
+  rope_heads(k_scratch, kv.n_kv_heads, cos_sin, p);
   store_kv_row(kv, kv.k, k_scratch, slot);
   store_kv_row(kv, kv.v, qkv_row + n_heads * hd + kv_width, slot);
 }

@@ -15,8 +15,8 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, 
 void add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps);
 // Fills cos_sin [rope_dim] (interleaved cos, sin per pair) for one position.
 void rope_cache(float position, const RopeParams& p, float* cos_sin);
-// Rotates one head vector in place with a precomputed cache.
-void rope_head(float* x, const float* cos_sin, const RopeParams& p);
+// Rotates n_heads consecutive head vectors (head_dim apart) in place with a precomputed cache.
+void rope_heads(float* x, int64_t n_heads, const float* cos_sin, const RopeParams& p);
 void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p);
 // Stores one token's k or v row ([n_kv_heads * head_dim] floats) into cache slot `slot`.
 void store_kv_row(const KvLayerView& kv, void* cache, const float* row, int64_t slot);
