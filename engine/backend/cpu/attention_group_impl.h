@@ -125,9 +125,7 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
       key_ahead.fetch();
       value_early.fetch();
     }
-    if constexpr (std::is_same_v<KvT, float>) {
-      score_block<S, NV>(rows, m, q, n_group, stride, j0, scale, scores);
-    } else if (n_group == 1) {
+    if (std::is_same_v<KvT, float> || n_group == 1) {
       score_block<S, NV>(rows, m, q, n_group, stride, j0, scale, scores);
     } else {
       // Several heads read each key: widen the block's f16 rows once (exactly) instead of once per head.
