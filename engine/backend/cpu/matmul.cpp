@@ -229,28 +229,22 @@ struct Plan {
 constexpr int64_t kChunkActivationBytes = 512 * 1024;
 
 Plan make_plan(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t act_bytes_per_token, int threads) {
-  Plan p;
-  p.row_chunk = round_up(std::max<int64_t>(rows, 1), kRowChunk);
-  p.token_chunk = n_tokens;
-  const int64_t cache_tokens =
-      std::max<int64_t>(kTokenGroup, kChunkActivationBytes / std::max<int64_t>(act_bytes_per_token, 1) / kTokenGroup *
-                                         kTokenGroup);
-  if (n_tokens > cache_tokens) {
-    p.token_chunks = (n_tokens + cache_tokens - 1) / cache_tokens;
-    p.token_chunk = round_up((n_tokens + p.token_chunks - 1) / p.token_chunks, kTokenGroup);
-    p.token_chunks = (n_tokens + p.token_chunk - 1) / p.token_chunk;
-  }
-  // Below ~16 KB of weights × tokens a second thread costs more than it saves.
-  if (threads <= 1 || rows * row_bytes * std::min<int64_t>(n_tokens, 16) < 16 * 1024) return p;
   const int64_t row_tiles = (rows + kRowChunk - 1) / kRowChunk;
   const int64_t token_tiles = (n_tokens + kTokenGroup - 1) / kTokenGroup;
-  // Small matrices: one chunk per thread (no scheduling traffic); larger ones: four, handed out dynamically.
-  const int64_t target = (rows * row_bytes < 256 * 1024 ? 1 : 4) * static_cast<int64_t>(threads);
-  const int64_t row_chunks = std::min(row_tiles, target);
-  int64_t token_chunks = p.token_chunks;
-  if (row_chunks < 2 * threads && token_tiles > 1) {
-    token_chunks = std::max(token_chunks, std::min(token_tiles, (target + row_chunks - 1) / row_chunks));
+  const int64_t cached_tiles =
+      std::max<int64_t>(1, kChunkActivationBytes / std::max<int64_t>(act_bytes_per_token, 1) / kTokenGroup);
+  int64_t row_chunks = 1;
+  int64_t token_chunks = (token_tiles + cached_tiles - 1) / cached_tiles;
+  // Below ~16 KB of weights × tokens a second thread costs more than it saves.
+  if (threads > 1 && rows * row_bytes * std::min<int64_t>(n_tokens, 16) >= 16 * 1024) {
+    // Small matrices: one chunk per thread (no scheduling traffic); larger ones: four, handed out dynamically.
+    const int64_t target = (rows * row_bytes < 256 * 1024 ? 1 : 4) * static_cast<int64_t>(threads);
+    row_chunks = std::min(row_tiles, target);
+    if (row_chunks < 2 * threads && token_tiles > 1) {
+      token_chunks = std::max(token_chunks, std::min(token_tiles, (target + row_chunks - 1) / row_chunks));
+    }
   }
+  Plan p;
   p.row_chunk = (row_tiles + row_chunks - 1) / row_chunks * kRowChunk;
   p.row_chunks = (rows + p.row_chunk - 1) / p.row_chunk;
   p.token_chunk = (token_tiles + token_chunks - 1) / token_chunks * kTokenGroup;
