@@ -21,8 +21,9 @@ namespace servetune {
 struct Posted {
   std::string signature;  // op, dtype, sizes: must match across ranks
   const void* in = nullptr;
-  const std::vector<size_t>* counts = nullptr;       // all_gatherv / reduce_scatter counts; all_to_allv send counts
-  const std::vector<size_t>* recv_counts = nullptr;  // all_to_allv
+  // all_to_allv's counts, copied: a rank that fails the collective may leave (and free its own) while peers check.
+  std::vector<size_t> send_counts;
+  std::vector<size_t> recv_counts;
 };
 
 struct LocalGroup::State {
@@ -129,13 +130,15 @@ class LocalCommunicator final : public Communicator {
     check_counts(*this, "all_to_allv", "recv_counts", recv_counts);
     const size_t elem = comm_dtype_size(dtype);
     rendezvous("all_to_allv", signature("all_to_allv", dtype, size_t{0}), in, &send_counts, &recv_counts);
-    // Rank p's block for me starts after what p sends to ranks before me.
-    for (int p = 0; p < size(); ++p) {
-      const auto& theirs = *slot_[p].counts;
-      if (theirs[static_cast<size_t>(rank_)] != recv_counts[static_cast<size_t>(p)]) {
-        const std::string what = "rank " + std::to_string(p) + " sends " + std::to_string(theirs[static_cast<size_t>(rank_)]) +
-                                 " elements to rank " + std::to_string(rank_) + ", which expects " +
-                                 std::to_string(recv_counts[static_cast<size_t>(p)]);
+    // Every rank checks every pair in the same order, so all of them fail on the same mismatch before any reads a
+    // peer's input (which a failing peer may already have freed).
+    for (int q = 0; q < size(); ++q) {
+      for (int p = 0; p < size(); ++p) {
+        const size_t sent = slot_[p].send_counts[static_cast<size_t>(q)];
+        const size_t expected = slot_[q].recv_counts[static_cast<size_t>(p)];
+        if (sent == expected) continue;
+        const std::string what = "rank " + std::to_string(p) + " sends " + std::to_string(sent) + " elements to rank " +
+                                 std::to_string(q) + ", which expects " + std::to_string(expected);
         {
           std::lock_guard lock(state_.mutex);
           fail_locked("all_to_allv: " + what);
@@ -146,7 +149,7 @@ class LocalCommunicator final : public Communicator {
     scratch_.resize(sum_counts(recv_counts) * elem);
     size_t out_offset = 0;
     for (int p = 0; p < size(); ++p) {
-      const auto& theirs = *slot_[p].counts;
+      const auto& theirs = slot_[p].send_counts;
       size_t in_offset = 0;
       for (int q = 0; q < rank_; ++q) in_offset += theirs[static_cast<size_t>(q)];
       const size_t bytes = recv_counts[static_cast<size_t>(p)] * elem;
@@ -198,7 +201,7 @@ class LocalCommunicator final : public Communicator {
 
   // Publishes this rank's part and waits until every rank has arrived; then checks that all called the same
   // collective with matching sizes. Throws on timeout, on a failed group and on a mismatch (failing the group).
-  void rendezvous(const char* op, std::string sig, const void* in, const std::vector<size_t>* counts,
+  void rendezvous(const char* op, std::string sig, const void* in, const std::vector<size_t>* send_counts,
                   const std::vector<size_t>* recv_counts) {
     auto& s = state_;
     std::unique_lock lock(s.mutex);
@@ -206,7 +209,11 @@ class LocalCommunicator final : public Communicator {
     const uint64_t gen = s.generation;
     if (gen != entered_) throw Error(ErrorKind::kInternal, "local communicator: rank " + std::to_string(rank_) + " lost count of rendezvous");
     ++entered_;
-    s.posted[gen & 1][static_cast<size_t>(rank_)] = Posted{std::move(sig), in, counts, recv_counts};
+    Posted& post = s.posted[gen & 1][static_cast<size_t>(rank_)];
+    post.signature = std::move(sig);
+    post.in = in;
+    if (send_counts != nullptr) post.send_counts.assign(send_counts->begin(), send_counts->end());
+    if (recv_counts != nullptr) post.recv_counts.assign(recv_counts->begin(), recv_counts->end());
     const uint64_t mine = ++s.arrivals[static_cast<size_t>(rank_)];
     if (++s.arrived == s.size) {
       s.arrived = 0;
