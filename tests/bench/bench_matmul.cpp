@@ -187,6 +187,8 @@ const bool kRegistered = [] {
             ->Args({1, 1})
             ->Args({2, 1})
             ->Args({2, 4})
+            ->Args({1, 32})  // batched decode: 32 sequences, one token each
+            ->Args({2, 32})
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
@@ -195,6 +197,7 @@ const bool kRegistered = [] {
       benchmark::RegisterBenchmark(name.c_str(), bm_prefill, s, isa)
           ->ArgNames({"threads", "tokens"})
           ->Args({1, 512})
+          ->Args({1, 32})
           ->Args({2, 32})
           ->Args({2, 128})
           ->Args({2, 512})

@@ -1,7 +1,7 @@
 // Token-lane AVX-512 VNNI GEMM for prefill and batched decode (Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights, groups of
 // 16 tokens): each zmm lane is a token, and one vpdpbusd multiplies one broadcast weight quad (u8, offset form) by 16
-// tokens' activation quads (s8). A block's eight quads chain into exact integer sums (two chains per row), then one
-// fma per block and row follows the canonical arithmetic of matmul_reference.cpp, like every other quantized path.
+// tokens' activation quads (s8). A block's eight quads chain into exact integer sums, then one fma per block and
+// row follows the canonical arithmetic of matmul_reference.cpp, like every other quantized path.
 #include <cstring>
 #include <type_traits>
 
@@ -17,7 +17,8 @@ using namespace avx512;
 constexpr int64_t kRowsPerPanel = 16;
 constexpr int64_t kPrefetchPanels = 2;  // weights are prefetched this many panels ahead of their decode
 constexpr int64_t kStreamAhead = 8192;  // and, while a row is decoded, this many bytes ahead in the weight stream
-constexpr int kRows = 4;  // register tile: 4 rows × 16 tokens (two integer chains, one f32 accumulator per row)
+constexpr int kRows = 4;  // register tile: 4 rows × 16 tokens of one or kGroupsPerTile groups
+constexpr int kGroupsPerTile = 2;
 
 template <DType kType>
 using BlockOf = std::conditional_t<
@@ -49,7 +50,9 @@ void decode_tl_row(const uint8_t* row, int64_t nb, const TlPanel& p, int64_t r) 
   for (int64_t b = 0; b < nb; ++b) {
     const auto* blk = reinterpret_cast<const BlockOf<kType>*>(row) + b;
     // Rows are contiguous: this stream continues into the next panels, kStreamAhead bytes ahead.
-    if (sizeof(BlockOf<kType>) > 32 || b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(blk) + kStreamAhead, _MM_HINT_T0);
+    if (sizeof(BlockOf<kType>) > 32 || b % 2 == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(blk) + kStreamAhead, _MM_HINT_T0);
+    }
     __m256i v;
     if constexpr (kType == DType::kQ8_0) {
       v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs)), _mm256_set1_epi8(-128));
@@ -68,7 +71,8 @@ void decode_tl_row(const uint8_t* row, int64_t nb, const TlPanel& p, int64_t r) 
   const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                              _mm512_set1_epi32(static_cast<int>(sizeof(BlockOf<kType>))));
   for (int64_t b = 0; b < nb; b += 16) {
-    const __mmask16 valid = nb - b >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (nb - b)) - 1);
+    const __mmask16 valid =
+        nb - b >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (nb - b)) - 1);
     const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, offsets,
                                                    row + b * static_cast<int64_t>(sizeof(BlockOf<kType>)), 1);
     _mm512_mask_storeu_ps(p.d + r * nb + b, valid, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
@@ -78,54 +82,103 @@ void decode_tl_row(const uint8_t* row, int64_t nb, const TlPanel& p, int64_t r) 
   }
 }
 
-// Rows [r, r + R) of the panel × the 16 tokens of `group`: out[row * 16 + token].
-template <DType kType, int R>
+// Rows [r, r + R) of the panel × the 16 tokens of each of the G groups from `group`: out[(g * 16 + row) * 16 + token].
+// With two groups every broadcast weight quad feeds two vpdpbusd, and the (row, group) chains are enough independent
+// sums to hide vpdpbusd's latency with one chain each.
+template <DType kType, int R, int G>
 void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, float* out) {
   constexpr bool kHasMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;
   constexpr int kShift = kOffsetShift<kType>;
+  constexpr int kChains = G == 1 ? 2 : 1;
   const int64_t nb = p.nb;
-  const int8_t* xp = a.xp + group * a.q_stride * 16;
-  const int32_t* nxs = a.nxs != nullptr ? a.nxs + group * a.q_stride * 4 : nullptr;
-  const float* dt = a.dt + group * a.d_stride * 16;
-  const float* st = a.st != nullptr ? a.st + group * a.d_stride * 16 : nullptr;
-  __m512 acc[R], mins[R];
-  for (int i = 0; i < R; ++i) acc[i] = mins[i] = _mm512_setzero_ps();
+  const int8_t* xp[G];
+  const int32_t* nxs[G];
+  const float* dt[G];
+  const float* st[G];
+  for (int g = 0; g < G; ++g) {
+    xp[g] = a.xp + (group + g) * a.q_stride * 16;
+    nxs[g] = a.nxs != nullptr ? a.nxs + (group + g) * a.q_stride * 4 : nullptr;
+    dt[g] = a.dt + (group + g) * a.d_stride * 16;
+    st[g] = a.st != nullptr ? a.st + (group + g) * a.d_stride * 16 : nullptr;
+  }
+  __m512 acc[R][G];
+  for (int i = 0; i < R; ++i) {
+    for (int g = 0; g < G; ++g) acc[i][g] = _mm512_setzero_ps();
+  }
   for (int64_t b = 0; b < nb; ++b) {
     // Signed weight codes: Σ (w + offset)·x − offset·Σx, the correction entering the first chain.
-    __m512i init = _mm512_setzero_si512();
-    if constexpr (kShift >= 0) {
-      const int32_t* n = nxs + b * 8 * 16;
-      const __m512i lo = _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(n), _mm512_load_si512(n + 16)),
-                                          _mm512_add_epi32(_mm512_load_si512(n + 32), _mm512_load_si512(n + 48)));
-      const __m512i hi = _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(n + 64), _mm512_load_si512(n + 80)),
-                                          _mm512_add_epi32(_mm512_load_si512(n + 96), _mm512_load_si512(n + 112)));
-      init = _mm512_slli_epi32(_mm512_add_epi32(lo, hi), kShift);
+    __m512i init[G];
+    for (int g = 0; g < G; ++g) {
+      init[g] = _mm512_setzero_si512();
+      if constexpr (kShift >= 0) {
+        const int32_t* n = nxs[g] + b * 8 * 16;
+        const __m512i lo = _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(n), _mm512_load_si512(n + 16)),
+                                            _mm512_add_epi32(_mm512_load_si512(n + 32), _mm512_load_si512(n + 48)));
+        const __m512i hi = _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(n + 64), _mm512_load_si512(n + 80)),
+                                            _mm512_add_epi32(_mm512_load_si512(n + 96), _mm512_load_si512(n + 112)));
+        init[g] = _mm512_slli_epi32(_mm512_add_epi32(lo, hi), kShift);
+      }
     }
-    __m512i chain[R][2];
+    __m512i chain[R][G][kChains];
     for (int i = 0; i < R; ++i) {
-      chain[i][0] = init;
-      chain[i][1] = _mm512_setzero_si512();
+      for (int g = 0; g < G; ++g) {
+        chain[i][g][0] = init[g];
+        if constexpr (kChains == 2) chain[i][g][1] = _mm512_setzero_si512();
+      }
     }
     for (int k = 0; k < 8; ++k) {
-      const __m512i xv = _mm512_load_si512(xp + (b * 8 + k) * 64);
+      __m512i xv[G];
+      for (int g = 0; g < G; ++g) xv[g] = _mm512_load_si512(xp[g] + (b * 8 + k) * 64);
       for (int i = 0; i < R; ++i) {
         int32_t quad;
         std::memcpy(&quad, p.q + (r + i) * nb * 32 + b * 32 + 4 * k, 4);
-        chain[i][k / 4] = _mm512_dpbusd_epi32(chain[i][k / 4], _mm512_set1_epi32(quad), xv);
+        const __m512i wq = _mm512_set1_epi32(quad);
+        for (int g = 0; g < G; ++g) {
+          __m512i& c = chain[i][g][k * kChains / 8];
+          c = _mm512_dpbusd_epi32(c, wq, xv[g]);
+        }
       }
     }
-    const __m512 dx = _mm512_load_ps(dt + b * 16);
-    for (int i = 0; i < R; ++i) {
-      const __m512 scale = _mm512_mul_ps(dx, _mm512_set1_ps(p.d[(r + i) * nb + b]));
-      const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(chain[i][0], chain[i][1]));
-      acc[i] = _mm512_fmadd_ps(scale, isum, acc[i]);
-    }
-    if constexpr (kHasMin) {
-      const __m512 sx = _mm512_load_ps(st + b * 16);
-      for (int i = 0; i < R; ++i) mins[i] = _mm512_fmadd_ps(_mm512_set1_ps(p.m[(r + i) * nb + b]), sx, mins[i]);
+    for (int g = 0; g < G; ++g) {
+      const __m512 dx = _mm512_load_ps(dt[g] + b * 16);
+      for (int i = 0; i < R; ++i) {
+        const __m512 scale = _mm512_mul_ps(dx, _mm512_set1_ps(p.d[(r + i) * nb + b]));
+        __m512i sum = chain[i][g][0];
+        if constexpr (kChains == 2) sum = _mm512_add_epi32(sum, chain[i][g][1]);
+        acc[i][g] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), acc[i][g]);
+      }
     }
   }
-  for (int i = 0; i < R; ++i) _mm512_store_ps(out + (r + i) * 16, kHasMin ? _mm512_add_ps(acc[i], mins[i]) : acc[i]);
+  // The Q4_1 / Q5_1 term Σ m·s, in its own pass so the integer pass above keeps all its sums in registers.
+  __m512 mins[R][G];
+  for (int i = 0; i < R; ++i) {
+    for (int g = 0; g < G; ++g) mins[i][g] = _mm512_setzero_ps();
+  }
+  if constexpr (kHasMin) {
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int g = 0; g < G; ++g) {
+        const __m512 sx = _mm512_load_ps(st[g] + b * 16);
+        for (int i = 0; i < R; ++i) mins[i][g] = _mm512_fmadd_ps(_mm512_set1_ps(p.m[(r + i) * nb + b]), sx, mins[i][g]);
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int i = 0; i < R; ++i) {
+      _mm512_store_ps(out + (g * 16 + r + i) * 16, kHasMin ? _mm512_add_ps(acc[i][g], mins[i][g]) : acc[i][g]);
+    }
+  }
+}
+
+// Rows [0, rows) of the panel × G groups from `group` into out (as tl_tile's), in the widest tiles that fit.
+template <DType kType, int G>
+void tl_panel_groups(const TlPanel& p, int64_t rows, const Activations& a, int64_t group, float* out) {
+  for (int g = 0; g < G; ++g) {
+    for (int64_t k = rows; k < 16; ++k) _mm512_store_ps(out + (g * 16 + k) * 16, _mm512_setzero_ps());
+  }
+  int64_t i = 0;
+  for (; i + kRows <= rows; i += kRows) tl_tile<kType, kRows, G>(p, i, a, group, out);
+  for (; i + 2 <= rows; i += 2) tl_tile<kType, 2, G>(p, i, a, group, out);
+  for (; i < rows; ++i) tl_tile<kType, 1, G>(p, i, a, group, out);
 }
 
 template <DType kType>
@@ -150,17 +203,23 @@ void tl_range_impl(const Weights& w, const Activations& a, int64_t r0, int64_t r
       for (int64_t off = 0; off < next_rows * w.row_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T1);
     }
     const __mmask16 keep = static_cast<__mmask16>((1u << rows) - 1);
-    for (int64_t g = g0; g < g1; ++g) {
-      alignas(64) float out[16 * 16];  // [panel row][token]; rows past `rows` are zeroed, then masked off
-      for (int64_t k = rows; k < 16; ++k) _mm512_store_ps(out + k * 16, _mm512_setzero_ps());
-      int64_t i = 0;
-      for (; i + kRows <= rows; i += kRows) tl_tile<kType, kRows>(p, i, a, g, out);
-      for (; i + 2 <= rows; i += 2) tl_tile<kType, 2>(p, i, a, g, out);
-      for (; i < rows; ++i) tl_tile<kType, 1>(p, i, a, g, out);
-      __m512i v[16];
-      for (int k = 0; k < 16; ++k) v[k] = _mm512_load_si512(out + k * 16);
-      transpose16(v);  // v[t]: token t's 16 rows
-      for (int t = 0; t < 16; ++t) _mm512_mask_storeu_ps(y + (g * 16 + t) * y_stride + rp, keep, _mm512_castsi512_ps(v[t]));
+    for (int64_t g = g0; g < g1;) {
+      alignas(64) float out[kGroupsPerTile * 16 * 16];  // [group][panel row][token]; rows past `rows` are zeroed
+      const int groups = g1 - g >= kGroupsPerTile ? kGroupsPerTile : 1;
+      if (groups == kGroupsPerTile) {
+        tl_panel_groups<kType, kGroupsPerTile>(p, rows, a, g, out);
+      } else {
+        tl_panel_groups<kType, 1>(p, rows, a, g, out);
+      }
+      for (int gi = 0; gi < groups; ++gi) {
+        __m512i v[16];
+        for (int k = 0; k < 16; ++k) v[k] = _mm512_load_si512(out + (gi * 16 + k) * 16);
+        transpose16(v);  // v[t]: token t's 16 rows
+        for (int t = 0; t < 16; ++t) {
+          _mm512_mask_storeu_ps(y + ((g + gi) * 16 + t) * y_stride + rp, keep, _mm512_castsi512_ps(v[t]));
+        }
+      }
+      g += groups;
     }
   }
 }
