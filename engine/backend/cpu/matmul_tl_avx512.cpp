@@ -46,6 +46,7 @@ struct TlPanel {
 template <DType kType>
 void decode_tl_row(const uint8_t* row, int64_t nb, const TlPanel& p, int64_t r) {
   uint8_t* q = p.q + r * nb * 32;
+  auto* heads = reinterpret_cast<uint32_t*>(p.d + r * nb);  // each block's leading dword, converted below
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const auto* blk = reinterpret_cast<const BlockOf<kType>*>(row) + b;
@@ -66,15 +67,14 @@ void decode_tl_row(const uint8_t* row, int64_t nb, const TlPanel& p, int64_t r) 
       }
     }
     _mm256_store_si256(reinterpret_cast<__m256i*>(q + b * 32), v);
+    std::memcpy(heads + b, blk, 4);
   }
-  // Scales of 16 blocks per gather: each block's leading dword holds d (and m for Q4_1 / Q5_1).
-  const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                             _mm512_set1_epi32(static_cast<int>(sizeof(BlockOf<kType>))));
+  // Scales, 16 blocks at a time, from the blocks' leading dwords (d, and m for Q4_1 / Q5_1) that the loop above
+  // copied (a gather of them was slower).
   for (int64_t b = 0; b < nb; b += 16) {
     const __mmask16 valid =
         nb - b >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (nb - b)) - 1);
-    const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, offsets,
-                                                   row + b * static_cast<int64_t>(sizeof(BlockOf<kType>)), 1);
+    const __m512i dm = _mm512_maskz_loadu_epi32(valid, heads + b);
     _mm512_mask_storeu_ps(p.d + r * nb + b, valid, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
     if constexpr (kType == DType::kQ4_1 || kType == DType::kQ5_1) {
       _mm512_mask_storeu_ps(p.m + r * nb + b, valid, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
