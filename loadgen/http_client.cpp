@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <memory>
 
@@ -31,6 +32,13 @@ std::string snippet(std::string_view s, size_t n = 200) {
   }
   if (s.size() > n) out += "...";
   return out;
+}
+
+// The clock of the "sent-ns" stamps (sse_parser.h): a server on this host stamps with the same clock.
+int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
 struct Loop;
@@ -108,6 +116,7 @@ struct Transfer {
 
   void on_event(const SseEvent& ev, double now) {
     if (!error.empty() || done) return;
+    if (ev.sent_ns >= 0) out->read_lags.push_back(static_cast<double>(monotonic_ns() - ev.sent_ns) * 1e-9);
     if (ev.type == "error") {
       error = "server error event: " + snippet(ev.data);
       return;
@@ -151,9 +160,7 @@ size_t on_write(char* ptr, size_t size, size_t nmemb, void* userdata) {
   }
   const double now = t->loop->io_time >= 0.0 ? t->loop->io_time : t->loop->now_s();
   t->sse.feed(std::string_view(ptr, n), [&](const SseEvent& ev) { t->on_event(ev, now); });
-  if (t->error.empty() && t->sse.unknown_fields() > 0) {
-    t->error = "malformed SSE: unexpected field '" + snippet(t->sse.first_unknown_field(), 40) + "'";
-  }
+  if (t->error.empty() && t->sse.malformed() > 0) t->error = "malformed SSE: " + snippet(t->sse.first_malformed());
   return t->error.empty() ? n : 0;  // 0 makes curl abort the transfer
 }
 

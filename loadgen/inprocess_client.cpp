@@ -106,6 +106,8 @@ RunResult InProcessClient::run(const RunSpec& spec) {
     RequestOutput& o = result.outputs[i];
     for (TokenEvent& e : t.stream->drain()) {
       const double ts = secs(e.time);
+      // Read lag: the engine stamped the event with the same steady clock in this process.
+      o.read_lags.push_back(secs(Clock::now()) - ts);
       if (!e.token_ids.empty()) {
         if (!t.first) {
           t.first = true;

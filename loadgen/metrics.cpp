@@ -59,9 +59,11 @@ BenchmarkMetrics compute_metrics(const std::vector<RequestOutput>& outputs, doub
                                  const std::vector<double>& percentiles, const GoodputSlo& slo,
                                  const std::function<int64_t(const std::string&)>& count_tokens) {
   BenchmarkMetrics m;
-  std::vector<double> ttfts, tpots, all_tpots, itls, e2els, lags, queue_times, e2el_queue, per_token_itls;
+  std::vector<double> ttfts, tpots, all_tpots, itls, e2els, read_lags, send_lags, queue_times, e2el_queue,
+      per_token_itls;
   for (const RequestOutput& o : outputs) {
-    lags.push_back(std::max(0.0, o.start_time - o.ready_time));
+    send_lags.push_back(std::max(0.0, o.start_time - o.ready_time));
+    read_lags.insert(read_lags.end(), o.read_lags.begin(), o.read_lags.end());
     if (!o.success) {
       m.actual_output_lens.push_back(0);
       ++m.failed;
@@ -148,7 +150,9 @@ BenchmarkMetrics compute_metrics(const std::vector<RequestOutput>& outputs, doub
   m.tpot_ms = summarize_ms(tpots, percentiles);
   m.itl_ms = summarize_ms(itls, percentiles);
   m.e2el_ms = summarize_ms(e2els, percentiles);
-  m.client_lag_ms = summarize_ms(lags, percentiles);
+  m.client_lag_events = static_cast<int64_t>(read_lags.size());
+  if (!read_lags.empty()) m.client_lag_ms = summarize_ms(read_lags, percentiles);
+  m.client_send_lag_ms = summarize_ms(send_lags, percentiles);
   m.client_queue_time_ms = summarize_ms(queue_times, percentiles);
   m.e2el_including_client_queue_ms = summarize_ms(e2el_queue, percentiles);
   m.per_token_itl_ms = summarize_ms(per_token_itls, percentiles);

@@ -27,6 +27,9 @@ struct RequestOutput {
   double start_time = 0.0;       // when the request was handed to the transport
   double scheduled_time = 0.0;   // its arrival time in the plan
   double ready_time = 0.0;       // max(scheduled_time, when a concurrency slot freed): the earliest it could go
+  // How late the client read each event: its read time minus the time the server stamped on it (same host, same
+  // clock); only events that carried a stamp, so empty against servers that send none.
+  std::vector<double> read_lags;
   std::string generated_text;
 };
 
@@ -58,7 +61,9 @@ struct BenchmarkMetrics {
   int64_t max_concurrent_requests = 0;
   std::vector<int64_t> actual_output_lens;  // per request, 0 for failures
   // servetune additions
-  Summary client_lag_ms;         // start_time - ready_time: how late the client sent each request
+  std::optional<Summary> client_lag_ms;  // read lags of every stamped event (failed requests too); none: no stamps
+  int64_t client_lag_events = 0;         // events with a send stamp
+  Summary client_send_lag_ms;            // start_time - ready_time: how late the client sent each request
   Summary client_queue_time_ms;  // start_time - scheduled_time (vLLM's client_queue_time)
   Summary e2el_including_client_queue_ms;
   Summary per_token_itl_ms;      // each chunk gap spread over the tokens it carried

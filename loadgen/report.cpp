@@ -25,6 +25,7 @@ constexpr MetricInfo kMetrics[] = {
     {"client_queue_time", "Client Queue Time", "Client-side Queueing"},
     {"e2el_including_client_queue", "E2EL incl. Client Queue", "Queue-inclusive End-to-end Latency"},
     {"client_lag", "Client Lag", "Client Lag (servetune)"},
+    {"client_send_lag", "Client Send Lag", "Client Send Lag (servetune)"},
     {"per_token_itl", "Per-token ITL", "Per-token ITL (servetune)"},
 };
 
@@ -67,15 +68,17 @@ bool section_applies(const std::string& key, const ReportOptions& o) {
   return true;
 }
 
-const Summary& summary_of(const BenchmarkMetrics& m, const std::string& key) {
-  if (key == "ttft") return m.ttft_ms;
-  if (key == "tpot") return m.tpot_ms;
-  if (key == "itl") return m.itl_ms;
-  if (key == "e2el") return m.e2el_ms;
-  if (key == "client_queue_time") return m.client_queue_time_ms;
-  if (key == "e2el_including_client_queue") return m.e2el_including_client_queue_ms;
-  if (key == "client_lag") return m.client_lag_ms;
-  return m.per_token_itl_ms;
+// nullptr: not measured in this run (client lag against a server that sends no send stamps).
+const Summary* summary_of(const BenchmarkMetrics& m, const std::string& key) {
+  if (key == "ttft") return &m.ttft_ms;
+  if (key == "tpot") return &m.tpot_ms;
+  if (key == "itl") return &m.itl_ms;
+  if (key == "e2el") return &m.e2el_ms;
+  if (key == "client_queue_time") return &m.client_queue_time_ms;
+  if (key == "e2el_including_client_queue") return &m.e2el_including_client_queue_ms;
+  if (key == "client_lag") return m.client_lag_ms ? &*m.client_lag_ms : nullptr;
+  if (key == "client_send_lag") return &m.client_send_lag_ms;
+  return &m.per_token_itl_ms;
 }
 
 // Concatenation by append (gcc 12 reports a false -Wrestrict for chains of operator+ on temporaries).
@@ -204,11 +207,15 @@ void print_result_block(std::FILE* out, const BenchmarkMetrics& m, double durati
   line_f(out, "Total token throughput (tok/s):", m.total_token_throughput);
   for (const MetricInfo& info : kMetrics) {
     if (!selected(o, info.key) || !section_applies(info.key, o)) continue;
-    const Summary& s = summary_of(m, info.key);
+    const Summary* s = summary_of(m, info.key);
     std::fprintf(out, "%s\n", centered(info.header, '-').c_str());
-    line_f(out, cat("Mean ", info.name, " (ms):"), s.mean);
-    line_f(out, cat("Median ", info.name, " (ms):"), s.median);
-    for (const auto& [p, v] : s.percentiles) line_f(out, cat("P", percentile_word(p), " ", info.name, " (ms):"), v);
+    if (s == nullptr) {
+      std::fprintf(out, "%-40s %s\n", cat(info.name, " (ms):").c_str(), "n/a (the server sent no timestamps)");
+      continue;
+    }
+    line_f(out, cat("Mean ", info.name, " (ms):"), s->mean);
+    line_f(out, cat("Median ", info.name, " (ms):"), s->median);
+    for (const auto& [p, v] : s->percentiles) line_f(out, cat("P", percentile_word(p), " ", info.name, " (ms):"), v);
   }
   if (o.spec_decode) {
     const SpecDecodeStats& sd = *o.spec_decode;
@@ -256,20 +263,24 @@ nlohmann::ordered_json metrics_json(const BenchmarkMetrics& m, const RunResult& 
   if (detailed) {
     j["generated_texts"] = per_request([](const RequestOutput& r) { return r.generated_text; });
     j["errors"] = per_request([](const RequestOutput& r) { return r.error; });
-    j["client_lags"] = per_request([](const RequestOutput& r) { return std::max(0.0, r.start_time - r.ready_time); });
+    j["client_lags"] = per_request([](const RequestOutput& r) { return r.read_lags; });
+    j["client_send_lags"] =
+        per_request([](const RequestOutput& r) { return std::max(0.0, r.start_time - r.ready_time); });
   }
   j["max_output_tokens_per_s"] = m.max_output_tokens_per_s;
   j["max_concurrent_requests"] = m.max_concurrent_requests;
   j["rtfx"] = 0.0;
   for (const MetricInfo& info : kMetrics) {
     if (!selected(o, info.key) || !section_applies(info.key, o)) continue;
-    const Summary& s = summary_of(m, info.key);
+    const Summary* s = summary_of(m, info.key);
+    if (s == nullptr) continue;  // no keys rather than zeros that look measured; client_lag_events says 0
     const std::string k = info.key;
-    j[cat("mean_", k, "_ms")] = s.mean;
-    j[cat("median_", k, "_ms")] = s.median;
-    j[cat("std_", k, "_ms")] = s.std;
-    for (const auto& [p, v] : s.percentiles) j[cat("p", percentile_word(p), "_", k, "_ms")] = v;
+    j[cat("mean_", k, "_ms")] = s->mean;
+    j[cat("median_", k, "_ms")] = s->median;
+    j[cat("std_", k, "_ms")] = s->std;
+    for (const auto& [p, v] : s->percentiles) j[cat("p", percentile_word(p), "_", k, "_ms")] = v;
   }
+  j["client_lag_events"] = m.client_lag_events;
   if (o.spec_decode) {
     const SpecDecodeStats& sd = *o.spec_decode;
     j["spec_decode_acceptance_rate"] = acceptance_rate(sd);

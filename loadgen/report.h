@@ -1,6 +1,6 @@
 // The result of a benchmark run as `vllm bench serve` prints and saves it (same block text, same JSON keys in the
-// same order), plus servetune's additions under their own names: client lag, per-token ITL, failure reasons,
-// dataset facts, environment and engine config.
+// same order), plus servetune's additions under their own names: client read and send lag, per-token ITL, failure
+// reasons, dataset facts, environment and engine config.
 #pragma once
 
 #include <cstdio>
@@ -24,7 +24,7 @@ struct SpecDecodeStats {
 };
 
 struct ReportOptions {
-  std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl", "client_lag"};
+  std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl", "client_lag", "client_send_lag"};
   std::vector<double> percentiles = {99.0};
   int64_t max_concurrency = 0;  // 0: none
   double request_rate = 0.0;    // inf allowed
@@ -33,7 +33,8 @@ struct ReportOptions {
   std::optional<SpecDecodeStats> spec_decode;  // set when the engine speculates: "Speculative Decoding" section + keys
 };
 
-// Metric names --percentile-metrics accepts: vLLM's plus client_lag and per_token_itl.
+// Metric names --percentile-metrics accepts: vLLM's plus client_lag (how late the client read events),
+// client_send_lag (how late it sent requests) and per_token_itl.
 const std::vector<std::string>& percentile_metric_names();
 // Parses "ttft,tpot" (names checked) and "25,50,99" (each in [0, 100]); throws Error(kUsage).
 std::vector<std::string> parse_percentile_metrics(const std::string& csv);

@@ -1,7 +1,14 @@
 // Incremental text/event-stream parser (WHATWG HTML "server-sent events"): bytes go in split anywhere, whole
 // events come out. Lines end at CRLF, LF or CR; the data lines of one event are joined with '\n'; lines starting
-// with ':' are comments; a leading BOM is skipped. Field names other than data/event/id/retry are counted, since
-// an OpenAI-compatible server never sends them.
+// with ':' are comments; a leading BOM is skipped. Field names other than data/event/id/retry/sent-ns are counted as
+// malformed lines, since an OpenAI-compatible server never sends them.
+//
+// "sent-ns: N" is servetune's send stamp (the mock server writes one before each event's data line): when the
+// server sent the event, in nanoseconds of CLOCK_MONOTONIC, so a client on the same host can measure how late it
+// read the event. A custom field rather than "id:" or a comment: the spec has conforming clients ignore unknown
+// fields, whereas "id:" sets the Last-Event-ID a reconnecting client sends back (and real servers use it with
+// their own meaning) and comments are free text that servers send as keep-alives. Like "event:", it belongs to the
+// event it precedes and resets at the event's end.
 #pragma once
 
 #include <algorithm>
@@ -16,7 +23,10 @@ struct SseEvent {
   std::string_view type;  // "event:" field, empty when absent
   std::string_view data;
   std::string_view id;
+  int64_t sent_ns = -1;  // the event's "sent-ns" field, -1 when absent
 };
+
+inline constexpr std::string_view kSentNsField = "sent-ns";
 
 class SseParser {
  public:
@@ -64,14 +74,16 @@ class SseParser {
     type_.clear();
     id_.clear();
     bom_buf_.clear();
-    first_unknown_.clear();
+    first_malformed_.clear();
+    sent_ns_ = -1;
     has_data_ = skip_lf_ = bom_checked_ = false;
-    comments_ = unknown_fields_ = 0;
+    comments_ = malformed_ = 0;
   }
 
   int64_t comments() const { return comments_; }
-  int64_t unknown_fields() const { return unknown_fields_; }
-  const std::string& first_unknown_field() const { return first_unknown_; }
+  // Lines with an unknown field name or a sent-ns value that is not a decimal integer; the first one described.
+  int64_t malformed() const { return malformed_; }
+  const std::string& first_malformed() const { return first_malformed_; }
 
  private:
   template <class F>
@@ -129,6 +141,7 @@ class SseParser {
     if (line.empty()) {
       if (has_data_) dispatch(on_event);
       type_.clear();
+      sent_ns_ = -1;
       return;
     }
     if (line[0] == ':') {
@@ -150,16 +163,37 @@ class SseParser {
       type_.assign(value);
     } else if (field == "id") {
       if (value.find('\0') == std::string_view::npos) id_.assign(value);
+    } else if (field == kSentNsField) {
+      if (!parse_stamp(value)) note_malformed("sent-ns is not a decimal integer: '", value);
     } else if (field != "retry") {
-      if (unknown_fields_++ == 0) first_unknown_.assign(field.substr(0, 64));
+      note_malformed("unexpected field '", field);
     }
+  }
+
+  bool parse_stamp(std::string_view v) {
+    if (v.empty() || v.size() > 18) return false;  // up to 18 digits: no int64 overflow
+    int64_t n = 0;
+    for (char c : v) {
+      if (c < '0' || c > '9') return false;
+      n = n * 10 + (c - '0');
+    }
+    sent_ns_ = n;
+    return true;
+  }
+
+  void note_malformed(std::string_view what, std::string_view text) {
+    if (malformed_++ > 0) return;
+    first_malformed_.assign(what);
+    first_malformed_.append(text.substr(0, 64));
+    first_malformed_.push_back('\'');
   }
 
   template <class F>
   void dispatch(F& on_event) {
-    on_event(SseEvent{type_, data_, id_});
+    on_event(SseEvent{type_, data_, id_, sent_ns_});
     data_.clear();
     type_.clear();
+    sent_ns_ = -1;
     has_data_ = false;
   }
 
@@ -169,12 +203,13 @@ class SseParser {
   std::string type_;
   std::string id_;
   std::string bom_buf_;
-  std::string first_unknown_;
+  std::string first_malformed_;
+  int64_t sent_ns_ = -1;
   bool has_data_ = false;
   bool skip_lf_ = false;
   bool bom_checked_ = false;
   int64_t comments_ = 0;
-  int64_t unknown_fields_ = 0;
+  int64_t malformed_ = 0;
 };
 
 }  // namespace servetune::loadgen

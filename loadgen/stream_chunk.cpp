@@ -438,6 +438,7 @@ void StreamChunkParser::parse(std::string_view data, ApiKind kind, StreamChunk& 
       out.prompt_tokens = last_fields_.prompt_tokens;
       out.completion_tokens = last_fields_.completion_tokens;
       out.error.clear();
+      ++fast_path_hits_;
       return;
     }
   }

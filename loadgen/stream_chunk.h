@@ -29,8 +29,10 @@ void parse_stream_chunk(std::string_view data, ApiKind kind, StreamChunk& out);
 class StreamChunkParser {
  public:
   void parse(std::string_view data, ApiKind kind, StreamChunk& out);
+  int64_t fast_path_hits() const { return fast_path_hits_; }  // payloads that took the text-only scan
 
  private:
+  int64_t fast_path_hits_ = 0;
   std::string last_;  // the last fully scanned payload with one text string, empty when there is none
   ApiKind last_kind_ = ApiKind::kCompletions;
   size_t text_begin_ = 0;  // its text string's content: [text_begin_, text_end_) of last_

@@ -3,10 +3,16 @@
 # by side with a minimal asyncio/aiohttp client of the kind `vllm bench serve` uses (same mock, same workload).
 # Two workloads per concurrency level C:
 #   burst  C requests at once, the mock streams as fast as it can: sustained SSE events/s the client absorbs;
-#   paced  Poisson arrivals keeping about C streams open, the mock paces tokens: client lag (send time - scheduled
-#          arrival), which is what a late client adds to every latency it reports.
+#   paced  Poisson arrivals keeping about C streams open, the mock paces tokens: client lag, which is what a late
+#          client adds to every latency it reports.
+# Client lag (read lag) is per event: the time the client processed the event minus the time the mock stamped on it
+# when writing it ("sent-ns:" line, CLOCK_MONOTONIC ns; servetune reads clock_gettime(CLOCK_MONOTONIC), Python
+# time.monotonic_ns(), the same clock on Linux), over every event of the run. In the burst runs it is mostly the
+# backlog in the socket buffers of a client that is saturated by design; the paced runs are where it means lateness.
+# Send lag is per request: when the client sent it minus when it was due (its arrival time, or when a concurrency
+# slot freed).
 # Each line reports events/s (wall), the client's own CPU seconds during the run and events per CPU second (robust
-# when client and mock share a few busy cores), and client lag p50 / p99.
+# when client and mock share a few busy cores), read lag p50 / p99 and send lag p50 / p99.
 # Usage: scripts/bench_client.sh [C ...]   (default: 1000 10000). Needs python3 with aiohttp (PYTHON=... to pick
 # one) and a build (BUILD=build/lg). Raises RLIMIT_NOFILE to the hard limit and says so if that is too low.
 # EVENTS=N: events in all per burst run (default 200000; a larger N makes each stream longer, so connection setup
@@ -33,7 +39,8 @@ WORK=$(mktemp -d)
 PYCLIENT=$WORK/aiohttp_client.py
 cat >"$PYCLIENT" <<'EOF'
 # Minimal vllm-bench-serve-style client: one asyncio task per request, aiohttp streaming, SSE split on blank lines,
-# json.loads per event, perf_counter timestamps. Prints one JSON line of results.
+# json.loads per event, perf_counter timestamps; the read lag of each event from the mock's "sent-ns:" line.
+# Prints one JSON line of results.
 import asyncio, json, sys, time, resource
 import aiohttp
 import numpy as np
@@ -44,7 +51,7 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 async def one(session, prompt, scheduled, start_ts, res):
     st = time.perf_counter()
-    res["lags"].append(st - (start_ts + scheduled))
+    res["send_lags"].append(st - (start_ts + scheduled))
     payload = {"model": "mock", "prompt": prompt, "max_tokens": out_len, "stream": True,
                "stream_options": {"include_usage": True}, "ignore_eos": True}
     events, buf, done = 0, "", False
@@ -57,10 +64,14 @@ async def one(session, prompt, scheduled, start_ts, res):
                 buf += chunk.decode("utf-8")
                 while "\n\n" in buf:
                     msg, buf = buf.split("\n\n", 1)
-                    msg = msg.strip()
-                    if not msg or msg.startswith(":"):
+                    data = None
+                    for line in msg.split("\n"):
+                        if line.startswith("data: "):
+                            data = line[6:]
+                        elif line.startswith("sent-ns: "):
+                            res["lags"].append(time.monotonic_ns() - int(line[9:]))
+                    if data is None:
                         continue
-                    data = msg.removeprefix("data: ")
                     if data == "[DONE]":
                         done = True
                         continue
@@ -80,7 +91,7 @@ async def main():
         rng = np.random.default_rng(seed)
         delays = np.cumsum(rng.gamma(1.0, 1.0 / rate, n))
         delays *= (n / rate) / delays[-1]
-    res = {"events": 0, "ok": 0, "failed": 0, "lags": []}
+    res = {"events": 0, "ok": 0, "failed": 0, "lags": [], "send_lags": []}
     conn = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=6 * 3600)) as s:
         start = time.perf_counter()
@@ -95,11 +106,14 @@ async def main():
         dur = time.perf_counter() - start
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    lags = np.array(res["lags"]) * 1000
+    lags = np.array(res["lags"]) / 1e6
+    send_lags = np.array(res["send_lags"]) * 1000
+    pct = lambda a, p: round(float(np.percentile(a, p)), 3) if len(a) else None
     print(json.dumps({"client": "python-aiohttp", "ok": res["ok"], "failed": res["failed"], "events": res["events"],
                       "duration_s": dur, "events_per_s": res["events"] / dur, "client_cpu_s": cpu,
-                      "events_per_cpu_s": res["events"] / cpu,
-                      "lag_p50_ms": float(np.percentile(lags, 50)), "lag_p99_ms": float(np.percentile(lags, 99))}))
+                      "events_per_cpu_s": res["events"] / cpu, "lag_events": len(lags),
+                      "lag_p50_ms": pct(lags, 50), "lag_p99_ms": pct(lags, 99),
+                      "send_lag_p50_ms": pct(send_lags, 50), "send_lag_p99_ms": pct(send_lags, 99)}))
 
 asyncio.run(main())
 EOF
@@ -116,16 +130,19 @@ trap 'stop_mock 2>/dev/null || true' EXIT
 run_servetune() {  # $1 n, $2 out_len, $3 rate
   "$SERVETUNE" bench --backend openai --port "$PORT" --model mock --tokenizer "$TOKENIZER" --dataset-name random \
     --random-input-len 8 --random-output-len "$2" --num-prompts "$1" --request-rate "$3" --seed 1 \
-    --percentile-metrics client_lag --metric-percentiles 50,99 --save-result --save-detailed \
+    --percentile-metrics client_lag,client_send_lag --metric-percentiles 50,99 --save-result --save-detailed \
     --result-dir "$WORK" --result-filename st.json >/dev/null
   "$PYTHON" - "$WORK/st.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 events = sum(len(itl) + 1 for itl, err in zip(r["itls"], r["errors"]) if not err)
+ms = lambda k: round(r[k], 3) if k in r else None  # client_lag keys are absent when no event carried a stamp
 print(json.dumps({"client": "servetune", "ok": r["completed"], "failed": r["failed"], "events": events,
                   "duration_s": r["duration"], "events_per_s": events / r["duration"],
                   "client_cpu_s": r["process_cpu_s"], "events_per_cpu_s": events / r["process_cpu_s"],
-                  "lag_p50_ms": r["p50_client_lag_ms"], "lag_p99_ms": r["p99_client_lag_ms"]}))
+                  "lag_events": r["client_lag_events"],
+                  "lag_p50_ms": ms("p50_client_lag_ms"), "lag_p99_ms": ms("p99_client_lag_ms"),
+                  "send_lag_p50_ms": ms("p50_client_send_lag_ms"), "send_lag_p99_ms": ms("p99_client_send_lag_ms")}))
 EOF
 }
 run_python() { "$PYTHON" "$PYCLIENT" "http://127.0.0.1:$PORT/v1/completions" "$1" "$2" "$3" 1; }

@@ -73,7 +73,7 @@ start_server
 
 "${CLIENT_PIN[@]}" "$SERVETUNE" bench --backend llama.cpp --port "$PORT" --model "$MODEL" --dataset-name random \
   --random-input-len $IN_LEN --random-output-len $OUT_LEN --num-prompts "$N" --max-concurrency "$CONC" \
-  --ignore-eos --percentile-metrics ttft,tpot,itl,e2el,client_lag --metric-percentiles 50,99 \
+  --ignore-eos --percentile-metrics ttft,tpot,itl,e2el,client_lag,client_send_lag --metric-percentiles 50,99 \
   --save-result --save-detailed --result-dir "$OUT" --result-filename llamacpp.json | tee "$OUT/stdout.txt"
 
 python3 - "$OUT/llamacpp.json" "$N" "$IN_LEN" "$OUT_LEN" <<'PY_CHECK' || STATUS=1

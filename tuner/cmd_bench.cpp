@@ -143,13 +143,15 @@ void print_dataset(const datasets::Workload& w) {
   }
 }
 
+constexpr const char* kDefaultPercentileMetrics = "ttft,tpot,itl,client_lag,client_send_lag";
+
 void run_bench(BenchOptions& o) {
   check_flag_use(o);
   const bool builtin = o.backend == "builtin";
   const double rate = parse_rate(o.request_rate);
   if (!(o.burstiness > 0.0)) throw_usage("--burstiness must be > 0");
-  const std::vector<std::string> metrics =
-      loadgen::parse_percentile_metrics(o.percentile_metrics.empty() ? "ttft,tpot,itl,client_lag" : o.percentile_metrics);
+  const std::vector<std::string> metrics = loadgen::parse_percentile_metrics(
+      o.percentile_metrics.empty() ? kDefaultPercentileMetrics : o.percentile_metrics);
   const std::vector<double> percentiles = loadgen::parse_metric_percentiles(o.metric_percentiles);
   const loadgen::GoodputSlo slo = loadgen::parse_goodput(o.goodput);
   for (const std::string& kv : o.metadata) {
@@ -348,7 +350,12 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--burstiness", o->burstiness, "Gamma shape of the arrival gaps (1: Poisson)")->capture_default_str()->group(t);
   cmd->add_option("--num-warmups", o->num_warmups, "Warm-up requests before the measured run")->capture_default_str()->group(t);
   cmd->add_option("--goodput", o->goodput, "SLOs as KEY:VALUE in ms (ttft, tpot, e2el)")->group(t);
-  cmd->add_option("--percentile-metrics", o->percentile_metrics, "Default ttft,tpot,itl,client_lag")->group(t);
+  cmd->add_option("--percentile-metrics", o->percentile_metrics,
+                  std::string("Default ") + kDefaultPercentileMetrics +
+                      "; also e2el, client_queue_time, e2el_including_client_queue, per_token_itl. client_lag: how "
+                      "late the client read events (over HTTP only from a server that stamps them, as "
+                      "servetune_mock_openai does), client_send_lag: how late it sent requests")
+      ->group(t);
   cmd->add_option("--metric-percentiles", o->metric_percentiles)->capture_default_str()->group(t);
   cmd->add_flag("--save-result", o->save_result, "Write the result JSON")->group(t);
   cmd->add_flag("--save-detailed", o->save_detailed, "Also write per-request arrays")->group(t);

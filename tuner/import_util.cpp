@@ -38,6 +38,7 @@ std::string latency_name(const std::string& name) {
   if (n == "client_queue_time") return "client_queue_time";
   if (n == "e2el_incl_client_queue" || n == "e2el_including_client_queue") return "e2el_including_client_queue";
   if (n == "client_lag") return "client_lag";
+  if (n == "client_send_lag") return "client_send_lag";
   if (n == "per_token_itl") return "per_token_itl";
   return "";
 }

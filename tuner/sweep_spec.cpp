@@ -305,7 +305,9 @@ bool is_known_metric(const std::string& key) {
       "calibrated_cpu_per_token", "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
       "spec_decode_draft_tokens", "spec_decode_accepted_tokens"};
   if (plain.count(key)) return true;
-  return std::regex_match(key, std::regex("(mean|median|std|p[0-9]+(\\.[0-9]+)?)_(ttft|tpot|itl|e2el|client_lag|per_token_itl)_ms"));
+  static const std::regex stat_key(
+      "(mean|median|std|p[0-9]+(\\.[0-9]+)?)_(ttft|tpot|itl|e2el|client_lag|client_send_lag|per_token_itl)_ms");
+  return std::regex_match(key, stat_key);
 }
 
 bool lower_is_better(const std::string& key) {

@@ -1,6 +1,8 @@
 // A small OpenAI-compatible streaming server for tests and the client benchmark: one epoll loop, HTTP/1.1
 // keep-alive, chunked SSE for /v1/completions and /v1/chat/completions. It emits max_tokens chunks of " tok"
-// (one every --itl-us) and reports usage.prompt_tokens as the prompt's whitespace-separated word count.
+// (one every --itl-us) and reports usage.prompt_tokens as the prompt's whitespace-separated word count. Each event
+// carries a "sent-ns:" line before its data (CLOCK_MONOTONIC nanoseconds when it was written to the socket buffer,
+// see loadgen/sse_parser.h) unless --no-timestamps; the data payload is the same bytes either way.
 // A prompt starting with "mock:MODE[:K]" injects a failure after K content chunks:
 //   reset        connection reset (RST)          status:CODE  HTTP CODE with a JSON error body
 //   malformed_sse  a payload line without "data:"  malformed_json  "data: {not json"
@@ -21,8 +23,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <queue>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -46,7 +50,7 @@ struct Stream {
   uint64_t id = 0;
   bool active = false;
   bool started = false;  // the --ttft-us delay has passed
-  std::string chunk;     // the wire bytes of one ordinary content event (built once per stream)
+  std::string event;     // "data: ...\n\n" of an ordinary content event (built once per stream)
 };
 
 struct Conn {
@@ -69,6 +73,7 @@ struct Timer {
 
 int64_t g_itl_us = 0;
 int64_t g_ttft_us = 0;
+bool g_timestamps = true;
 int g_epfd = -1;
 uint64_t g_next_id = 0;
 std::unordered_map<int, Conn> g_conns;
@@ -82,7 +87,28 @@ void add_chunk(Conn& c, const std::string& payload) {
   c.out += "\r\n";
 }
 
-void sse(Conn& c, const std::string& json) { add_chunk(c, "data: " + json + "\n\n"); }
+int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// One SSE event ("data: ...\n\n") as one HTTP chunk, with its send stamp in front when stamps are on. The events of
+// a stream are written just before pump() sends them, so the stamp is the send time up to a full socket buffer.
+void emit(Conn& c, std::string_view event) {
+  char stamp[48];
+  const int n = g_timestamps ? std::snprintf(stamp, sizeof(stamp), "sent-ns: %lld\n",
+                                             static_cast<long long>(monotonic_ns()))
+                             : 0;
+  char head[32];
+  std::snprintf(head, sizeof(head), "%zx\r\n", static_cast<size_t>(n) + event.size());
+  c.out += head;
+  c.out.append(stamp, static_cast<size_t>(n));
+  c.out += event;
+  c.out += "\r\n";
+}
+
+void sse(Conn& c, const std::string& json) { emit(c, "data: " + json + "\n\n"); }
 
 std::string content_json(const Stream& s, bool last) {
   const std::string id = std::to_string(s.id);
@@ -176,15 +202,12 @@ bool step(Conn& c) {
     if (s.mode == Mode::kQuirky) {
       const std::string j = content_json(s, s.sent == s.total);
       const size_t cut = j.find("\"choices\"");
-      add_chunk(c, ": keep-alive\r\nid: " + std::to_string(s.sent) + "\r\nretry: 1000\r\ndata:" + j.substr(0, cut) +
-                       "\r\ndata: " + j.substr(cut) + "\r\n\r\n");
+      const std::string stamp = g_timestamps ? "sent-ns: " + std::to_string(monotonic_ns()) + "\r\n" : "";
+      add_chunk(c, ": keep-alive\r\nid: " + std::to_string(s.sent) + "\r\n" + stamp + "retry: 1000\r\ndata:" +
+                       j.substr(0, cut) + "\r\ndata: " + j.substr(cut) + "\r\n\r\n");
     } else if (s.sent < s.total) {
-      if (s.chunk.empty()) {
-        Conn tmp;
-        sse(tmp, content_json(s, false));
-        s.chunk = std::move(tmp.out);
-      }
-      c.out += s.chunk;
+      if (s.event.empty()) s.event = "data: " + content_json(s, false) + "\n\n";
+      emit(c, s.event);
     } else {
       sse(c, content_json(s, true));
     }
@@ -198,7 +221,7 @@ bool step(Conn& c) {
                std::to_string(s.prompt_tokens) + ",\"total_tokens\":" + std::to_string(s.prompt_tokens + s.total) +
                ",\"completion_tokens\":" + std::to_string(s.total) + "}}");
   }
-  if (s.mode != Mode::kNoDone) add_chunk(c, "data: [DONE]\n\n");
+  if (s.mode != Mode::kNoDone) emit(c, "data: [DONE]\n\n");
   c.out += "0\r\n\r\n";
   s.active = false;
   return false;
@@ -314,9 +337,15 @@ void process_input(Conn& c) {
 int main(int argc, char** argv) {
   int port = 0;
   std::string host = "127.0.0.1";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--port") {
+    if (a == "--no-timestamps") {
+      g_timestamps = false;
+      --i;
+    } else if (i + 1 == argc) {
+      std::fprintf(stderr, "mock: %s needs a value\n", a.c_str());
+      return 2;
+    } else if (a == "--port") {
       port = std::atoi(argv[i + 1]);
     } else if (a == "--host") {
       host = argv[i + 1];
@@ -325,7 +354,7 @@ int main(int argc, char** argv) {
     } else if (a == "--ttft-us") {
       g_ttft_us = std::atoll(argv[i + 1]);
     } else {
-      std::fprintf(stderr, "usage: %s [--host H] [--port P] [--itl-us N] [--ttft-us N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--host H] [--port P] [--itl-us N] [--ttft-us N] [--no-timestamps]\n", argv[0]);
       return 2;
     }
   }

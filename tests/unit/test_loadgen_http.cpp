@@ -1,5 +1,6 @@
 // The libcurl client against servetune_mock_openai: successful streams (completions and chat, unusual but valid
-// SSE), and every injected failure counted as a failed request with its reason while the run completes.
+// SSE), and every injected failure counted as a failed request with its reason while the run completes; the
+// client's read lag from the mock's send stamps, and its absence when the mock sends none.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -10,8 +11,12 @@
 #include <memory>
 #include <string>
 
+#include <curl/curl.h>
+
 #include "core/error.h"
 #include "loadgen/http_client.h"
+#include "loadgen/sse_parser.h"
+#include "loadgen/stream_chunk.h"
 
 extern char** environ;
 
@@ -88,6 +93,9 @@ TEST(HttpClient, CompletionsStreamsAreMeasured) {
     EXPECT_GE(out.latency, out.ttft);
     EXPECT_GE(out.start_time, out.ready_time);
     EXPECT_GE(out.ready_time, out.scheduled_time);
+    // Every event carried a send stamp: the content chunks, the usage chunk and [DONE].
+    ASSERT_EQ(out.read_lags.size(), static_cast<size_t>(reqs[i].output_len + 2));
+    for (double lag : out.read_lags) EXPECT_GE(lag, 0.0);
   }
   EXPECT_EQ(r.outputs[0].generated_text, " tok tok tok tok tok");
   EXPECT_EQ(r.outputs[0].prompt_len, 3);  // the mock's usage.prompt_tokens: the word count
@@ -95,6 +103,69 @@ TEST(HttpClient, CompletionsStreamsAreMeasured) {
   const BenchmarkMetrics m = compute_metrics(r.outputs, r.duration_s, {99}, {});
   EXPECT_LE(m.max_concurrent_requests, 4);  // --max-concurrency holds
   EXPECT_GE(m.max_concurrent_requests, 2);
+  ASSERT_TRUE(m.client_lag_ms.has_value());
+  EXPECT_GE(m.client_lag_ms->median, 0.0);
+}
+
+TEST(HttpClient, NoSendStampsNoReadLag) {
+  MockServer server({"--no-timestamps"});
+  HttpClientOptions o;
+  o.api_url = server.url("/v1/completions");
+  const std::vector<datasets::SampleRequest> reqs = {sample("one two", 4), sample("mock:quirky x", 3)};
+  const RunResult r = run_plan(o, reqs);
+  for (const RequestOutput& out : r.outputs) {
+    ASSERT_TRUE(out.success) << out.error;
+    EXPECT_TRUE(out.read_lags.empty());
+  }
+  const BenchmarkMetrics m = compute_metrics(r.outputs, r.duration_s, {99}, {});
+  EXPECT_FALSE(m.client_lag_ms.has_value());
+  EXPECT_EQ(m.client_lag_events, 0);
+}
+
+size_t append_body(char* ptr, size_t size, size_t nmemb, void* userdata) {
+  static_cast<std::string*>(userdata)->append(ptr, size * nmemb);
+  return size * nmemb;
+}
+
+// The stamp line sits outside the data payload, so the payloads of a stream keep the same bytes around their text
+// and the chunk parser's text-only scan takes every content chunk but the first and the last (finish_reason).
+TEST(HttpClient, SendStampsKeepTheChunkParsersFastPath) {
+  MockServer server;
+  std::string body;
+  CURL* e = curl_easy_init();
+  ASSERT_NE(e, nullptr);
+  const std::string url = server.url("/v1/completions");
+  const std::string req = R"({"model":"mock","prompt":"a b","max_tokens":50,"stream":true,)"
+                          R"("stream_options":{"include_usage":true}})";
+  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  curl_easy_setopt(e, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(e, CURLOPT_POSTFIELDS, req.c_str());
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, append_body);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, &body);
+  const CURLcode rc = curl_easy_perform(e);
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(e);
+  ASSERT_EQ(rc, CURLE_OK);
+  SseParser sse;
+  StreamChunkParser chunks;
+  StreamChunk chunk;
+  int64_t events = 0, stamped = 0, content = 0;
+  std::string text;
+  sse.feed(body, [&](const SseEvent& ev) {
+    ++events;
+    stamped += ev.sent_ns >= 0;
+    chunks.parse(ev.data, ApiKind::kCompletions, chunk);
+    EXPECT_TRUE(chunk.error.empty()) << chunk.error;
+    content += chunk.has_choices;
+    text += chunk.text;
+  });
+  EXPECT_EQ(sse.malformed(), 0);
+  EXPECT_EQ(events, 52);  // 50 content chunks, usage, [DONE]
+  EXPECT_EQ(stamped, 52);
+  EXPECT_EQ(content, 50);
+  EXPECT_EQ(text.size(), 50u * 4);
+  EXPECT_EQ(chunks.fast_path_hits(), 48);
 }
 
 TEST(HttpClient, ChatBackend) {

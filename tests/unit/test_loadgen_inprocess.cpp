@@ -47,12 +47,15 @@ TEST(InProcessClient, RunsAPlanOnTheEngine) {
     EXPECT_GE(o.latency, o.ttft);
     EXPECT_GE(o.start_time + 1e-9, o.scheduled_time);
     EXPECT_FALSE(o.generated_text.empty());
+    EXPECT_GE(o.read_lags.size(), o.chunk_tokens.size());  // every event read, token events and the finish
+    for (double lag : o.read_lags) EXPECT_GE(lag, 0.0);  // drained after the engine stamped it, same clock
   }
   EXPECT_FALSE(r.outputs.back().success);
   EXPECT_NE(r.outputs.back().error.find("rejected by the engine"), std::string::npos) << r.outputs.back().error;
   const BenchmarkMetrics m = compute_metrics(r.outputs, r.duration_s, {99}, {});
   EXPECT_LE(m.max_concurrent_requests, 3);
   EXPECT_EQ(m.completed, 12);
+  EXPECT_TRUE(m.client_lag_ms.has_value());
 }
 
 }  // namespace

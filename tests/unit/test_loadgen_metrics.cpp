@@ -132,12 +132,72 @@ TEST(Metrics, OutputTokenCountFallbackAndAdditions) {
   const auto words = [](const std::string& t) { return static_cast<int64_t>(std::count(t.begin(), t.end(), ' ') + 1); };
   BenchmarkMetrics m = compute_metrics({a}, 1.0, {99}, {}, words);
   EXPECT_EQ(m.total_output, 5);
-  EXPECT_NEAR(m.client_lag_ms.mean, 4.0, 1e-9);
+  EXPECT_NEAR(m.client_send_lag_ms.mean, 4.0, 1e-9);
+  EXPECT_FALSE(m.client_lag_ms.has_value());  // no event carried a send stamp
+  EXPECT_EQ(m.client_lag_events, 0);
   ASSERT_EQ(m.per_token_itl_ms.percentiles.size(), 1u);
   EXPECT_NEAR(m.per_token_itl_ms.mean, 10.0, 1e-9);  // 20 ms over 2 tokens, 30 ms over 3 tokens
   EXPECT_NEAR(m.per_token_itl_ms.std, 0.0, 1e-9);
   m = compute_metrics({a}, 1.0, {99}, {});
   EXPECT_EQ(m.total_output, 1);  // no tokenizer: one token, as vLLM without a tokenizer
+}
+
+// Read lags are per event over all requests, failed ones too (the client read those events): a server stamps
+// R0's 3 events at 0.10, 0.15, 0.20 s, which the client reads at 0.1005, 0.1520, 0.2010 (lags 0.5, 2, 1 ms);
+// R1's 1 event lags 4 ms; the failed R2 read 1 event 0.5 ms late; R3 came from a server without stamps.
+// Lags 0.5, 0.5, 1, 2, 4 ms: mean 1.6, median 1, std sqrt(1.74), p50 1, p75 2, p90 3.2 (numpy linear).
+TEST(Metrics, ClientReadLagOverEveryStampedEvent) {
+  RequestOutput r0 = ok(0.0, 0.1, {0.05, 0.05}, 3, 1);
+  r0.read_lags = {0.1005 - 0.10, 0.1520 - 0.15, 0.2010 - 0.20};
+  RequestOutput r1 = ok(0.0, 0.2, {}, 1, 1);
+  r1.read_lags = {0.004};
+  RequestOutput r2 = failed("reset");
+  r2.read_lags = {0.0005};
+  const RequestOutput r3 = ok(0.0, 0.3, {}, 1, 1);
+  const BenchmarkMetrics m = compute_metrics({r0, r1, r2, r3}, 1.0, {50, 75, 90}, {});
+  ASSERT_TRUE(m.client_lag_ms.has_value());
+  EXPECT_EQ(m.client_lag_events, 5);
+  EXPECT_NEAR(m.client_lag_ms->mean, 1.6, 1e-9);
+  EXPECT_NEAR(m.client_lag_ms->median, 1.0, 1e-9);
+  EXPECT_NEAR(m.client_lag_ms->std, std::sqrt(1.74), 1e-9);
+  ASSERT_EQ(m.client_lag_ms->percentiles.size(), 3u);
+  EXPECT_NEAR(m.client_lag_ms->percentiles[0].second, 1.0, 1e-9);
+  EXPECT_NEAR(m.client_lag_ms->percentiles[1].second, 2.0, 1e-9);
+  EXPECT_NEAR(m.client_lag_ms->percentiles[2].second, 3.2, 1e-9);
+  EXPECT_NEAR(m.client_send_lag_ms.mean, 0.0, 1e-12);  // every request went at its ready time
+}
+
+// Without stamps the read lag is absent: the block says so and the JSON has no client_lag keys (no zeros that
+// look measured), while the send lag is still reported.
+TEST(Report, ClientLagWithoutStampsIsNotApplicable) {
+  RunResult run;
+  run.outputs = timeline();
+  run.duration_s = 2.0;
+  ReportOptions o;
+  o.percentile_metrics = {"client_lag", "client_send_lag"};
+  o.percentiles = {99};
+  const BenchmarkMetrics m = compute_metrics(run.outputs, run.duration_s, o.percentiles, o.slo);
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  print_result_block(f, m, run.duration_s, o);
+  std::fclose(f);
+  const std::string text(buf, len);
+  std::free(buf);
+  EXPECT_NE(text.find("--------------Client Lag (servetune)--------------\n"
+                      "Client Lag (ms):                         n/a (the server sent no timestamps)\n"
+                      "-----------Client Send Lag (servetune)------------\n"
+                      "Mean Client Send Lag (ms):               0.00      \n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("Mean Client Lag"), std::string::npos);
+  const nlohmann::ordered_json j = metrics_json(m, run, o, true);
+  EXPECT_FALSE(j.contains("mean_client_lag_ms"));
+  EXPECT_FALSE(j.contains("p99_client_lag_ms"));
+  EXPECT_EQ(j["client_lag_events"].get<int64_t>(), 0);
+  EXPECT_TRUE(j.contains("p99_client_send_lag_ms"));
+  EXPECT_EQ(j["client_lags"][0], nlohmann::ordered_json::array());
+  EXPECT_EQ(j["client_send_lags"].size(), 4u);
 }
 
 TEST(Metrics, AllFailedGivesZeros) {
@@ -178,7 +238,8 @@ TEST(Report, FlagParsing) {
   EXPECT_EQ(parse_metric_percentiles("25, 50,99.9"), (std::vector<double>{25, 50, 99.9}));
   EXPECT_THROW(parse_metric_percentiles("101"), Error);
   EXPECT_THROW(parse_metric_percentiles("abc"), Error);
-  EXPECT_EQ(parse_percentile_metrics("ttft,e2el,client_lag"), (std::vector<std::string>{"ttft", "e2el", "client_lag"}));
+  EXPECT_EQ(parse_percentile_metrics("ttft,e2el,client_lag,client_send_lag"),
+            (std::vector<std::string>{"ttft", "e2el", "client_lag", "client_send_lag"}));
   EXPECT_THROW(parse_percentile_metrics("ttft,latency"), Error);
   const GoodputSlo slo = parse_goodput({"ttft:500", "tpot:50.5"});
   EXPECT_EQ(*slo.ttft, 500.0);
@@ -197,7 +258,8 @@ TEST(Report, BlockAndJsonHaveVllmShape) {
   run.outputs = timeline();
   run.duration_s = 2.0;
   ReportOptions o;
-  o.percentile_metrics = {"ttft", "tpot", "itl", "e2el", "client_lag"};
+  run.outputs[0].read_lags = {0.001};
+  o.percentile_metrics = {"ttft", "tpot", "itl", "e2el", "client_lag", "client_send_lag"};
   o.percentiles = {50, 99.9};
   o.request_rate = 4.0;
   o.max_concurrency = 8;
@@ -224,7 +286,9 @@ TEST(Report, BlockAndJsonHaveVllmShape) {
                            "-----Time per Output Token (excl. 1st token)------\n",
                            "P99.9 TTFT (ms):                         299.80    \n",
                            "Median ITL (ms):                         75.00     \n",
-                           "--------------Client Lag (servetune)--------------\n"}) {
+                           "--------------Client Lag (servetune)--------------\n",
+                           "Mean Client Lag (ms):                    1.00      \n",
+                           "-----------Client Send Lag (servetune)------------\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line;
   }
   EXPECT_EQ(text.find("Client Queue"), std::string::npos);  // not selected
@@ -236,8 +300,8 @@ TEST(Report, BlockAndJsonHaveVllmShape) {
                                          "total_token_throughput"};
   EXPECT_EQ(std::vector<std::string>(keys.begin(), keys.begin() + 9), head);
   for (const char* k : {"mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p50_ttft_ms", "p99.9_ttft_ms", "mean_tpot_ms",
-                        "p99.9_itl_ms", "mean_e2el_ms", "mean_client_lag_ms", "max_output_tokens_per_s",
-                        "max_concurrent_requests", "latencies", "queue_times"}) {
+                        "p99.9_itl_ms", "mean_e2el_ms", "mean_client_lag_ms", "p99.9_client_send_lag_ms",
+                        "max_output_tokens_per_s", "max_concurrent_requests", "latencies", "queue_times"}) {
     EXPECT_TRUE(j.contains(k)) << k;
   }
   EXPECT_FALSE(j.contains("ttfts"));  // per-request arrays only with --save-detailed

@@ -1,5 +1,5 @@
 // SSE parser: every split of the byte stream gives the same events; comments, CRLF / CR / LF line ends,
-// multi-line data, BOM, unknown fields and end of stream. OpenAI chunk payloads: text, usage, errors.
+// multi-line data, BOM, unknown fields, send stamps and end of stream. OpenAI chunk payloads: text, usage, errors.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -18,6 +18,7 @@ struct Collected {
   std::vector<std::string> data;
   std::vector<std::string> types;
   std::vector<std::string> ids;
+  std::vector<int64_t> stamps;
 };
 
 // An event handler that appends each event to `c`.
@@ -26,6 +27,7 @@ auto collect_into(Collected& c) {
     c.data.emplace_back(e.data);
     c.types.emplace_back(e.type);
     c.ids.emplace_back(e.id);
+    c.stamps.push_back(e.sent_ns);
   };
 }
 
@@ -46,9 +48,13 @@ const std::string kStream =
     "event: ping\rid: 7\rdata: x\r\r"
     "data: line1\ndata: line2\ndata\n\n"
     "retry: 100\n"
+    "sent-ns: 123456789012\n"
     "data:  two spaces\n\n"
-    "data: [DONE]\n\n";
+    "sent-ns:7\r\n: c\r\n\r\n"
+    "data: [DONE]\r\nsent-ns: 0042\r\n\r\n";
 const std::vector<std::string> kData = {"{\"a\":1}", "{\"b\":2}", "x", "line1\nline2\n", " two spaces", "[DONE]"};
+// Each event's own stamp; the one of an event without data ("sent-ns:7" then a blank line) is dropped with it.
+const std::vector<int64_t> kStamps = {-1, -1, -1, -1, 123456789012, 42};
 
 TEST(SseParser, WholeStream) {
   const Collected c = parse_pieces({kStream});
@@ -57,20 +63,26 @@ TEST(SseParser, WholeStream) {
   EXPECT_EQ(c.types[3], "");  // the event type resets after dispatch
   EXPECT_EQ(c.ids[2], "7");
   EXPECT_EQ(c.ids[5], "7");  // the last event id persists
+  EXPECT_EQ(c.stamps, kStamps);
 }
 
 TEST(SseParser, EverySplitPointAndByteByByte) {
   for (size_t cut = 0; cut <= kStream.size(); ++cut) {
-    EXPECT_EQ(parse_pieces({kStream.substr(0, cut), kStream.substr(cut)}).data, kData) << "cut at " << cut;
+    const Collected c = parse_pieces({kStream.substr(0, cut), kStream.substr(cut)});
+    EXPECT_EQ(c.data, kData) << "cut at " << cut;
+    EXPECT_EQ(c.stamps, kStamps) << "cut at " << cut;
   }
   for (size_t a = 0; a <= kStream.size(); a += 3) {
     for (size_t b = a; b <= kStream.size(); b += 5) {
-      EXPECT_EQ(parse_pieces({kStream.substr(0, a), kStream.substr(a, b - a), kStream.substr(b)}).data, kData);
+      const Collected c = parse_pieces({kStream.substr(0, a), kStream.substr(a, b - a), kStream.substr(b)});
+      EXPECT_EQ(c.data, kData);
+      EXPECT_EQ(c.stamps, kStamps);
     }
   }
   std::vector<std::string> bytes;
   for (char ch : kStream) bytes.emplace_back(1, ch);
   EXPECT_EQ(parse_pieces(bytes).data, kData);
+  EXPECT_EQ(parse_pieces(bytes).stamps, kStamps);
 }
 
 TEST(SseParser, CommentsUnknownFieldsAndEmptyEvents) {
@@ -80,11 +92,28 @@ TEST(SseParser, CommentsUnknownFieldsAndEmptyEvents) {
   p.feed(": ping\n\n\n: another\nevent: x\n\ndata:\n\n", on);
   EXPECT_EQ(got, (std::vector<std::string>{""}));  // "data:" with nothing is one empty event; blank lines are not
   EXPECT_EQ(p.comments(), 2);
-  EXPECT_EQ(p.unknown_fields(), 0);
+  EXPECT_EQ(p.malformed(), 0);
   p.feed("{\"choices\":[]}\n\n", on);  // a payload without "data:" is a field named {"choices"
-  EXPECT_EQ(p.unknown_fields(), 1);
-  EXPECT_EQ(p.first_unknown_field(), "{\"choices\"");
+  EXPECT_EQ(p.malformed(), 1);
+  EXPECT_EQ(p.first_malformed(), "unexpected field '{\"choices\"'");
   EXPECT_EQ(got.size(), 1u);
+}
+
+TEST(SseParser, BadStampsAreMalformed) {
+  for (const std::string bad :
+       {"sent-ns: -5", "sent-ns: 12x", "sent-ns:", "sent-ns: 1234567890123456789", "sent-ns: 1 "}) {
+    SseParser p;
+    std::vector<int64_t> stamps;
+    p.feed(bad + "\ndata: x\n\n", [&](const SseEvent& e) { stamps.push_back(e.sent_ns); });
+    EXPECT_EQ(p.malformed(), 1) << bad;
+    EXPECT_EQ(p.first_malformed().rfind("sent-ns is not a decimal integer: '", 0), 0u) << p.first_malformed();
+    EXPECT_EQ(stamps, (std::vector<int64_t>{-1})) << bad;
+  }
+  SseParser p;
+  int64_t stamp = 0;
+  p.feed("sent-ns: 999999999999999999\ndata: x\n\n", [&](const SseEvent& e) { stamp = e.sent_ns; });
+  EXPECT_EQ(stamp, 999999999999999999);  // 18 digits: the largest accepted
+  EXPECT_EQ(p.malformed(), 0);
 }
 
 TEST(SseParser, FinishFlushesAnUnterminatedEvent) {
@@ -108,7 +137,7 @@ TEST(SseParser, CrAtTheEndOfOneChunkAndLfAtTheStartOfTheNext) {
 // A pooled parser is reset between streams: nothing of a stream cut anywhere (half a line, an event without its
 // blank line, a line ended by a lone CR, a BOM checked or not yet, an unknown field) leaks into the next one.
 TEST(SseParser, ResetStartsAFreshStream) {
-  const std::string next = "\xEF\xBB\xBF" "data: {\"n\":1}\n\nevent: e\nid: 3\ndata: z\n\n";
+  const std::string next = "\xEF\xBB\xBF" "data: {\"n\":1}\n\nevent: e\nid: 3\ndata: z\nsent-ns: 5\n\n";
   const Collected want = parse_pieces({next});
   for (const std::string prefix : {"", "bogus: 1\n"}) {
     for (size_t cut = 0; cut <= 2 * kStream.size() + 1; ++cut) {
@@ -119,7 +148,8 @@ TEST(SseParser, ResetStartsAFreshStream) {
       p.reset();
       p.feed(next, on);
       p.finish(on);
-      EXPECT_EQ(p.unknown_fields(), 0);
+      EXPECT_EQ(p.malformed(), 0);
+      EXPECT_EQ(got.stamps, want.stamps) << "cut at " << cut;
       EXPECT_EQ(got.data, want.data) << "cut at " << cut;
       EXPECT_EQ(got.types, want.types) << "cut at " << cut;
       EXPECT_EQ(got.ids, want.ids) << "cut at " << cut;
