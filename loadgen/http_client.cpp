@@ -116,7 +116,10 @@ struct Transfer {
 
   void on_event(const SseEvent& ev, double now) {
     if (!error.empty() || done) return;
-    if (ev.sent_ns >= 0) out->read_lags.push_back(static_cast<double>(monotonic_ns() - ev.sent_ns) * 1e-9);
+    if (ev.sent_ns >= 0) {
+      if (out->read_lags.empty()) out->read_lags.reserve(out->itl.capacity() + 2);  // one per event, with usage, [DONE]
+      out->read_lags.push_back(static_cast<double>(monotonic_ns() - ev.sent_ns) * 1e-9);
+    }
     if (ev.type == "error") {
       error = "server error event: " + snippet(ev.data);
       return;
@@ -330,14 +333,17 @@ RunResult HttpClient::run(const RunSpec& spec) {
   RunResult result;
   result.outputs.resize(n);
   if (n == 0) return result;
+  Pool& pool = *pool_;
+  Loop& loop = pool.loop;
+  // The run's clock starts before its request bodies and first handles are made: its duration includes that
+  // setup, and requests due at the start show it as send lag.
+  loop.t0 = Clock::now();
   std::vector<std::string> bodies;
   bodies.reserve(n);
   for (const PlannedRequest& p : spec.requests) {
     bodies.push_back(request_body(options_.backend, options_.model, *p.sample, spec.params));
   }
 
-  Pool& pool = *pool_;
-  Loop& loop = pool.loop;
   const int timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (timerfd < 0) throw Error(ErrorKind::kIo, "cannot create the event loop");
   epoll_event tev{};
@@ -349,7 +355,7 @@ RunResult HttpClient::run(const RunSpec& spec) {
   // Idle connections left by earlier runs, one entry each (the list of a finished run is not kept: it can be long).
   pool.freed.clear();
   for (const auto& sh : loop.shards) pool.freed.insert(pool.freed.end(), std::max<int64_t>(sh->sockets, 0), sh.get());
-  // Handles for the requests due at the start are made before the clock starts; more are made when needed.
+  // Handles for the requests due at the start are made at once; more are made when needed.
   size_t due_at_start = 0;
   while (due_at_start < static_cast<size_t>(cap) && spec.requests[due_at_start].scheduled_s <= 0.0) ++due_at_start;
   pool.add_transfers(due_at_start, options_);
@@ -469,7 +475,6 @@ RunResult HttpClient::run(const RunSpec& spec) {
   constexpr int kMaxEvents = 512;
   std::vector<epoll_event> events(kMaxEvents);
   size_t armed_for = SIZE_MAX;
-  loop.t0 = Clock::now();
   while (finished < n) {
     launch_due();
     if (finished == n) break;
