@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -93,17 +94,25 @@ int64_t monotonic_ns() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-// One SSE event ("data: ...\n\n") as one HTTP chunk, with its send stamp in front when stamps are on. The events of
-// a stream are written just before pump() sends them, so the stamp is the send time up to a full socket buffer.
+// The send stamp of the events being generated: taken just before a timer's event or a batch that pump() writes
+// with one send, so it is at most one batch's generation time early.
+int64_t g_stamp_ns = 0;
+
+// One SSE event ("data: ...\n\n") as one HTTP chunk, with the "sent-ns:" line in front when stamps are on.
 void emit(Conn& c, std::string_view event) {
-  char stamp[48];
-  const int n = g_timestamps ? std::snprintf(stamp, sizeof(stamp), "sent-ns: %lld\n",
-                                             static_cast<long long>(monotonic_ns()))
-                             : 0;
-  char head[32];
-  std::snprintf(head, sizeof(head), "%zx\r\n", static_cast<size_t>(n) + event.size());
-  c.out += head;
-  c.out.append(stamp, static_cast<size_t>(n));
+  char stamp[40] = "sent-ns: ";
+  char* end = stamp + 9;
+  if (g_timestamps) {
+    end = std::to_chars(end, stamp + sizeof(stamp) - 1, g_stamp_ns).ptr;
+    *end++ = '\n';
+  }
+  const size_t n = g_timestamps ? static_cast<size_t>(end - stamp) : 0;
+  char head[24];
+  char* h = std::to_chars(head, head + sizeof(head) - 2, n + event.size(), 16).ptr;
+  *h++ = '\r';
+  *h++ = '\n';
+  c.out.append(head, static_cast<size_t>(h - head));
+  c.out.append(stamp, n);
   c.out += event;
   c.out += "\r\n";
 }
@@ -143,6 +152,7 @@ void pump(Conn& c) {
   const int fd = c.fd;
   for (;;) {
     if (g_itl_us == 0 && c.stream.active && c.stream.started) {
+      g_stamp_ns = monotonic_ns();
       while (c.stream.active && c.out.size() - c.out_off < kHighWater && step(c)) {
       }
     }
@@ -202,7 +212,7 @@ bool step(Conn& c) {
     if (s.mode == Mode::kQuirky) {
       const std::string j = content_json(s, s.sent == s.total);
       const size_t cut = j.find("\"choices\"");
-      const std::string stamp = g_timestamps ? "sent-ns: " + std::to_string(monotonic_ns()) + "\r\n" : "";
+      const std::string stamp = g_timestamps ? "sent-ns: " + std::to_string(g_stamp_ns) + "\r\n" : "";
       add_chunk(c, ": keep-alive\r\nid: " + std::to_string(s.sent) + "\r\n" + stamp + "retry: 1000\r\ndata:" +
                        j.substr(0, cut) + "\r\ndata: " + j.substr(cut) + "\r\n\r\n");
     } else if (s.sent < s.total) {
@@ -231,6 +241,7 @@ bool step(Conn& c) {
 void on_stream_timer(Conn& c) {
   c.stream.started = true;
   if (g_itl_us == 0) return;  // pump() generates the whole stream
+  g_stamp_ns = monotonic_ns();
   if (step(c) && c.stream.active) {
     g_timers.push({Clock::now() + std::chrono::microseconds(g_itl_us), c.fd, c.generation});
   }
