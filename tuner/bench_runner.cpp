@@ -88,7 +88,7 @@ RunOutput run_workload(loadgen::Client& client, const datasets::Workload& worklo
   };
   const loadgen::BenchmarkMetrics m = loadgen::compute_metrics(run.outputs, run.duration_s, percentiles, {}, count_tokens);
   loadgen::ReportOptions ro;
-  ro.percentile_metrics = {"ttft", "tpot", "itl", "e2el"};
+  ro.percentile_metrics = loadgen::percentile_metric_names();  // every metric a sweep spec's SLO may name
   ro.percentiles = percentiles;
   ro.max_concurrency = spec.max_concurrency.value_or(0);
   ro.request_rate = workload.timed ? std::numeric_limits<double>::infinity() : spec.request_rate;

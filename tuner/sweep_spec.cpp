@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "loadgen/report.h"
 #include "servetune/engine_config.h"
 #include "tuner/expr.h"
 #include "tuner/spec_section.h"
@@ -305,8 +306,12 @@ bool is_known_metric(const std::string& key) {
       "calibrated_cpu_per_token", "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
       "spec_decode_draft_tokens", "spec_decode_accepted_tokens"};
   if (plain.count(key)) return true;
-  static const std::regex stat_key(
-      "(mean|median|std|p[0-9]+(\\.[0-9]+)?)_(ttft|tpot|itl|e2el|client_lag|client_send_lag|per_token_itl)_ms");
+  // The summaries a tuner run records (bench_runner.cpp): one per --percentile-metrics name.
+  static const std::regex stat_key = [] {
+    std::string names;
+    for (const std::string& n : loadgen::percentile_metric_names()) names += (names.empty() ? "" : "|") + n;
+    return std::regex("(mean|median|std|p[0-9]+(\\.[0-9]+)?)_(" + names + ")_ms");
+  }();
   return std::regex_match(key, stat_key);
 }
 

@@ -100,6 +100,17 @@ slo: {p95_tpot_ms: 50}
   EXPECT_EQ(s.percentiles, (std::vector<double>{50, 90, 95, 99}));  // p95 for the SLO
 }
 
+// Every summary a tuner run records (one per --percentile-metrics name) can carry an SLO.
+TEST(TunerSpec, SloMayNameEveryRecordedSummary) {
+  for (const std::string& name : {"ttft", "e2el", "client_lag", "client_send_lag", "client_queue_time",
+                                  "e2el_including_client_queue", "per_token_itl"}) {
+    SCOPED_TRACE(name);
+    const SweepSpec s = parse(std::string(kMinimal) + "slo: {p99_" + name + "_ms: 5}\n");
+    EXPECT_EQ(s.slo.count("p99_" + name + "_ms"), 1u);
+  }
+  EXPECT_FALSE(is_known_metric("p99_client_lags_ms"));
+}
+
 TEST(TunerSpec, BadFilesNameFileKeyLineAndProblem) {
   expect_error(std::string(kMinimal) + "spacee: {}\n", {"test.yaml", "spacee (line 7)", "unknown key 'spacee'"});
   expect_error(R"(name: t

@@ -48,7 +48,8 @@ TEST(TunerSweep, GridOnStoriesWritesRecordsAndReports) {
   EXPECT_EQ(rec["workload"]["dataset"], "random");
   EXPECT_EQ(rec["metrics"]["completed"], 8);
   EXPECT_EQ(rec["metrics"]["total_output_tokens"], 64);
-  for (const char* k : {"total_token_throughput", "mean_tpot_ms", "p99_tpot_ms", "engine_steps", "cpu_ms_per_token"}) {
+  for (const char* k : {"total_token_throughput", "mean_tpot_ms", "p99_tpot_ms", "engine_steps", "cpu_ms_per_token",
+                        "p99_client_lag_ms", "p99_client_send_lag_ms", "mean_per_token_itl_ms"}) {
     EXPECT_TRUE(rec["metrics"].contains(k)) << k;
   }
   EXPECT_EQ(rec["provenance"]["source"], "measured");
