@@ -53,6 +53,18 @@ TEST(Percentile, MatchesNumpyLinear) {
   EXPECT_EQ(empty.percentiles[1].second, 0.0);
 }
 
+// The printed result block, as text.
+std::string block_text(const BenchmarkMetrics& m, double duration_s, const ReportOptions& o) {
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  print_result_block(f, m, duration_s, o);
+  std::fclose(f);
+  std::string text(buf, len);
+  std::free(buf);
+  return text;
+}
+
 // R0: start 0, chunks at 0.1, 0.15, 0.2, 0.3 (4 tokens); R1: start 0.5, chunks at 0.7, 0.8 (2 tokens);
 // R2: start 1.2, one chunk at 1.5 (1 token); R3 failed. Run duration 2 s.
 std::vector<RequestOutput> timeline() {
@@ -177,13 +189,7 @@ TEST(Report, ClientLagWithoutStampsIsNotApplicable) {
   o.percentile_metrics = {"client_lag", "client_send_lag"};
   o.percentiles = {99};
   const BenchmarkMetrics m = compute_metrics(run.outputs, run.duration_s, o.percentiles, o.slo);
-  char* buf = nullptr;
-  size_t len = 0;
-  FILE* f = open_memstream(&buf, &len);
-  print_result_block(f, m, run.duration_s, o);
-  std::fclose(f);
-  const std::string text(buf, len);
-  std::free(buf);
+  const std::string text = block_text(m, run.duration_s, o);
   EXPECT_NE(text.find("--------------Client Lag (servetune)--------------\n"
                       "Client Lag (ms):                         n/a (the server sent no timestamps)\n"
                       "-----------Client Send Lag (servetune)------------\n"
@@ -265,13 +271,7 @@ TEST(Report, BlockAndJsonHaveVllmShape) {
   o.max_concurrency = 8;
   o.slo.ttft = 250.0;
   const BenchmarkMetrics m = compute_metrics(run.outputs, run.duration_s, o.percentiles, o.slo);
-  char* buf = nullptr;
-  size_t len = 0;
-  FILE* f = open_memstream(&buf, &len);
-  print_result_block(f, m, run.duration_s, o);
-  std::fclose(f);
-  const std::string text(buf, len);
-  std::free(buf);
+  const std::string text = block_text(m, run.duration_s, o);
   EXPECT_EQ(text.substr(0, 51), "============ Serving Benchmark Result ============\n");
   for (const char* line : {"Successful requests:                     3         \n",
                            "Failed requests:                         1         \n",
@@ -317,16 +317,7 @@ TEST(Report, SpeculativeDecodingSectionAndKeys) {
   ReportOptions o;
   o.percentile_metrics = {"ttft"};
   const BenchmarkMetrics m = compute_metrics(run.outputs, run.duration_s, o.percentiles, o.slo);
-  auto block = [&] {
-    char* buf = nullptr;
-    size_t len = 0;
-    FILE* f = open_memstream(&buf, &len);
-    print_result_block(f, m, run.duration_s, o);
-    std::fclose(f);
-    std::string text(buf, len);
-    std::free(buf);
-    return text;
-  };
+  auto block = [&] { return block_text(m, run.duration_s, o); };
   EXPECT_EQ(block().find("Speculative Decoding"), std::string::npos);  // only when the engine speculates
   EXPECT_FALSE(metrics_json(m, run, o, false).contains("spec_decode_acceptance_rate"));
   o.spec_decode = SpecDecodeStats{10, 40, 25, {9, 8, 5, 3}};
