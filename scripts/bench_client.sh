@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Client speed: `servetune bench` (libcurl multi, one epoll loop) against servetune_mock_openai on loopback, side
 # by side with a minimal asyncio/aiohttp client of the kind `vllm bench serve` uses (same mock, same workload).
-# Two workloads per concurrency level C:
-#   burst  C requests at once, the mock streams as fast as it can: sustained SSE events/s the client absorbs;
+# Three workloads per concurrency level C:
+#   burst  C requests at once of STREAM_EVENTS events each (default 200), the mock streams as fast as it can:
+#          sustained SSE events/s the client absorbs;
+#   short  the same with 20-event streams (SHORT=0 skips it): mostly connection setup and teardown, not streaming;
 #   paced  Poisson arrivals keeping about C streams open, the mock paces tokens: client lag, which is what a late
 #          client adds to every latency it reports.
 # Client lag (read lag) is per event: the time the client processed the event minus the time the mock stamped on it
@@ -15,8 +17,7 @@
 # when client and mock share a few busy cores), read lag p50 / p99 and send lag p50 / p99.
 # Usage: scripts/bench_client.sh [C ...]   (default: 1000 10000). Needs python3 with aiohttp (PYTHON=... to pick
 # one) and a build (BUILD=build/lg). Raises RLIMIT_NOFILE to the hard limit and says so if that is too low.
-# EVENTS=N: events in all per burst run (default 200000; a larger N makes each stream longer, so connection setup
-# weighs less); PACED=0 skips the paced runs.
+# STREAM_EVENTS=N: events per stream in the burst runs; PACED=0 skips the paced runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +26,8 @@ SERVETUNE=$BUILD/tuner/servetune
 MOCK=$BUILD/loadgen/servetune_mock_openai
 PYTHON=${PYTHON:-python3}
 TOKENIZER=tests/data/stories260K.gguf
-EVENTS=${EVENTS:-200000}
+STREAM_EVENTS=${STREAM_EVENTS:-200}
+SHORT=${SHORT:-1}
 PACED=${PACED:-1}
 LEVELS=("$@")
 [ ${#LEVELS[@]} -gt 0 ] || LEVELS=(1000 10000)
@@ -160,12 +162,15 @@ print(f"== OS wake-up lateness for a 2 ms sleep: p50 {late[250]:.3f} ms, p99 {la
 PY_WAKE
 
 for C in "${LEVELS[@]}"; do
-  # burst: C streams at once, as many events as the mock can write (EVENTS in all).
-  OUT=$(( EVENTS / C )); [ "$OUT" -ge 20 ] || OUT=20
+  # burst: C streams at once, as many events as the mock can write; then (short) 20-event streams.
+  BURSTS=("$STREAM_EVENTS")
+  [ "$SHORT" = 1 ] && BURSTS+=(20)
   start_mock 0
-  echo "== burst: $C concurrent streams x $OUT events (mock --itl-us 0), load average $(cut -d' ' -f1 /proc/loadavg)"
-  run_servetune "$C" "$OUT" inf
-  run_python "$C" "$OUT" inf
+  for OUT in "${BURSTS[@]}"; do
+    echo "== burst: $C concurrent streams x $OUT events (mock --itl-us 0), load average $(cut -d' ' -f1 /proc/loadavg)"
+    run_servetune "$C" "$OUT" inf
+    run_python "$C" "$OUT" inf
+  done
   stop_mock
   [ "$PACED" = 1 ] || continue
   # paced: 5 s streams (25 tokens, one every 200 ms); Poisson arrivals at C/5 per second keep about C open.
