@@ -102,11 +102,12 @@ slo: {p95_tpot_ms: 50}
 
 // Every summary a tuner run records (one per --percentile-metrics name) can carry an SLO.
 TEST(TunerSpec, SloMayNameEveryRecordedSummary) {
-  for (const std::string& name : {"ttft", "e2el", "client_lag", "client_send_lag", "client_queue_time",
-                                  "e2el_including_client_queue", "per_token_itl"}) {
+  for (const char* name : {"ttft", "e2el", "client_lag", "client_send_lag", "client_queue_time",
+                           "e2el_including_client_queue", "per_token_itl"}) {
     SCOPED_TRACE(name);
-    const SweepSpec s = parse(std::string(kMinimal) + "slo: {p99_" + name + "_ms: 5}\n");
-    EXPECT_EQ(s.slo.count("p99_" + name + "_ms"), 1u);
+    const std::string key = std::string("p99_") + name + "_ms";
+    const SweepSpec s = parse(std::string(kMinimal) + "slo: {" + key + ": 5}\n");
+    EXPECT_EQ(s.slo.count(key), 1u);
   }
   EXPECT_FALSE(is_known_metric("p99_client_lags_ms"));
 }
