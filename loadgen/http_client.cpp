@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <ctime>
 #include <deque>
 #include <memory>
 
@@ -32,13 +31,6 @@ std::string snippet(std::string_view s, size_t n = 200) {
   }
   if (s.size() > n) out += "...";
   return out;
-}
-
-// The clock of the "sent-ns" stamps (sse_parser.h): a server on this host stamps with the same clock.
-int64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
 struct Loop;
@@ -118,7 +110,7 @@ struct Transfer {
     if (!error.empty() || done) return;
     if (ev.sent_ns >= 0) {
       if (out->read_lags.empty()) out->read_lags.reserve(out->itl.capacity() + 2);  // one per event, with usage, [DONE]
-      out->read_lags.push_back(static_cast<double>(monotonic_ns() - ev.sent_ns) * 1e-9);
+      out->read_lags.push_back(static_cast<double>(sent_ns_clock() - ev.sent_ns) * 1e-9);
     }
     if (ev.type == "error") {
       error = "server error event: " + snippet(ev.data);

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <time.h>
 
 namespace servetune::loadgen {
 
@@ -27,6 +28,14 @@ struct SseEvent {
 };
 
 inline constexpr std::string_view kSentNsField = "sent-ns";
+
+// The clock of "sent-ns" stamps, for the server writing them and the client reading them: CLOCK_MONOTONIC in
+// nanoseconds, one clock for every process on the host.
+inline int64_t sent_ns_clock() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 class SseParser {
  public:

@@ -24,7 +24,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <queue>
 #include <string>
 #include <string_view>
@@ -32,6 +31,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "loadgen/sse_parser.h"
 
 namespace {
 
@@ -86,12 +87,6 @@ void add_chunk(Conn& c, const std::string& payload) {
   c.out += head;
   c.out += payload;
   c.out += "\r\n";
-}
-
-int64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
 // The send stamp of the events being generated: taken just before a timer's event or a batch that pump() writes
@@ -152,7 +147,7 @@ void pump(Conn& c) {
   const int fd = c.fd;
   for (;;) {
     if (g_itl_us == 0 && c.stream.active && c.stream.started) {
-      g_stamp_ns = monotonic_ns();
+      g_stamp_ns = servetune::loadgen::sent_ns_clock();
       while (c.stream.active && c.out.size() - c.out_off < kHighWater && step(c)) {
       }
     }
@@ -241,7 +236,7 @@ bool step(Conn& c) {
 void on_stream_timer(Conn& c) {
   c.stream.started = true;
   if (g_itl_us == 0) return;  // pump() generates the whole stream
-  g_stamp_ns = monotonic_ns();
+  g_stamp_ns = servetune::loadgen::sent_ns_clock();
   if (step(c) && c.stream.active) {
     g_timers.push({Clock::now() + std::chrono::microseconds(g_itl_us), c.fd, c.generation});
   }
