@@ -350,11 +350,14 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--burstiness", o->burstiness, "Gamma shape of the arrival gaps (1: Poisson)")->capture_default_str()->group(t);
   cmd->add_option("--num-warmups", o->num_warmups, "Warm-up requests before the measured run")->capture_default_str()->group(t);
   cmd->add_option("--goodput", o->goodput, "SLOs as KEY:VALUE in ms (ttft, tpot, e2el)")->group(t);
+  std::string metric_names;
+  for (const std::string& n : loadgen::percentile_metric_names()) {
+    metric_names += (metric_names.empty() ? "" : ", ") + n;
+  }
   cmd->add_option("--percentile-metrics", o->percentile_metrics,
-                  std::string("Default ") + kDefaultPercentileMetrics +
-                      "; also e2el, client_queue_time, e2el_including_client_queue, per_token_itl. client_lag: how "
-                      "late the client read events (over HTTP only from a server that stamps them, as "
-                      "servetune_mock_openai does), client_send_lag: how late it sent requests")
+                  std::string("Default ") + kDefaultPercentileMetrics + "; any of " + metric_names +
+                      ". client_lag: how late the client read events (over HTTP only from a server that stamps "
+                      "them, as servetune_mock_openai does), client_send_lag: how late it sent requests")
       ->group(t);
   cmd->add_option("--metric-percentiles", o->metric_percentiles)->capture_default_str()->group(t);
   cmd->add_flag("--save-result", o->save_result, "Write the result JSON")->group(t);

@@ -307,11 +307,8 @@ bool is_known_metric(const std::string& key) {
       "spec_decode_draft_tokens", "spec_decode_accepted_tokens"};
   if (plain.count(key)) return true;
   // The summaries a tuner run records (bench_runner.cpp): one per --percentile-metrics name.
-  static const std::regex stat_key = [] {
-    std::string names;
-    for (const std::string& n : loadgen::percentile_metric_names()) names += (names.empty() ? "" : "|") + n;
-    return std::regex("(mean|median|std|p[0-9]+(\\.[0-9]+)?)_(" + names + ")_ms");
-  }();
+  static const std::regex stat_key(
+      "(mean|median|std|p[0-9]+(\\.[0-9]+)?)_(" + join(loadgen::percentile_metric_names(), "|") + ")_ms");
   return std::regex_match(key, stat_key);
 }
 
