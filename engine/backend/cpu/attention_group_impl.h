@@ -70,10 +70,10 @@ void score_block(const T* const* rows, int m, const float* q, int64_t n_group, i
   }
 }
 
-// out[g] = sum_j p[g, j] * V row j for the G heads of a pass, p[g, j] = scores[g * stride + j] * inv[g].
+// out[g] = sum_j p[g, j] * V row j for the G heads of a pass, p[g, j] = probs[g * stride + j].
 template <class S, int NV, class KvT, int G>
-void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* scores, int64_t stride,
-                const float* inv, float* out) {
+void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* probs, int64_t stride,
+                float* out) {
   using V = typename S::V;
   constexpr int W = S::kWidth;
   constexpr int64_t kHd = int64_t{NV} * W;
@@ -90,7 +90,7 @@ void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, cons
     V row[NV];  // loaded (and widened) once for all heads of the pass
     for (int i = 0; i < NV; ++i) row[i] = S::load(v + i * W);
     for (int g = 0; g < G; ++g) {
-      const V w = S::set1(scores[g * stride + j] * inv[g]);
+      const V w = S::set1(probs[g * stride + j]);
       for (int i = 0; i < NV; ++i) acc[g * NV + i] = S::fmadd(w, row[i], acc[g * NV + i]);
     }
   }
@@ -139,8 +139,7 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     }
   }
 
-  // Softmax per head (the padding past n_ctx is -inf, so its exp is 0).
-  float inv[64];
+  // Softmax per head, in place (the padding past n_ctx is -inf, so its exp is 0).
   for (int64_t g = 0; g < n_group; ++g) {
     float* s = scores + g * stride;
     for (int64_t j = n_ctx; j < stride; ++j) s[j] = -INFINITY;
@@ -153,7 +152,8 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
       S::store(s + j, e);
       sum = S::add(sum, e);
     }
-    inv[g] = 1.0f / S::hsum(sum);
+    const V inv = S::set1(1.0f / S::hsum(sum));
+    for (int64_t j = 0; j < stride; j += W) S::store(s + j, S::mul(S::load(s + j), inv));
   }
 
   // Weighted sum of values, for as many heads at a time as the accumulators fit in registers (the head count of a
@@ -162,9 +162,8 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
   for (int64_t g0 = 0; g0 < n_group; g0 += kHeadsPerPass) {
     const int gc = static_cast<int>(std::min<int64_t>(kHeadsPerPass, n_group - g0));
     [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
-      ((gc == Gs + 1 && (value_pass<S, NV, KvT, Gs + 1>(kv, table, n_ctx, scores + g0 * stride, stride, inv + g0,
-                                                        out + g0 * kHd),
-                         true)) ||
+      ((gc == Gs + 1 &&
+        (value_pass<S, NV, KvT, Gs + 1>(kv, table, n_ctx, scores + g0 * stride, stride, out + g0 * kHd), true)) ||
        ...);
     }(std::make_integer_sequence<int, kHeadsPerPass>{});
   }
@@ -183,22 +182,17 @@ void attention_group_typed(const KvLayerView& kv, const AttentionBatch& batch, c
   head_kv.v = static_cast<KvT*>(kv.v) + kv_head * hd;
   const float* qh = q + (t * n_heads + head_begin) * hd;
   float* oh = out + (t * n_heads + head_begin) * hd;
-  for (int64_t done = 0; done < head_count; done += 64) {  // `inv` holds 64 heads
-    const int64_t n = std::min<int64_t>(64, head_count - done);
-    const float* qg = qh + done * hd;
-    float* og = oh + done * hd;
-    switch (hd / S::kWidth) {
-      case 1: group<S, 1, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 2: group<S, 2, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 3: group<S, 3, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 4: group<S, 4, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 5: group<S, 5, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 6: group<S, 6, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 7: group<S, 7, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 8: group<S, 8, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      case 16: group<S, 16, KvT>(head_kv, table, n_ctx, qg, n, scale, scratch, og); break;
-      default: break;  // excluded by attention_simd_supports
-    }
+  switch (hd / S::kWidth) {
+    case 1: group<S, 1, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
+    case 2: group<S, 2, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
+    case 3: group<S, 3, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
+    case 4: group<S, 4, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
+    case 5: group<S, 5, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
+    case 6: group<S, 6, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
+    case 7: group<S, 7, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
+    case 8: group<S, 8, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
+    case 16: group<S, 16, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
+    default: break;  // excluded by attention_simd_supports
   }
 }
 
