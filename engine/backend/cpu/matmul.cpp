@@ -139,9 +139,9 @@ ActStorage allocate_activations(ActKind kind, int64_t n_tokens, int64_t cols, Ac
     const int64_t q_bytes = a.q_stride * n_tokens;
     const int64_t scale_bytes = a.d_stride * n_tokens * static_cast<int64_t>(sizeof(float));
     const int64_t lane_tokens = a.n_groups * kTokenGroup;
-    // Token-lane quads, their negated sums (Q8_0 activations only), scales and sums.
-    const int64_t lane_bytes = lane_tokens * (a.q_stride * (kind == ActKind::kQ8_0 ? 2 : 1) +
-                                              2 * a.d_stride * static_cast<int64_t>(sizeof(float)));
+    // Token-lane quads, scales and sums, and the blocks' negated sums (Q8_0 activations only).
+    const int64_t lane_bytes =
+        lane_tokens * (a.q_stride + (kind == ActKind::kQ8_0 ? 3 : 2) * a.d_stride * static_cast<int64_t>(sizeof(float)));
     auto* base = static_cast<uint8_t*>(
         thread_scratch(ScratchSlot::kActivations, static_cast<size_t>(q_bytes + 2 * scale_bytes + lane_bytes)));
     st.q = reinterpret_cast<int8_t*>(base);
@@ -253,11 +253,10 @@ Plan make_plan(int64_t rows, int64_t n_tokens, int64_t row_bytes, int64_t act_by
 }
 
 // Bytes of prepared activations the kernels read per token (see Activations): token-lane quants and two scale rows
-// (Q8_0 also the quads' negated sums), Q8_K quants with their scales and sums, or f32 rows.
+// (Q8_0: the blocks' negated sums instead of Q8_1's sums), Q8_K quants with their scales and sums, or f32 rows.
 int64_t activation_bytes_per_token(ActKind kind, int64_t cols) {
   switch (kind) {
     case ActKind::kQ8_0:
-      return 2 * cols + cols / kQBlock * 8;
     case ActKind::kQ8_1:
       return cols + cols / kQBlock * 8;
     case ActKind::kQ8_K:

@@ -36,7 +36,8 @@ struct Activations {
   // Token-lane layout of the first n_groups*16 tokens (prefill, ISAs with pack_token_groups): group g holds at
   // xp + g*q_stride*16 the quads (4 consecutive quants) of its 16 tokens, quad-major (s8), and at
   // dt / st + g*d_stride*16 the block scales / Q8_1 sums, block-major (16 tokens per block).
-  // For Q8_0 activations also nxs + g*q_stride*4: −Σ of each quad (the offset correction of signed weight codes).
+  // For Q8_0 activations also nxs + g*d_stride*16: −Σ of each block's 32 quants, block-major (16 tokens per block;
+  // the offset correction of signed weight codes).
   const int8_t* xp = nullptr;
   const float* dt = nullptr;
   const float* st = nullptr;

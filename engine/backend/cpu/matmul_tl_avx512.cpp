@@ -97,7 +97,7 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
   const float* st[G];
   for (int g = 0; g < G; ++g) {
     xp[g] = a.xp + (group + g) * a.q_stride * 16;
-    nxs[g] = a.nxs != nullptr ? a.nxs + (group + g) * a.q_stride * 4 : nullptr;
+    nxs[g] = a.nxs != nullptr ? a.nxs + (group + g) * a.d_stride * 16 : nullptr;
     dt[g] = a.dt + (group + g) * a.d_stride * 16;
     st[g] = a.st != nullptr ? a.st + (group + g) * a.d_stride * 16 : nullptr;
   }
@@ -110,14 +110,7 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
     __m512i init[G];
     for (int g = 0; g < G; ++g) {
       init[g] = _mm512_setzero_si512();
-      if constexpr (kShift >= 0) {
-        const int32_t* n = nxs[g] + b * 8 * 16;
-        const __m512i lo = _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(n), _mm512_load_si512(n + 16)),
-                                            _mm512_add_epi32(_mm512_load_si512(n + 32), _mm512_load_si512(n + 48)));
-        const __m512i hi = _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(n + 64), _mm512_load_si512(n + 80)),
-                                            _mm512_add_epi32(_mm512_load_si512(n + 96), _mm512_load_si512(n + 112)));
-        init[g] = _mm512_slli_epi32(_mm512_add_epi32(lo, hi), kShift);
-      }
+      if constexpr (kShift >= 0) init[g] = _mm512_slli_epi32(_mm512_load_si512(nxs[g] + b * 16), kShift);
     }
     __m512i chain[R][G][kChains];
     for (int i = 0; i < R; ++i) {
@@ -233,18 +226,17 @@ void avx512_pack_token_groups(const Activations& a, int64_t g0, int64_t g1, int8
   const __m512i ones = _mm512_set1_epi8(1);
   __m512i v[16];
   for (int64_t g = g0; g < g1; ++g) {
-    // Activation quads: 16 tokens × 16 quads (64 bytes) per step → 16 quads × 16 tokens; with their negated sums
-    // when signed weight codes need the offset correction.
+    // Activation quads: 16 tokens × 16 quads (64 bytes, two blocks) per step → 16 quads × 16 tokens; with each
+    // block's negated sums when signed weight codes need the offset correction.
     for (int64_t c = 0; c < a.q_stride; c += 64) {
       for (int t = 0; t < 16; ++t) v[t] = _mm512_load_si512(a.q + (g * 16 + t) * a.q_stride + c);
       transpose16(v);
-      for (int i = 0; i < 16; ++i) {
-        _mm512_store_si512(xp + g * xp_stride + (c / 4 + i) * 64, v[i]);
-        if (nxs != nullptr) {
-          const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v[i]);
-          _mm512_store_si512(nxs + g * a.q_stride * 4 + (c / 4 + i) * 16,
-                             _mm512_sub_epi32(_mm512_setzero_si512(), sum));
-        }
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(xp + g * xp_stride + (c / 4 + i) * 64, v[i]);
+      if (nxs == nullptr) continue;
+      for (int half = 0; half < 2; ++half) {
+        __m512i sum = _mm512_setzero_si512();
+        for (int i = 0; i < 8; ++i) sum = _mm512_dpbusd_epi32(sum, ones, v[half * 8 + i]);
+        _mm512_store_si512(nxs + g * dt_stride + (c / 32 + half) * 16, _mm512_sub_epi32(_mm512_setzero_si512(), sum));
       }
     }
     // Scales (and Q8_1 sums): 16 tokens × 16 blocks → 16 blocks × 16 tokens.
