@@ -63,9 +63,14 @@ import json, statistics, sys
 out, n, have_llama = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 def med(name, key):
     return statistics.median(json.load(open(f"{out}/{name}_{i}.json"))[key] for i in range(1, n + 1))
+def rounds(name, key):
+    return [json.load(open(f"{out}/{name}_{i}.json"))[key] for i in range(1, n + 1)]
 c1, c32 = med("c1", "total_token_throughput"), med("c32", "total_token_throughput")
 print(f"in-process total token throughput: concurrency 1 {c1:.1f} tok/s, concurrency 32 {c32:.1f} tok/s "
       f"-> {c32 / c1:.2f}x (target >= 5x)")
+# Each round's two runs ran back to back, so their ratio is the least exposed to the host's drift.
+paired = [b / a for a, b in zip(rounds("c1", "total_token_throughput"), rounds("c32", "total_token_throughput"))]
+print("  per round: " + ", ".join(f"{r:.2f}x" for r in paired) + f" (median {statistics.median(paired):.2f}x)")
 if have_llama:
     ll = med("llama", "total_token_throughput")
     print(f"llama-server --parallel 32, concurrency 32: {ll:.1f} tok/s -> servetune/llama.cpp {c32 / ll:.2f}x (target >= 2x)")
