@@ -1,12 +1,9 @@
-// Microbenchmark for the CPU paged attention on SmolLM2-135M shapes (9 query
-// heads, 3 KV heads of 64, f16 KV cache, pages of 16): a batched decode step of
-// 32 sequences and a single-sequence decode, blocks handed out shuffled as a
-// long-running cache leaves them. `dram`: each call reads the next of 30
-// layers' caches (the engine's pattern: a step's KV reads come from DRAM);
-// `cached`: one layer's cache, read again (L2/L3), which isolates the kernel's
-// arithmetic. bytes_per_second counts the K and V bytes a call must read. Run:
-// bench_attention --benchmark_repetitions=5
-// --benchmark_report_aggregates_only=true
+// Microbenchmark for the CPU paged attention on SmolLM2-135M shapes (9 query heads, 3 KV heads of 64, f16 KV
+// cache, pages of 16): a batched decode step of 32 sequences and a single-sequence decode, blocks handed out shuffled
+// as a long-running cache leaves them. `Dram`: each call reads the next of 30 layers' caches (the engine's pattern: a
+// step's KV reads come from DRAM); `Cached`: one layer's cache, read again (L2/L3), which isolates the kernel's
+// arithmetic. bytes_per_second counts the K and V bytes a call must read.
+// Run: bench_attention --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -23,8 +20,7 @@ namespace {
 constexpr int64_t kLayers = 30, kHeads = 9, kKvHeads = 3, kHeadDim = 64, kPage = 16;
 
 struct DecodeStep {
-  std::vector<std::vector<uint16_t>> k,
-      v;  // per layer: [blocks, page, kv heads, head dim] f16
+  std::vector<std::vector<uint16_t>> k, v;  // per layer: [blocks, page, kv heads, head dim] f16
   std::vector<KvLayerView> views;
   std::vector<int32_t> positions, seq_of_token, tables;
   int64_t blocks_per_seq = 0;
@@ -39,18 +35,16 @@ struct DecodeStep {
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     std::vector<uint16_t> pattern(static_cast<size_t>(4096));
-    for (auto &h : pattern) h = f32_to_fp16(dist(rng));
+    for (auto& h : pattern) h = f32_to_fp16(dist(rng));
     for (int64_t l = 0; l < layers; ++l) {
-      for (auto *side : {&k, &v}) {
+      for (auto* side : {&k, &v}) {
         side->emplace_back(static_cast<size_t>(blocks * block_elems));
-        auto &data = side->back();
-
+        auto& data = side->back();
         for (size_t i = 0; i < data.size(); ++i) data[i] = pattern[(i * 7 + static_cast<size_t>(l)) % pattern.size()];
       }
       KvLayerView view;
       view.k = k.back().data();
       view.v = v.back().data();
-
       view.dtype = DType::kF16;
       view.num_blocks = blocks;
       view.page_size = kPage;
@@ -66,7 +60,7 @@ struct DecodeStep {
       seq_of_token.push_back(static_cast<int32_t>(s));
     }
     q.resize(static_cast<size_t>(seqs * kHeads * kHeadDim));
-    for (float &x : q) x = dist(rng);
+    for (float& x : q) x = dist(rng);
     out.resize(q.size());
     batch.n_tokens = seqs;
     batch.positions = positions.data();
@@ -77,7 +71,7 @@ struct DecodeStep {
   }
 };
 
-void attention_decode(benchmark::State &state, int64_t layers) {
+void attention_decode(benchmark::State& state, int64_t layers) {
   const int threads = static_cast<int>(state.range(0));
   const int64_t seqs = state.range(1), ctx = state.range(2);
   CpuBackend backend(threads);
@@ -91,12 +85,12 @@ void attention_decode(benchmark::State &state, int64_t layers) {
   state.SetBytesProcessed(state.iterations() * step.kv_bytes_read);
 }
 
-void BM_AttentionDecodeDram(benchmark::State &state) { attention_decode(state, kLayers); }
-void BM_AttentionDecodeCached(benchmark::State &state) { attention_decode(state, 1); }
+void BM_AttentionDecodeDram(benchmark::State& state) { attention_decode(state, kLayers); }
+void BM_AttentionDecodeCached(benchmark::State& state) { attention_decode(state, 1); }
 
-void decode_cases(benchmark::internal::Benchmark *b) {
+void decode_cases(benchmark::internal::Benchmark* b) {
   b->ArgNames({"threads", "seqs", "ctx"});
-  for (const auto &args :
+  for (const auto& args :
        std::vector<std::vector<int64_t>>{{1, 32, 192}, {2, 32, 192}, {2, 32, 256}, {1, 1, 192}, {2, 1, 192}}) {
     b->Args(args);
   }
