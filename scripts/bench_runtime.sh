@@ -61,10 +61,10 @@ done
 python3 - "$OUT" "$REPEAT" "$HAVE_LLAMA" <<'PY'
 import json, statistics, sys
 out, n, have_llama = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-def med(name, key):
-    return statistics.median(json.load(open(f"{out}/{name}_{i}.json"))[key] for i in range(1, n + 1))
 def rounds(name, key):
     return [json.load(open(f"{out}/{name}_{i}.json"))[key] for i in range(1, n + 1)]
+def med(name, key):
+    return statistics.median(rounds(name, key))
 c1, c32 = med("c1", "total_token_throughput"), med("c32", "total_token_throughput")
 print(f"in-process total token throughput: concurrency 1 {c1:.1f} tok/s, concurrency 32 {c32:.1f} tok/s "
       f"-> {c32 / c1:.2f}x (target >= 5x)")
