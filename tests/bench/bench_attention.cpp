@@ -1,8 +1,9 @@
 // Microbenchmark for the CPU paged attention on SmolLM2-135M shapes (9 query heads, 3 KV heads of 64, f16 KV
-// cache, pages of 16): a batched decode step of 32 sequences and a single-sequence decode, blocks handed out shuffled
-// as a long-running cache leaves them. `Dram`: each call reads the next of 30 layers' caches (the engine's pattern: a
-// step's KV reads come from DRAM); `Cached`: one layer's cache, read again (L2/L3), which isolates the kernel's
-// arithmetic. bytes_per_second counts the K and V bytes a call must read.
+// cache): a batched decode step of 32 sequences, a single-sequence decode, and a prefill chunk (every position of
+// 32 sequences), blocks handed out shuffled as a long-running cache leaves them, pages of 16 unless `page` says
+// otherwise. `Dram`: each call reads the next of 30 layers' caches (the engine's pattern: a step's KV reads come
+// from DRAM); `Cached`: one layer's cache, read again (L2/L3), which isolates the kernel's arithmetic.
+// bytes_per_second counts the K and V bytes a decode call must read (a prefill call reads each row many times).
 // Run: bench_attention --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
@@ -17,9 +18,9 @@
 namespace servetune::cpu {
 namespace {
 
-constexpr int64_t kLayers = 30, kHeads = 9, kKvHeads = 3, kHeadDim = 64, kPage = 16;
+constexpr int64_t kLayers = 30, kHeads = 9, kKvHeads = 3, kHeadDim = 64;
 
-struct DecodeStep {
+struct AttentionStep {
   std::vector<std::vector<uint16_t>> k, v;  // per layer: [blocks, page, kv heads, head dim] f16
   std::vector<KvLayerView> views;
   std::vector<int32_t> positions, seq_of_token, tables;
@@ -28,10 +29,11 @@ struct DecodeStep {
   AttentionBatch batch;
   int64_t kv_bytes_read = 0;
 
-  DecodeStep(int64_t seqs, int64_t ctx, int64_t layers) {
-    blocks_per_seq = (ctx + kPage - 1) / kPage;
+  // Decode: each sequence's last position; prefill: all its positions.
+  AttentionStep(int64_t seqs, int64_t ctx, int64_t page, int64_t layers, bool prefill) {
+    blocks_per_seq = (ctx + page - 1) / page;
     const int64_t blocks = seqs * blocks_per_seq;
-    const int64_t block_elems = kPage * kKvHeads * kHeadDim;
+    const int64_t block_elems = page * kKvHeads * kHeadDim;
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     std::vector<uint16_t> pattern(static_cast<size_t>(4096));
@@ -47,7 +49,7 @@ struct DecodeStep {
       view.v = v.back().data();
       view.dtype = DType::kF16;
       view.num_blocks = blocks;
-      view.page_size = kPage;
+      view.page_size = page;
       view.n_kv_heads = kKvHeads;
       view.head_dim = kHeadDim;
       views.push_back(view);
@@ -56,13 +58,15 @@ struct DecodeStep {
     std::iota(tables.begin(), tables.end(), 0);
     std::shuffle(tables.begin(), tables.end(), rng);
     for (int64_t s = 0; s < seqs; ++s) {
-      positions.push_back(static_cast<int32_t>(ctx - 1));
-      seq_of_token.push_back(static_cast<int32_t>(s));
+      for (int64_t p = prefill ? 0 : ctx - 1; p < ctx; ++p) {
+        positions.push_back(static_cast<int32_t>(p));
+        seq_of_token.push_back(static_cast<int32_t>(s));
+      }
     }
-    q.resize(static_cast<size_t>(seqs * kHeads * kHeadDim));
+    q.resize(positions.size() * static_cast<size_t>(kHeads * kHeadDim));
     for (float& x : q) x = dist(rng);
     out.resize(q.size());
-    batch.n_tokens = seqs;
+    batch.n_tokens = static_cast<int64_t>(positions.size());
     batch.positions = positions.data();
     batch.seq_of_token = seq_of_token.data();
     batch.block_tables = tables.data();
@@ -71,11 +75,11 @@ struct DecodeStep {
   }
 };
 
-void attention_decode(benchmark::State& state, int64_t layers) {
+void run_attention(benchmark::State& state, int64_t layers, bool prefill) {
   const int threads = static_cast<int>(state.range(0));
-  const int64_t seqs = state.range(1), ctx = state.range(2);
+  const int64_t seqs = state.range(1), ctx = state.range(2), page = state.range(3);
   CpuBackend backend(threads);
-  DecodeStep step(seqs, ctx, layers);
+  AttentionStep step(seqs, ctx, page, layers, prefill);
   size_t layer = 0;
   for (auto _ : state) {
     backend.attention(step.views[layer], step.batch, step.q.data(), kHeads, 0.125f, step.out.data());
@@ -85,19 +89,23 @@ void attention_decode(benchmark::State& state, int64_t layers) {
   state.SetBytesProcessed(state.iterations() * step.kv_bytes_read);
 }
 
-void BM_AttentionDecodeDram(benchmark::State& state) { attention_decode(state, kLayers); }
-void BM_AttentionDecodeCached(benchmark::State& state) { attention_decode(state, 1); }
+void BM_AttentionDecodeDram(benchmark::State& state) { run_attention(state, kLayers, false); }
+void BM_AttentionDecodeCached(benchmark::State& state) { run_attention(state, 1, false); }
+void BM_AttentionPrefill(benchmark::State& state) { run_attention(state, kLayers, true); }
 
-void decode_cases(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"threads", "seqs", "ctx"});
-  for (const auto& args :
-       std::vector<std::vector<int64_t>>{{1, 32, 192}, {2, 32, 192}, {2, 32, 256}, {1, 1, 192}, {2, 1, 192}}) {
-    b->Args(args);
-  }
+void add_cases(benchmark::internal::Benchmark* b, const std::vector<std::vector<int64_t>>& cases) {
+  b->ArgNames({"threads", "seqs", "ctx", "page"});
+  for (const auto& args : cases) b->Args(args);
   b->UseRealTime();
 }
+void decode_cases(benchmark::internal::Benchmark* b) {
+  add_cases(
+      b, {{1, 32, 192, 16}, {2, 32, 192, 16}, {2, 32, 256, 16}, {2, 32, 192, 256}, {1, 1, 192, 16}, {2, 1, 192, 16}});
+}
+void prefill_cases(benchmark::internal::Benchmark* b) { add_cases(b, {{1, 32, 128, 16}, {2, 32, 128, 16}}); }
 BENCHMARK(BM_AttentionDecodeDram)->Apply(decode_cases);
 BENCHMARK(BM_AttentionDecodeCached)->Apply(decode_cases);
+BENCHMARK(BM_AttentionPrefill)->Apply(prefill_cases);
 
 }  // namespace
 }  // namespace servetune::cpu

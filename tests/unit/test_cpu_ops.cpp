@@ -19,8 +19,9 @@
 namespace servetune::cpu {
 namespace {
 
-// Every head is checked three ways: alone, within its whole GQA group, and within a partial group starting at it;
-// all three must give the same bits (a head's result may not depend on the grouping the scheduler picked).
+// Every head is checked five ways: alone, within its whole GQA group, within a partial group starting at it, within
+// all the token's heads, and within a range that starts inside one group and ends inside another; all must give the
+// same bits (a head's result may not depend on the grouping the scheduler picked).
 void check_attention(detail::AttentionGroupKernel kernel, int64_t width, DType kv_dtype) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -50,8 +51,8 @@ void check_attention(detail::AttentionGroupKernel kernel, int64_t width, DType k
         for (auto& x : q) x = normal(rng);
         const int64_t group = n_heads / n_kv;
         std::vector<float> ref_scratch(static_cast<size_t>(n_ctx)), want(static_cast<size_t>(hd));
-        std::vector<float> scratch(static_cast<size_t>(detail::attention_scratch_floats(group, n_ctx)));
-        std::vector<float> alone(q.size()), grouped(q.size()), partial(q.size());
+        std::vector<float> scratch(static_cast<size_t>(detail::attention_scratch_floats(n_heads, n_ctx)));
+        std::vector<float> alone(q.size()), grouped(q.size()), partial(q.size()), whole(q.size()), across(q.size());
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         for (int64_t t = 0; t < 3; ++t) {
           for (int64_t h = 0; h < n_heads; ++h) {
@@ -62,6 +63,10 @@ void check_attention(detail::AttentionGroupKernel kernel, int64_t width, DType k
             kernel(kv, batch, q.data(), n_heads, scale, t, h, 1, scratch.data(), partial.data());
             if (group > 1) kernel(kv, batch, q.data(), n_heads, scale, t, h + 1, group - 1, scratch.data(), partial.data());
           }
+          kernel(kv, batch, q.data(), n_heads, scale, t, 0, n_heads, scratch.data(), whole.data());
+          kernel(kv, batch, q.data(), n_heads, scale, t, 0, 1, scratch.data(), across.data());
+          kernel(kv, batch, q.data(), n_heads, scale, t, 1, n_heads - 2, scratch.data(), across.data());
+          kernel(kv, batch, q.data(), n_heads, scale, t, n_heads - 1, 1, scratch.data(), across.data());
           for (int64_t h = 0; h < n_heads; ++h) {
             ref::attention_head(kv, batch, q.data(), n_heads, scale, t, h, ref_scratch.data(), want.data());
             for (int64_t d = 0; d < hd; ++d) {
@@ -71,6 +76,8 @@ void check_attention(detail::AttentionGroupKernel kernel, int64_t width, DType k
                   << " token " << t << " head " << h;
               ASSERT_EQ(grouped[i], alone[i]) << "head " << h << " differs when computed with its group";
               ASSERT_EQ(partial[i], alone[i]) << "head " << h << " differs when computed in a partial group";
+              ASSERT_EQ(whole[i], alone[i]) << "head " << h << " differs when computed with all the token's heads";
+              ASSERT_EQ(across[i], alone[i]) << "head " << h << " differs when computed in a range across groups";
             }
           }
         }

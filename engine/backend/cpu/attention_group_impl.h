@@ -1,13 +1,11 @@
-// The grouped attention kernel written once over a vector-ISA traits type (S): included only by the per-ISA
-// translation units (attention_avx512.cpp, attention_avx2.cpp), which are compiled with that ISA enabled.
+// The CPU attention kernel for a range of one token's query heads, written once over a vector-ISA traits type (S):
+// included only by the per-ISA translation units (attention_avx512.cpp, attention_avx2.cpp), compiled with that ISA.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <utility>
-
-#include <immintrin.h>
 
 #include "backend/cpu/attention_simd.h"
 
@@ -25,24 +23,36 @@ struct SlotWalker {
   }
 };
 
-// Rows of one head are strided and scattered over blocks, which the hardware prefetcher does not follow: this
-// walker runs `distance` positions ahead of the one reading and prefetches the rows it passes.
-template <class KvT, int64_t kRowBytes>
+// A task's stretch of each K or V row (its KV heads' columns) is scattered over blocks, which the hardware
+// prefetcher does not follow: this walker runs `distance` positions ahead of the one reading and prefetches the
+// stretches it passes, into L1 (kLocality 3, prefetcht0) or L2 (2, prefetcht1).
+template <int kLocality>
 struct RowPrefetcher {
   SlotWalker walker;
-  const KvT* base;
-  int64_t width, remaining;
-  RowPrefetcher(const int32_t* table, int64_t page, const KvT* base_, int64_t width_, int64_t n_ctx, int64_t distance)
-      : walker{table, page}, base(base_), width(width_), remaining(n_ctx) {
+  const char* base;
+  int64_t row_bytes, span_bytes, remaining;
+  RowPrefetcher(const int32_t* table, int64_t page, const void* base_, int64_t row_bytes_, int64_t span_bytes_,
+                int64_t n_ctx, int64_t distance)
+      : walker{table, page},
+        base(static_cast<const char*>(base_)),
+        row_bytes(row_bytes_),
+        span_bytes(span_bytes_),
+        remaining(n_ctx) {
     for (int64_t i = 0; i < distance && remaining > 0; ++i) fetch();
   }
   void fetch() {
     if (remaining == 0) return;
     --remaining;
-    const char* row = reinterpret_cast<const char*>(base + walker.next() * width);
-    for (int64_t b = 0; b < kRowBytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
+    const char* row = base + walker.next() * row_bytes;
+    for (int64_t b = 0; b < span_bytes; b += 64) __builtin_prefetch(row + b, 0, kLocality);
   }
 };
+
+// Positions a prefetcher runs ahead: about 4 KB of K rows in flight, between one and two key blocks.
+template <int W>
+int64_t prefetch_distance(int64_t span_bytes) {
+  return std::clamp<int64_t>(4096 / span_bytes, W, 2 * W);
+}
 
 // Scores of the m (<= W) keys `rows` (the rest of the W lanes padded) for each of the n_group query heads:
 // scores[g * stride + j0 + i] = q_g . row_i * scale.
@@ -83,7 +93,9 @@ void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, cons
 #pragma GCC unroll 64
   for (int i = 0; i < G * NV; ++i) acc[i] = S::zero();
   SlotWalker values{table, kv.page_size};
-  RowPrefetcher<KvT, kHd * sizeof(KvT)> value_ahead(table, kv.page_size, v_base, width, n_ctx, 32);
+  constexpr int64_t kHeadBytes = kHd * sizeof(KvT);
+  RowPrefetcher<3> value_ahead(table, kv.page_size, v_base, width * sizeof(KvT), kHeadBytes, n_ctx,
+                               prefetch_distance<W>(kHeadBytes));
   for (int64_t j = 0; j < n_ctx; ++j) {
     const KvT* v = v_base + values.next() * width;
     value_ahead.fetch();
@@ -99,24 +111,38 @@ void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, cons
   }
 }
 
+// Heads [head_begin, head_begin + head_count) of one token, whose KV heads are kv_first, kv_first + 1, ...: the
+// task reads the stretch of each K and V row that holds those KV heads' columns, once for all its heads.
 template <class S, int NV, class KvT>
-void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* q, int64_t n_group, float scale,
-           float* scores, float* out) {
+void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* q, int64_t head_begin,
+           int64_t head_count, int64_t group_size, float scale, float* scores, float* out) {
   using V = typename S::V;
   constexpr int W = S::kWidth;
   constexpr int64_t kHd = int64_t{NV} * W;
   const int64_t width = kv.n_kv_heads * kHd;
+  const int64_t row_bytes = width * static_cast<int64_t>(sizeof(KvT));
   const int64_t stride = (n_ctx + W - 1) / W * W;
-  const KvT* k_base = static_cast<const KvT*>(kv.k);
-  const KvT* v_base = static_cast<const KvT*>(kv.v);
+  const int64_t head_end = head_begin + head_count;
+  const int64_t kv_first = head_begin / group_size, kv_end = (head_end - 1) / group_size + 1;
+  const int64_t span_bytes = (kv_end - kv_first) * kHd * static_cast<int64_t>(sizeof(KvT));
+  const KvT* k_base = static_cast<const KvT*>(kv.k) + kv_first * kHd;  // rows start at the task's first KV head
+  const KvT* v_base = static_cast<const KvT*>(kv.v) + kv_first * kHd;
+  // The heads of KV head kh within the task, as offsets from head_begin.
+  auto heads_of = [&](int64_t kh) {
+    return std::pair<int64_t, int64_t>{std::max(head_begin, kh * group_size) - head_begin,
+                                       std::min(head_end, (kh + 1) * group_size) - head_begin};
+  };
 
   // Scores: W keys at a time, each dot product reduced to one lane of a vector.
   SlotWalker keys{table, kv.page_size};
-  RowPrefetcher<KvT, kHd * sizeof(KvT)> key_ahead(table, kv.page_size, k_base, width, n_ctx, 2 * W);
-  // V rows are requested alongside the K rows, so the weighted sum does not start cold on DRAM; only while this
-  // head's V rows stay cached meanwhile (long contexts rely on the value loop's own prefetch).
-  const bool values_early = n_ctx * kHd * static_cast<int64_t>(sizeof(KvT)) <= 256 * 1024;
-  RowPrefetcher<KvT, kHd * sizeof(KvT)> value_early(table, kv.page_size, v_base, width, values_early ? n_ctx : 0, 2 * W);
+  const int64_t distance = prefetch_distance<W>(span_bytes);
+  RowPrefetcher<3> key_ahead(table, kv.page_size, k_base, row_bytes, span_bytes, n_ctx, distance);
+  // V rows are requested alongside the K rows (into L2: L1 is for the keys in use), so the weighted sum does not
+  // start cold on DRAM; only while the task's V stretches stay cached meanwhile (long contexts rely on the value
+  // loop's own prefetch).
+  const bool values_early = n_ctx * span_bytes <= 256 * 1024;
+  RowPrefetcher<2> value_early(table, kv.page_size, v_base, row_bytes, span_bytes, values_early ? n_ctx : 0,
+                               distance);
   for (int64_t j0 = 0; j0 < n_ctx; j0 += W) {
     const int m = static_cast<int>(std::min<int64_t>(W, n_ctx - j0));
     const KvT* rows[W];
@@ -125,22 +151,27 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
       key_ahead.fetch();
       value_early.fetch();
     }
-    if (std::is_same_v<KvT, float> || n_group == 1) {
-      score_block<S, NV>(rows, m, q, n_group, stride, j0, scale, scores);
-    } else {
-      // Several heads read each key: widen the block's f16 rows once (exactly) instead of once per head.
-      alignas(64) float wide[W * kHd];
-      const float* wide_rows[W];
-      for (int i = 0; i < m; ++i) {
-        for (int v = 0; v < NV; ++v) S::store(wide + i * kHd + v * W, S::load(rows[i] + v * W));
-        wide_rows[i] = wide + i * kHd;
+    for (int64_t kh = kv_first; kh < kv_end; ++kh) {
+      const auto [h0, h1] = heads_of(kh);
+      const KvT* head_rows[W];
+      for (int i = 0; i < m; ++i) head_rows[i] = rows[i] + (kh - kv_first) * kHd;
+      if (std::is_same_v<KvT, float> || h1 - h0 == 1) {
+        score_block<S, NV>(head_rows, m, q + h0 * kHd, h1 - h0, stride, j0, scale, scores + h0 * stride);
+      } else {
+        // Several heads read each key: widen the block's f16 rows once (exactly) instead of once per head.
+        alignas(64) float wide[W * kHd];
+        const float* wide_rows[W];
+        for (int i = 0; i < m; ++i) {
+          for (int v = 0; v < NV; ++v) S::store(wide + i * kHd + v * W, S::load(head_rows[i] + v * W));
+          wide_rows[i] = wide + i * kHd;
+        }
+        score_block<S, NV>(wide_rows, m, q + h0 * kHd, h1 - h0, stride, j0, scale, scores + h0 * stride);
       }
-      score_block<S, NV>(wide_rows, m, q, n_group, stride, j0, scale, scores);
     }
   }
 
   // Softmax per head, in place (the padding past n_ctx is -inf, so its exp is 0).
-  for (int64_t g = 0; g < n_group; ++g) {
+  for (int64_t g = 0; g < head_count; ++g) {
     float* s = scores + g * stride;
     for (int64_t j = n_ctx; j < stride; ++j) s[j] = -INFINITY;
     V mx = S::set1(-INFINITY);
@@ -156,16 +187,21 @@ void group(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     for (int64_t j = 0; j < stride; j += W) S::store(s + j, S::mul(S::load(s + j), inv));
   }
 
-  // Weighted sum of values, for as many heads at a time as the accumulators fit in registers (the head count of a
-  // pass is a template argument, so the accumulators stay in registers).
+  // Weighted sum of values, per KV head, for as many of its heads at a time as the accumulators fit in registers
+  // (the head count of a pass is a template argument, so the accumulators stay in registers).
   constexpr int kHeadsPerPass = std::max(1, S::kAccRegs / NV);
-  for (int64_t g0 = 0; g0 < n_group; g0 += kHeadsPerPass) {
-    const int gc = static_cast<int>(std::min<int64_t>(kHeadsPerPass, n_group - g0));
-    [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
-      ((gc == Gs + 1 &&
-        (value_pass<S, NV, KvT, Gs + 1>(kv, table, n_ctx, scores + g0 * stride, stride, out + g0 * kHd), true)) ||
-       ...);
-    }(std::make_integer_sequence<int, kHeadsPerPass>{});
+  for (int64_t kh = kv_first; kh < kv_end; ++kh) {
+    const auto [h0, h1] = heads_of(kh);
+    KvLayerView head_kv = kv;  // V at this KV head's columns; rows stay n_kv_heads * hd apart
+    head_kv.v = const_cast<KvT*>(v_base + (kh - kv_first) * kHd);
+    for (int64_t g0 = h0; g0 < h1; g0 += kHeadsPerPass) {
+      const int gc = static_cast<int>(std::min<int64_t>(kHeadsPerPass, h1 - g0));
+      [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
+        ((gc == Gs + 1 &&
+          (value_pass<S, NV, KvT, Gs + 1>(head_kv, table, n_ctx, scores + g0 * stride, stride, out + g0 * kHd), true)) ||
+         ...);
+      }(std::make_integer_sequence<int, kHeadsPerPass>{});
+    }
   }
 }
 
@@ -174,24 +210,20 @@ void attention_group_typed(const KvLayerView& kv, const AttentionBatch& batch, c
                            float scale, int64_t t, int64_t head_begin, int64_t head_count, float* scratch, float* out) {
   const int64_t hd = kv.head_dim;
   const int64_t group_size = n_heads / kv.n_kv_heads;
-  const int64_t kv_head = head_begin / group_size;
   const int64_t n_ctx = batch.positions[t] + 1;
   const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
-  KvLayerView head_kv = kv;  // point K/V at this KV head's columns; rows stay n_kv_heads * hd apart
-  head_kv.k = static_cast<KvT*>(kv.k) + kv_head * hd;
-  head_kv.v = static_cast<KvT*>(kv.v) + kv_head * hd;
   const float* qh = q + (t * n_heads + head_begin) * hd;
   float* oh = out + (t * n_heads + head_begin) * hd;
   switch (hd / S::kWidth) {
-    case 1: group<S, 1, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
-    case 2: group<S, 2, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
-    case 3: group<S, 3, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
-    case 4: group<S, 4, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
-    case 5: group<S, 5, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
-    case 6: group<S, 6, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
-    case 7: group<S, 7, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
-    case 8: group<S, 8, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
-    case 16: group<S, 16, KvT>(head_kv, table, n_ctx, qh, head_count, scale, scratch, oh); break;
+    case 1: heads<S, 1, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 2: heads<S, 2, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 3: heads<S, 3, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 4: heads<S, 4, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 5: heads<S, 5, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 6: heads<S, 6, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 7: heads<S, 7, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 8: heads<S, 8, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 16: heads<S, 16, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
     default: break;  // excluded by attention_simd_supports
   }
 }
