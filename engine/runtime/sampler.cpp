@@ -22,18 +22,41 @@ float log_sum_exp(std::span<const float> logits) {
   return max + static_cast<float>(std::log(sum));
 }
 
-// Sum with eight independent partial sums (vectorisable, and the same order on every machine).
-double sum_in_lanes(std::span<const double> x) {
+// Sum in double with eight independent partial sums (vectorisable, and the same order on every machine).
+template <class T>
+double sum_in_lanes(std::span<const T> x) {
   constexpr size_t kLanes = 8;
   double lane[kLanes] = {};
   size_t i = 0;
   for (; i + kLanes <= x.size(); i += kLanes) {
-    for (size_t l = 0; l < kLanes; ++l) lane[l] += x[i + l];
+    for (size_t l = 0; l < kLanes; ++l) lane[l] += static_cast<double>(x[i + l]);
   }
-  for (; i < x.size(); ++i) lane[0] += x[i];
+  for (; i < x.size(); ++i) lane[0] += static_cast<double>(x[i]);
   double total = 0.0;
   for (double v : lane) total += v;
   return total;
+}
+
+// The index at which r (drawn below the sum of w) runs out in w's running sum: whole blocks first (their sums
+// vectorise), then weight by weight inside the block where r runs out. Rounding that leaves r >= 0 picks the last
+// index with any weight.
+template <class T>
+size_t running_sum_index(std::span<const T> w, double r) {
+  constexpr size_t kBlock = 256;
+  size_t i = 0;
+  for (; i + kBlock <= w.size(); i += kBlock) {
+    const double block = sum_in_lanes(w.subspan(i, kBlock));
+    if (r < block) break;
+    r -= block;
+  }
+  for (; i < w.size(); ++i) {
+    r -= static_cast<double>(w[i]);
+    if (r < 0.0) return i;
+  }
+  for (size_t k = w.size(); k-- > 0;) {
+    if (w[k] > 0) return k;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -187,10 +210,17 @@ int32_t Sampler::draw(std::span<const float> logits, int32_t draft, std::span<co
   if (draft >= vocab) draft = -1;
   if (params_.top_k <= 0 && params_.top_p >= 1.0f && params_.min_p <= 0.0f) {
     // Plain temperature sampling needs no ordering: one pass for the normaliser, one to find the draw.
-    candidates_.resize(static_cast<size_t>(vocab));
-    std::iota(candidates_.begin(), candidates_.end(), 0);
     exp_.resize(logits.size());
     cpu::exp_scaled(logits, cpu::max_value(logits), 1.0f / params_.temperature, exp_);
+    if (draft < 0) {
+      // Nothing to verify: the draw pick() would make, read straight from the tempered weights (index = token).
+      const std::span<const float> weights(exp_);
+      const double total = sum_in_lanes(weights);
+      const double r = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * total;
+      return static_cast<int32_t>(running_sum_index(weights, r));
+    }
+    candidates_.resize(static_cast<size_t>(vocab));
+    std::iota(candidates_.begin(), candidates_.end(), 0);
     probs_.assign(exp_.begin(), exp_.end());
     return pick(logits.size(), draft, draft >= 0 ? static_cast<size_t>(draft) : 0, draft_probs);
   }
@@ -236,24 +266,8 @@ int32_t Sampler::pick(size_t n, int32_t draft, size_t draft_index, std::span<con
       }
     }
   }
-  double r = unit(rng_) * total;  // Sampler::device_row hands the device this same draw
-  // Whole blocks first (their sums vectorise), then token by token inside the block where r runs out.
-  constexpr size_t kBlock = 256;
-  size_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    const double block = sum_in_lanes(std::span<const double>(probs_).subspan(i, kBlock));
-    if (r < block) break;
-    r -= block;
-  }
-  for (; i < n; ++i) {
-    r -= probs_[i];
-    if (r < 0.0) return candidates_[i];
-  }
-  // Rounding left r >= 0: the last token with any mass.
-  for (size_t k = n; k-- > 0;) {
-    if (probs_[k] > 0.0) return candidates_[k];
-  }
-  return candidates_[0];
+  const double r = unit(rng_) * total;  // Sampler::device_row hands the device this same draw
+  return candidates_[running_sum_index(std::span<const double>(probs_).first(n), r)];
 }
 
 }  // namespace servetune
