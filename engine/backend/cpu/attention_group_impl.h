@@ -209,9 +209,10 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     head_kv.v = const_cast<KvT*>(v_base + (kh - kv_first) * kHd);
     for (int64_t g0 = h0; g0 < h1; g0 += kHeadsPerPass) {
       const int gc = static_cast<int>(std::min<int64_t>(kHeadsPerPass, h1 - g0));
+      const float* probs = scores + g0 * stride;
+      float* head_out = out + g0 * kHd;
       [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
-        ((gc == Gs + 1 &&
-          (value_pass<S, NV, KvT, Gs + 1>(head_kv, table, n_ctx, scores + g0 * stride, stride, out + g0 * kHd), true)) ||
+        ((gc == Gs + 1 && (value_pass<S, NV, KvT, Gs + 1>(head_kv, table, n_ctx, probs, stride, head_out), true)) ||
          ...);
       }(std::make_integer_sequence<int, kHeadsPerPass>{});
     }
