@@ -222,7 +222,7 @@ int32_t Sampler::draw(std::span<const float> logits, int32_t draft, std::span<co
     candidates_.resize(static_cast<size_t>(vocab));
     std::iota(candidates_.begin(), candidates_.end(), 0);
     probs_.assign(exp_.begin(), exp_.end());
-    return pick(logits.size(), draft, draft >= 0 ? static_cast<size_t>(draft) : 0, draft_probs);
+    return pick(logits.size(), draft, static_cast<size_t>(draft), draft_probs);
   }
   const size_t cut = filtered_candidates(logits, params_, candidates_, probs_);
   // A draft outside the kept candidates has probability 0 (draft_index == cut): it is always rejected.

@@ -203,7 +203,7 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
   // Tasks differ in context length and a thread may be preempted: they are handed out dynamically, in runs of a
   // few when there are many (a prefill chunk's thousands of short tasks would otherwise contend on the counter).
   const int64_t total = batch.n_tokens * tasks_per_token;
-  const int64_t run = std::max<int64_t>(1, total / (64 * pool_.size()));
+  const int64_t run = std::max<int64_t>(1, total / (64 * threads));
   std::atomic<int64_t> next{0};
   pool_.run([&](int thread, int) {
     float* scratch = scratch_[static_cast<size_t>(thread)].data();
