@@ -43,14 +43,85 @@ struct TlPanel {
   int64_t nb;
 };
 
+// Q4_0 / Q4_1 / Q8_0 rows are decoded a run of blocks (64 bytes of packed quants) per vector step.
+template <DType kType>
+constexpr bool kDecodesRuns = kType == DType::kQ4_0 || kType == DType::kQ4_1 || kType == DType::kQ8_0;
+template <DType kType>
+constexpr int kRun = kType == DType::kQ8_0 ? 2 : 4;
+template <DType kType>
+constexpr int kBlockWords = static_cast<int>(sizeof(BlockOf<kType>)) / 2;
+
+// Word indices into a run's first 128 bytes: the packed quants of its blocks, in block order.
+template <DType kType>
+__m512i run_quant_words() {
+  constexpr int kQuantWords = 32 / kRun<kType>;
+  alignas(64) int16_t idx[32];
+  for (int w = 0; w < 32; ++w) {
+    idx[w] = static_cast<int16_t>(kBlockWords<kType> * (w / kQuantWords) + kBlockWords<kType> - kQuantWords +
+                                  w % kQuantWords);
+  }
+  return _mm512_load_si512(idx);
+}
+
+// Word indices into a run's first 64 bytes: its blocks' f16 d in words 0-3 and (Q4_1) f16 m in words 4-7.
+template <DType kType>
+__m512i run_scale_words() {
+  alignas(64) int16_t idx[32] = {};
+  for (int j = 0; j < kRun<kType>; ++j) {
+    idx[j] = static_cast<int16_t>(kBlockWords<kType> * j);
+    idx[4 + j] = static_cast<int16_t>(kBlockWords<kType> * j + 1);
+  }
+  return _mm512_load_si512(idx);
+}
+
+// A run of blocks starting at src, decoded as decode_tl_row's per-block loop decodes each block, from one 64-byte
+// load and one masked load of the run's rest (nothing past the run is read).
+template <DType kType>
+void decode_tl_run(const uint8_t* src, uint8_t* q, float* d, float* m, __m512i quant_words, __m512i scale_words) {
+  constexpr int kBytes = kRun<kType> * static_cast<int>(sizeof(BlockOf<kType>));
+  const __m512i head = _mm512_loadu_si512(src);
+  const __m512i rest = _mm512_maskz_loadu_epi8((1ull << (kBytes - 64)) - 1, src + 64);
+  const __m512i packed = _mm512_permutex2var_epi16(head, quant_words, rest);
+  if constexpr (kType == DType::kQ8_0) {
+    _mm512_storeu_si512(q, _mm512_xor_si512(packed, _mm512_set1_epi8(-128)));
+  } else {
+    // Each 16-byte lane holds one block: elements 0-15 in the low nibbles, 16-31 in the high ones.
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i first = _mm512_and_si512(packed, low4);
+    const __m512i second = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+    // Each block's 32 elements: its 16 low nibbles, then its 16 high ones.
+    const __m512i lower_pairs = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+    _mm512_storeu_si512(q, _mm512_permutex2var_epi64(first, lower_pairs, second));
+    const __m512i upper_pairs = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    _mm512_storeu_si512(q + 64, _mm512_permutex2var_epi64(first, upper_pairs, second));
+  }
+  const __m256 scales = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(scale_words, head)));
+  _mm256_mask_storeu_ps(d, (1u << kRun<kType>) - 1, scales);
+  if constexpr (kType == DType::kQ4_1) _mm_storeu_ps(m, _mm256_extractf128_ps(scales, 1));
+}
+
 template <DType kType>
 void decode_tl_row(const uint8_t* row, int64_t nb, const TlPanel& p, int64_t r) {
   uint8_t* q = p.q + r * nb * 32;
-  auto* heads = reinterpret_cast<uint32_t*>(p.d + r * nb);  // each block's leading dword, converted below
+  float* d = p.d + r * nb;
+  float* m = p.m + r * nb;
+  int64_t b = 0;
+  if constexpr (kDecodesRuns<kType>) {
+    constexpr int64_t kRunBytes = kRun<kType> * static_cast<int64_t>(sizeof(BlockOf<kType>));
+    const __m512i quant_words = run_quant_words<kType>();
+    const __m512i scale_words = run_scale_words<kType>();
+    for (; b + kRun<kType> <= nb; b += kRun<kType>) {
+      const uint8_t* src = row + b * static_cast<int64_t>(sizeof(BlockOf<kType>));
+      // Rows are contiguous: this stream continues into the next panels, kStreamAhead bytes ahead.
+      _mm_prefetch(reinterpret_cast<const char*>(src) + kStreamAhead, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(src) + kStreamAhead + kRunBytes - 1, _MM_HINT_T0);
+      decode_tl_run<kType>(src, q + b * 32, d + b, m + b, quant_words, scale_words);
+    }
+  }
+  auto* heads = reinterpret_cast<uint32_t*>(d);  // Q5_0 / Q5_1: each block's leading dword, converted below
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nb; ++b) {
+  for (; b < nb; ++b) {
     const auto* blk = reinterpret_cast<const BlockOf<kType>*>(row) + b;
-    // Rows are contiguous: this stream continues into the next panels, kStreamAhead bytes ahead.
     if (sizeof(BlockOf<kType>) > 32 || b % 2 == 0) {
       _mm_prefetch(reinterpret_cast<const char*>(blk) + kStreamAhead, _MM_HINT_T0);
     }
@@ -67,17 +138,24 @@ void decode_tl_row(const uint8_t* row, int64_t nb, const TlPanel& p, int64_t r) 
       }
     }
     _mm256_store_si256(reinterpret_cast<__m256i*>(q + b * 32), v);
-    std::memcpy(heads + b, blk, 4);
+    if constexpr (kDecodesRuns<kType>) {
+      d[b] = _cvtsh_ss(blk->d);
+      if constexpr (kType == DType::kQ4_1) m[b] = _cvtsh_ss(blk->m);
+    } else {
+      std::memcpy(heads + b, blk, 4);
+    }
   }
-  // Scales, 16 blocks at a time, from the blocks' leading dwords (d, and m for Q4_1 / Q5_1) that the loop above
-  // copied (a gather of them was slower).
-  for (int64_t b = 0; b < nb; b += 16) {
-    const __mmask16 valid =
-        nb - b >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (nb - b)) - 1);
-    const __m512i dm = _mm512_maskz_loadu_epi32(valid, heads + b);
-    _mm512_mask_storeu_ps(p.d + r * nb + b, valid, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
-    if constexpr (kType == DType::kQ4_1 || kType == DType::kQ5_1) {
-      _mm512_mask_storeu_ps(p.m + r * nb + b, valid, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
+  if constexpr (!kDecodesRuns<kType>) {
+    // Scales, 16 blocks at a time, from the blocks' leading dwords (d, and m for Q5_1) that the loop above copied
+    // (a gather of them was slower).
+    for (b = 0; b < nb; b += 16) {
+      const __mmask16 valid =
+          nb - b >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (nb - b)) - 1);
+      const __m512i dm = _mm512_maskz_loadu_epi32(valid, heads + b);
+      _mm512_mask_storeu_ps(d + b, valid, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
+      if constexpr (kType == DType::kQ5_1) {
+        _mm512_mask_storeu_ps(m + b, valid, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
+      }
     }
   }
 }
