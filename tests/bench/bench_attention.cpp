@@ -1,9 +1,10 @@
 // Microbenchmark for the CPU paged attention on SmolLM2-135M shapes (9 query heads, 3 KV heads of 64, f16 KV
-// cache): a batched decode step of 32 sequences, a single-sequence decode, and a prefill chunk (every position of
-// 32 sequences), blocks handed out shuffled as a long-running cache leaves them, pages of 16 unless `page` says
-// otherwise. `Dram`: each call reads the next of 30 layers' caches (the engine's pattern: a step's KV reads come
-// from DRAM); `Cached`: one layer's cache, read again (L2/L3), which isolates the kernel's arithmetic.
-// bytes_per_second counts the K and V bytes a decode call must read (a prefill call reads each row many times).
+// cache): a batched decode step of 32 sequences, a single-sequence decode, both at a long context (2048 positions),
+// and a prefill chunk (every position of 32 sequences), blocks handed out shuffled as a long-running cache leaves
+// them, pages of 16 unless `page` says otherwise. `Dram`: each call reads the next of 30 layers' caches (the
+// engine's pattern: a step's KV reads come from DRAM); `Cached`: one layer's cache, read again (L2/L3), which
+// isolates the kernel's arithmetic. bytes_per_second counts the K and V bytes a decode call must read (a prefill
+// call reads each row many times).
 // Run: bench_attention --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
@@ -100,7 +101,8 @@ void add_cases(benchmark::internal::Benchmark* b, const std::vector<std::vector<
 }
 void decode_cases(benchmark::internal::Benchmark* b) {
   add_cases(
-      b, {{1, 32, 192, 16}, {2, 32, 192, 16}, {2, 32, 256, 16}, {2, 32, 192, 256}, {1, 1, 192, 16}, {2, 1, 192, 16}});
+      b, {{1, 32, 192, 16}, {2, 32, 192, 16}, {2, 32, 256, 16}, {2, 32, 192, 256}, {1, 1, 192, 16}, {2, 1, 192, 16},
+          {2, 8, 2048, 16}, {2, 1, 2048, 16}});
 }
 void prefill_cases(benchmark::internal::Benchmark* b) { add_cases(b, {{1, 32, 128, 16}, {2, 32, 128, 16}}); }
 BENCHMARK(BM_AttentionDecodeDram)->Apply(decode_cases);
