@@ -129,6 +129,46 @@ TEST(CpuOps, SiluMulAvx2MatchesReference) {
   check_silu_mul(&detail::silu_mul_f32_avx2);
 }
 
+using RmsNormKernel = void (*)(const float*, const float*, float*, int64_t, int64_t, float);
+using AddRmsNormKernel = void (*)(float*, const float*, const float*, float*, int64_t, int64_t, float);
+
+// The SIMD norms keep the reference's double lanes and their order: the same bits, in place too, on widths off the
+// vector and lane counts, with a row of large values whose squares need the double sum.
+void check_rms_norm(RmsNormKernel norm, AddRmsNormKernel add_norm) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int64_t dim : {1, 5, 8, 17, 576, 1003}) {
+    const int64_t n = 4;
+    std::vector<float> x(static_cast<size_t>(n * dim)), residual(x.size()), w(static_cast<size_t>(dim));
+    for (auto& v : x) v = normal(rng);
+    for (auto& v : residual) v = normal(rng);
+    for (auto& v : w) v = normal(rng);
+    for (int64_t i = 0; i < dim; ++i) x[static_cast<size_t>(2 * dim + i)] *= 1e18f;
+    std::vector<float> want(x.size()), got(x.size());
+    ref::rms_norm(x.data(), w.data(), want.data(), n, dim, 1e-5f);
+    norm(x.data(), w.data(), got.data(), n, dim, 1e-5f);
+    EXPECT_EQ(got, want) << "rms_norm, dim " << dim;
+    std::vector<float> in_place = x;
+    norm(in_place.data(), w.data(), in_place.data(), n, dim, 1e-5f);
+    EXPECT_EQ(in_place, want) << "rms_norm in place, dim " << dim;
+    std::vector<float> x_want = x, x_got = x, y_want(x.size()), y_got = residual;  // y_got aliases the residual
+    ref::add_rms_norm(x_want.data(), residual.data(), w.data(), y_want.data(), n, dim, 1e-5f);
+    add_norm(x_got.data(), y_got.data(), w.data(), y_got.data(), n, dim, 1e-5f);
+    EXPECT_EQ(x_got, x_want) << "add_rms_norm sum, dim " << dim;
+    EXPECT_EQ(y_got, y_want) << "add_rms_norm, dim " << dim;
+  }
+}
+
+TEST(CpuOps, RmsNormAvx512MatchesReferenceBitForBit) {
+  if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  check_rms_norm(&detail::rms_norm_avx512, &detail::add_rms_norm_avx512);
+}
+
+TEST(CpuOps, RmsNormAvx2MatchesReferenceBitForBit) {
+  if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2";
+  check_rms_norm(&detail::rms_norm_avx2, &detail::add_rms_norm_avx2);
+}
+
 // max_value and exp_scaled (the sampler's softmax) against std on lengths around the vector widths, with the
 // maximum in the vector part and in the scalar tail.
 TEST(CpuOps, VectorMathMatchesStd) {

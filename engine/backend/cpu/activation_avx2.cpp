@@ -9,6 +9,14 @@ void silu_mul_f32_avx2(const float* gate, const float* up, int64_t in_stride, in
   activation_impl::silu_mul<simd::Avx2>(gate, up, in_stride, n, ffn, out);
 }
 
+void rms_norm_avx2(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) {
+  activation_impl::rms_norm<simd::Avx2>(x, w, y, n, dim, eps);
+}
+
+void add_rms_norm_avx2(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) {
+  activation_impl::add_rms_norm<simd::Avx2>(x, residual, w, y, n, dim, eps);
+}
+
 float max_value_avx2(const float* x, int64_t n) { return activation_impl::max_value<simd::Avx2>(x, n); }
 
 double exp_scaled_avx2(const float* x, int64_t n, float shift, float scale, float* out) {

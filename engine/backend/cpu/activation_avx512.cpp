@@ -9,6 +9,14 @@ void silu_mul_f32_avx512(const float* gate, const float* up, int64_t in_stride, 
   activation_impl::silu_mul<simd::Avx512>(gate, up, in_stride, n, ffn, out);
 }
 
+void rms_norm_avx512(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) {
+  activation_impl::rms_norm<simd::Avx512>(x, w, y, n, dim, eps);
+}
+
+void add_rms_norm_avx512(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) {
+  activation_impl::add_rms_norm<simd::Avx512>(x, residual, w, y, n, dim, eps);
+}
+
 float max_value_avx512(const float* x, int64_t n) { return activation_impl::max_value<simd::Avx512>(x, n); }
 
 double exp_scaled_avx512(const float* x, int64_t n, float shift, float scale, float* out) {

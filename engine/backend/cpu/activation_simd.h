@@ -10,6 +10,12 @@ namespace servetune::cpu::detail {
 void silu_mul_f32_avx512(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out);
 void silu_mul_f32_avx2(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out);
 
+// ref::rms_norm / ref::add_rms_norm, bit for bit.
+void rms_norm_avx512(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps);
+void rms_norm_avx2(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps);
+void add_rms_norm_avx512(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps);
+void add_rms_norm_avx2(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps);
+
 float max_value_avx512(const float* x, int64_t n);
 float max_value_avx2(const float* x, int64_t n);
 double exp_scaled_avx512(const float* x, int64_t n, float shift, float scale, float* out);

@@ -57,8 +57,12 @@ void CpuBackend::embed(const WeightMatrix& table, const int32_t* ids, int64_t n,
 }
 
 void CpuBackend::rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) {
+  const CpuIsa isa = cpu_selected_isa();
+  const auto kernel = isa == CpuIsa::kAvx512 ? &detail::rms_norm_avx512
+                      : isa >= CpuIsa::kAvx2 ? &detail::rms_norm_avx2
+                                             : &ref::rms_norm;
   pool_.parallel_for(n, grain_for(dim), [&](int64_t begin, int64_t end) {
-    ref::rms_norm(x + begin * dim, w, y + begin * dim, end - begin, dim, eps);
+    kernel(x + begin * dim, w, y + begin * dim, end - begin, dim, eps);
   });
 }
 
@@ -239,8 +243,12 @@ void CpuBackend::add(float* x, const float* y, int64_t n) {
 }
 
 void CpuBackend::add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) {
+  const CpuIsa isa = cpu_selected_isa();
+  const auto kernel = isa == CpuIsa::kAvx512 ? &detail::add_rms_norm_avx512
+                      : isa >= CpuIsa::kAvx2 ? &detail::add_rms_norm_avx2
+                                             : &ref::add_rms_norm;
   pool_.parallel_for(n, grain_for(dim), [&](int64_t begin, int64_t end) {
-    ref::add_rms_norm(x + begin * dim, residual + begin * dim, w, y + begin * dim, end - begin, dim, eps);
+    kernel(x + begin * dim, residual + begin * dim, w, y + begin * dim, end - begin, dim, eps);
   });
 }
 
