@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cpu/rms_scale.h"
 #include "core/half.h"
 
 namespace servetune::cpu::detail::activation_impl {
@@ -26,24 +27,15 @@ void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, 
   }
 }
 
-// ref::rms_norm's arithmetic, bit for bit (the same eight double lanes of f32 squares, added in the same order),
-// compiled for the translation unit's ISA; the output loop is written over S.
+// ref::rms_norm's arithmetic, bit for bit (the same rms_scale, compiled for the translation unit's ISA), the output
+// loop written over S.
 template <class S>
 void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) {
   constexpr int W = S::kWidth;
   for (int64_t t = 0; t < n; ++t) {
     const float* xr = x + t * dim;
     float* yr = y + t * dim;
-    double lane[8] = {};
-    int64_t i0 = 0;
-    for (; i0 + 8 <= dim; i0 += 8) {
-      for (int l = 0; l < 8; ++l) lane[l] += static_cast<double>(xr[i0 + l] * xr[i0 + l]);
-    }
-    for (; i0 < dim; ++i0) lane[0] += static_cast<double>(xr[i0] * xr[i0]);
-    double sum = 0.0;
-    for (double s : lane) sum += s;
-    const float mean = static_cast<float>(sum / static_cast<double>(dim));
-    const float scale = 1.0f / std::sqrt(mean + eps);
+    const float scale = rms_scale(xr, dim, eps);
     const auto vscale = S::set1(scale);
     int64_t i = 0;
     for (; i + W <= dim; i += W) S::store(yr + i, S::mul(S::mul(S::load(xr + i), vscale), S::load(w + i)));

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/rms_scale.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/quant.h"
@@ -29,18 +30,7 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, 
   for (int64_t t = 0; t < n; ++t) {
     const float* xr = x + t * dim;
     float* yr = y + t * dim;
-    // ggml's sum of f32 squares in double, in eight independent partial sums (the rounding of a double sum of
-    // floats does not reach the f32 mean in practice, and the lanes avoid one long chain of dependent adds).
-    double lane[8] = {};
-    int64_t i0 = 0;
-    for (; i0 + 8 <= dim; i0 += 8) {
-      for (int l = 0; l < 8; ++l) lane[l] += static_cast<double>(xr[i0 + l] * xr[i0 + l]);
-    }
-    for (; i0 < dim; ++i0) lane[0] += static_cast<double>(xr[i0] * xr[i0]);
-    double sum = 0.0;
-    for (double s : lane) sum += s;
-    const float mean = static_cast<float>(sum / static_cast<double>(dim));
-    const float scale = 1.0f / std::sqrt(mean + eps);
+    const float scale = rms_scale(xr, dim, eps);
     for (int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] * scale) * w[i];
   }
 }
