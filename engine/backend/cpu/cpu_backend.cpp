@@ -18,6 +18,13 @@ namespace servetune {
 namespace cpu {
 namespace {
 
+// The kernel built for the selected ISA: AVX-512, else AVX2, else the reference.
+template <class Kernel>
+Kernel for_selected_isa(Kernel avx512, Kernel avx2, Kernel reference) {
+  const CpuIsa isa = cpu_selected_isa();
+  return isa == CpuIsa::kAvx512 ? avx512 : isa >= CpuIsa::kAvx2 ? avx2 : reference;
+}
+
 class HostBuffer final : public Buffer {
  public:
   explicit HostBuffer(size_t bytes) : size_(bytes) {
@@ -57,10 +64,7 @@ void CpuBackend::embed(const WeightMatrix& table, const int32_t* ids, int64_t n,
 }
 
 void CpuBackend::rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) {
-  const CpuIsa isa = cpu_selected_isa();
-  const auto kernel = isa == CpuIsa::kAvx512 ? &detail::rms_norm_avx512
-                      : isa >= CpuIsa::kAvx2 ? &detail::rms_norm_avx2
-                                             : &ref::rms_norm;
+  const auto kernel = for_selected_isa(&detail::rms_norm_avx512, &detail::rms_norm_avx2, &ref::rms_norm);
   pool_.parallel_for(n, grain_for(dim), [&](int64_t begin, int64_t end) {
     kernel(x + begin * dim, w, y + begin * dim, end - begin, dim, eps);
   });
@@ -226,10 +230,8 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
 }
 
 void CpuBackend::silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) {
-  const CpuIsa isa = cpu_selected_isa();
-  const auto kernel = isa == CpuIsa::kAvx512 ? &detail::silu_mul_f32_avx512
-                      : isa >= CpuIsa::kAvx2 ? &detail::silu_mul_f32_avx2
-                                             : &ref::silu_mul;
+  const auto kernel =
+      for_selected_isa(&detail::silu_mul_f32_avx512, &detail::silu_mul_f32_avx2, &ref::silu_mul);
   pool_.parallel_for(n, grain_for(ffn), [&](int64_t begin, int64_t end) {
     kernel(gate + begin * in_stride, up + begin * in_stride, in_stride, end - begin, ffn, out + begin * ffn);
   });
@@ -243,10 +245,8 @@ void CpuBackend::add(float* x, const float* y, int64_t n) {
 }
 
 void CpuBackend::add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) {
-  const CpuIsa isa = cpu_selected_isa();
-  const auto kernel = isa == CpuIsa::kAvx512 ? &detail::add_rms_norm_avx512
-                      : isa >= CpuIsa::kAvx2 ? &detail::add_rms_norm_avx2
-                                             : &ref::add_rms_norm;
+  const auto kernel =
+      for_selected_isa(&detail::add_rms_norm_avx512, &detail::add_rms_norm_avx2, &ref::add_rms_norm);
   pool_.parallel_for(n, grain_for(dim), [&](int64_t begin, int64_t end) {
     kernel(x + begin * dim, residual + begin * dim, w, y + begin * dim, end - begin, dim, eps);
   });
