@@ -3,6 +3,7 @@
 // awkward shapes, identically for 1, 2 and 3 threads, without touching padding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -402,11 +403,17 @@ TEST(CpuMatmul, Q8KQuantizersAgreeBitForBit) {
 }
 
 TEST(CpuMatmul, ActivationQuantizersAgreeBitForBit) {
-  for (int64_t n : {32, 64, 96, 576, 1536}) {
+  // 576 = 16 blocks + 2 left, 800 = 16 + a partial group of 9, 1536 = 3 x 16.
+  for (int64_t n : {32, 64, 96, 576, 800, 1536}) {
     std::vector<float> x = random_activations(1, n, n, static_cast<uint32_t>(n));
     // Values exactly halfway between quantization steps (x·127/amax = k + 0.5) exercise round-half-even.
     for (int64_t j = 0; j < 8 && 32 * 2 + j < n; ++j) x[static_cast<size_t>(64 + j)] = static_cast<float>(j) + 0.5f;
     if (n >= 96) x[64 + 31] = 127.0f;
+    // An all-zero block (d = 0, codes 0) and one whose extreme is negative, inside the 16-block vector path.
+    if (n >= 576) {
+      std::fill(x.begin() + 96, x.begin() + 128, 0.0f);
+      x[128 + 5] = -300.0f;
+    }
     const int64_t nb = n / 32;
     std::vector<int8_t> q_ref(static_cast<size_t>(n));
     std::vector<float> d_ref(static_cast<size_t>(nb)), s_ref(static_cast<size_t>(nb));

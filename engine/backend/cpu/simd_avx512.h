@@ -53,21 +53,24 @@ struct Avx512 {
     return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~underflow), p, n);
   }
 
-  // Lane i of the result is the sum of the 16 lanes of a[i].
-  static V reduce(const V* a) {
+  // Lane i of the result is op (a lane-wise add or max) over the 16 lanes of a[i], as a tree of 15 ops.
+  template <class Op>
+  static V reduce(const V* a, Op op) {
     V b[8];
     for (int k = 0; k < 8; ++k) {
-      b[k] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]));
+      b[k] = op(_mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]));
     }
     V c[4];
     for (int k = 0; k < 4; ++k) {
       const __m512d p = _mm512_castps_pd(b[2 * k]), q = _mm512_castps_pd(b[2 * k + 1]);
-      c[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(p, q)), _mm512_castpd_ps(_mm512_unpackhi_pd(p, q)));
+      c[k] = op(_mm512_castpd_ps(_mm512_unpacklo_pd(p, q)), _mm512_castpd_ps(_mm512_unpackhi_pd(p, q)));
     }
-    const V e01 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
-    const V e23 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88), _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(e01, e23, 0x88), _mm512_shuffle_f32x4(e01, e23, 0xDD));
+    const V e01 = op(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+    const V e23 = op(_mm512_shuffle_f32x4(c[2], c[3], 0x88), _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
+    return op(_mm512_shuffle_f32x4(e01, e23, 0x88), _mm512_shuffle_f32x4(e01, e23, 0xDD));
   }
+  // Lane i of the result is the sum of the 16 lanes of a[i].
+  static V reduce(const V* a) { return reduce(a, add); }
 };
 
 }  // namespace servetune::cpu::detail::simd
