@@ -2,6 +2,7 @@
 #include "backend/backend.h"
 
 #include <algorithm>
+#include <string>
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
@@ -14,6 +15,15 @@ namespace servetune {
 
 void Backend::sample(const float*, int64_t, int64_t, std::span<const SampleRow>, int32_t*) {
   throw Error(ErrorKind::kInternal, "backend '" + name() + "' does not sample on the device (the host Sampler does)");
+}
+
+std::string sample_row_problem(const SampleRow& r) {
+  if (!(r.temperature >= 0.0f && r.temperature <= 100.0f) || !(r.top_p > 0.0f && r.top_p <= 1.0f) ||
+      !(r.min_p >= 0.0f && r.min_p <= 1.0f) || !(r.uniform >= 0.0 && r.uniform <= 1.0)) {
+    return "temperature " + std::to_string(r.temperature) + ", top_p " + std::to_string(r.top_p) + ", min_p " +
+           std::to_string(r.min_p) + ", uniform " + std::to_string(r.uniform) + " out of range";
+  }
+  return "";
 }
 
 bool backend_available(const std::string& device) {

@@ -68,6 +68,10 @@ struct SampleRow {
   double uniform = 0.0;
 };
 
+// What is out of the host Sampler's ranges in `row` (temperature [0, 100], top_p (0, 1], min_p [0, 1], uniform
+// [0, 1]), or "" when nothing is.
+std::string sample_row_problem(const SampleRow& row);
+
 // Device memory of a GPU backend, in bytes.
 struct DeviceMemory {
   int64_t total = 0;
@@ -138,7 +142,7 @@ class Backend {
   virtual bool fill_random(void* /*dst*/, DType /*type*/, int64_t /*n*/, uint64_t /*seed*/, float /*mean*/, float /*std*/) {
     return false;
   }
-  // Whether sample() draws on this backend (GPUs); host-memory backends leave sampling to the host Sampler.
+  // Whether sample() draws on this backend (GPUs, and the CPU with its thread pool); otherwise the host Sampler does.
   virtual bool device_sampling() const { return false; }
   // Draws one token per row of `logits` [n, vocab] (backend memory) as rows[i] says and writes the n ids to host
   // `tokens`, so only ids leave the device. Only where device_sampling().

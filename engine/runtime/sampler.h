@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/sample_row.h"
 #include "runtime/sampling_params.h"
 
 namespace servetune {
@@ -62,7 +63,7 @@ class Sampler {
   void apply_penalties(std::span<float> logits) const;
   std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n, float lse);
   int32_t draw(std::span<const float> logits, int32_t draft, std::span<const float> draft_probs);
-  // Draws among probs_[0, n) (candidates_ maps index to token), verifying `draft` at index `draft_index` (n when
+  // Draws among scratch_.p[0, n) (scratch_.order maps index to token), verifying `draft` at index `draft_index` (n when
   // the draft is not among them) drawn from `draft_probs` (empty: deterministic).
   int32_t pick(size_t n, int32_t draft, size_t draft_index, std::span<const float> draft_probs);
 
@@ -70,9 +71,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int32_t> output_counts_;
   std::unordered_set<int32_t> seen_;  // prompt + output, only for the repetition penalty
-  std::vector<int32_t> candidates_;   // scratch
-  std::vector<double> probs_;         // scratch
-  std::vector<float> exp_;            // scratch
+  cpu::SampleScratch scratch_;        // draw_row's buffers, also pick()'s candidates (order) and their weights (p)
   std::vector<float> raw_;            // raw logits, kept only when logprobs are requested
   bool broken_verification_ = false;
 };

@@ -11,6 +11,7 @@
 #include "backend/cpu/matmul.h"
 #include "core/cpu_features.h"
 #include "backend/cpu/ops_reference.h"
+#include "backend/cpu/sample_row.h"
 #include "backend/cpu/vector_math.h"
 #include "core/error.h"
 
@@ -225,6 +226,23 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
           ref::attention_head(kv, batch, q, n_heads, scale, t, h, scratch, out + (t * n_heads + h) * hd);
         }
       }
+    }
+  });
+}
+
+void CpuBackend::sample(const float* logits, int64_t n, int64_t vocab, std::span<const SampleRow> rows,
+                        int32_t* tokens) {
+  if (static_cast<int64_t>(rows.size()) != n) throw Error(ErrorKind::kInternal, "CPU sample: one SampleRow per logits row");
+  for (const SampleRow& r : rows) {
+    if (const std::string problem = sample_row_problem(r); !problem.empty()) {
+      throw Error(ErrorKind::kInternal, "CPU sample: " + problem);
+    }
+  }
+  pool_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+    thread_local SampleScratch scratch;
+    for (int64_t i = begin; i < end; ++i) {
+      const std::span<const float> row(logits + i * vocab, static_cast<size_t>(vocab));
+      tokens[i] = draw_row(row, rows[static_cast<size_t>(i)], scratch);
     }
   });
 }

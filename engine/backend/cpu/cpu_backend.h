@@ -33,6 +33,10 @@ class CpuBackend final : public Backend {
   void add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) override;
   void rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots, int64_t n,
                       int64_t n_heads, const RopeParams& p, float* q_out) override;
+  // Sampling stays in host memory either way; drawing here splits a batch's rows over the pool (the host Sampler
+  // draws them one after another on the engine thread) and skips copying the logits out.
+  bool device_sampling() const override { return true; }
+  void sample(const float* logits, int64_t n, int64_t vocab, std::span<const SampleRow> rows, int32_t* tokens) override;
 
  private:
   // Rows of ref::rope_cache for positions [0, max_position] under `p`, computed once per position (every layer's

@@ -200,11 +200,8 @@ class GpuBackend final : public Backend {
   static float theta_scale(const RopeParams& p) { return std::pow(p.theta, -2.0f / static_cast<float>(p.rope_dim)); }
   // The device sampler draws what SampleRow can say; anything outside the host Sampler's valid ranges is refused.
   static void check_sample_row(const SampleRow& r) {
-    if (!(r.temperature >= 0.0f && r.temperature <= 100.0f) || !(r.top_p > 0.0f && r.top_p <= 1.0f) ||
-        !(r.min_p >= 0.0f && r.min_p <= 1.0f) || !(r.uniform >= 0.0 && r.uniform <= 1.0)) {
-      throw Error(ErrorKind::kInternal, "GPU sample: temperature " + std::to_string(r.temperature) + ", top_p " +
-                                            std::to_string(r.top_p) + ", min_p " + std::to_string(r.min_p) + ", uniform " +
-                                            std::to_string(r.uniform) + " out of range");
+    if (const std::string problem = sample_row_problem(r); !problem.empty()) {
+      throw Error(ErrorKind::kInternal, "GPU sample: " + problem);
     }
   }
   static void require_float_type(const WeightMatrix& w, const char* what) {
