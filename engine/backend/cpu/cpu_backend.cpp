@@ -232,7 +232,9 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
 
 void CpuBackend::sample(const float* logits, int64_t n, int64_t vocab, std::span<const SampleRow> rows,
                         int32_t* tokens) {
-  if (static_cast<int64_t>(rows.size()) != n) throw Error(ErrorKind::kInternal, "CPU sample: one SampleRow per logits row");
+  if (static_cast<int64_t>(rows.size()) != n) {
+    throw Error(ErrorKind::kInternal, "CPU sample: one SampleRow per logits row");
+  }
   for (const SampleRow& r : rows) {
     if (const std::string problem = sample_row_problem(r); !problem.empty()) {
       throw Error(ErrorKind::kInternal, "CPU sample: " + problem);
