@@ -99,6 +99,9 @@ class Backend {
   virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
 
   virtual std::unique_ptr<Buffer> allocate(size_t bytes) = 0;
+  // Backs all of `buffer` with memory now (contents unchanged), so its first use pays no page faults and a host
+  // short of memory fails here rather than mid-serving. Device memory is resident once allocated: nothing to do.
+  virtual void make_resident(Buffer& buffer) { (void)buffer; }
   // Copies host bytes into backend memory (a plain copy on CPU).
   virtual void upload(Buffer& dst, size_t offset, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const Buffer& src, size_t offset, size_t bytes) = 0;

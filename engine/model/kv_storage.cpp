@@ -20,6 +20,13 @@ KvStorage::KvStorage(Backend& backend, const ModelConfig& config, int64_t local_
   for (int64_t l = 0; l < config.n_layers; ++l) {
     auto k = backend.allocate(layer_bytes);
     auto v = backend.allocate(layer_bytes);
+    try {
+      backend.make_resident(*k);
+      backend.make_resident(*v);
+    } catch (const Error& e) {
+      throw_usage("the KV cache (" + std::to_string(num_blocks) + " blocks of " + std::to_string(page_size) +
+                  " tokens) does not fit in memory: " + e.what() + "; lower mem_fraction_static or max_total_tokens");
+    }
     KvLayerView view{k->data(), v->data(), dtype, num_blocks + 1, page_size, local_kv_heads, config.head_dim};
     layers_.push_back(view);
     buffers_.push_back(std::move(k));

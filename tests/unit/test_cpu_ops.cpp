@@ -1,8 +1,13 @@
 // CPU ops other than matmul against their plain C++ reference: the SIMD attention kernels on random paged caches of
 // awkward sizes (head dims, context lengths, GQA ratios, page sizes, scattered block tables), rope invariants, and
-// the fused ops of compile = fused giving the same bits as the unfused sequence.
+// the fused ops of compile = fused giving the same bits as the unfused sequence; make_resident.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -331,6 +336,27 @@ TEST(CpuOps, BackendRopeTableEqualsReference) {
         ASSERT_EQ(x, want) << "theta " << theta << " neox " << neox << " first position " << positions[0];
       }
     }
+  }
+}
+
+// make_resident faults every page of a buffer in (mincore sees them all) and leaves what was written untouched, for
+// a small heap buffer and for a mapped one of several huge pages with an odd size.
+TEST(CpuOps, MakeResidentBacksEveryPageAndKeepsContents) {
+  CpuBackend backend(2);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (size_t bytes : {size_t{100}, (size_t{7} << 20) + 17}) {
+    auto buffer = backend.allocate(bytes);
+    auto* data = static_cast<uint8_t*>(buffer->data());
+    const std::vector<size_t> written = {0, bytes / 3, bytes - 1};
+    for (size_t at : written) data[at] = static_cast<uint8_t>(at % 251 + 1);
+    backend.make_resident(*buffer);
+    for (size_t at : written) EXPECT_EQ(data[at], static_cast<uint8_t>(at % 251 + 1)) << bytes << " bytes, at " << at;
+    const auto start = reinterpret_cast<uintptr_t>(data) / page * page;
+    const size_t span = reinterpret_cast<uintptr_t>(data) + bytes - start;
+    std::vector<unsigned char> resident((span + page - 1) / page);
+    ASSERT_EQ(mincore(reinterpret_cast<void*>(start), span, resident.data()), 0) << std::strerror(errno);
+    const auto missing = std::count_if(resident.begin(), resident.end(), [](unsigned char r) { return (r & 1) == 0; });
+    EXPECT_EQ(missing, 0) << bytes << " bytes: pages not resident";
   }
 }
 

@@ -1,10 +1,13 @@
 // CPU backend: parallel loops over the reference ops, SIMD matmul, host buffers aligned for AVX-512.
 #include "backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include <sys/mman.h>
 
@@ -30,9 +33,8 @@ Kernel for_selected_isa(Kernel avx512, Kernel avx2, Kernel reference) {
 
 // Host memory, 64-byte aligned. Buffers of 2 MB and more (the KV cache's layers, a prefill's activations) are
 // mapped on 2 MB boundaries and advised to use transparent huge pages: their first touch costs one page fault per
-// 2 MB instead of per 4 KB (on this project's VMs a 4 KB first touch measured 2-4 us, so a 32-request batch
-// touching fresh KV blocks spent ~2% of its time in faults), and the attention's scattered KV reads miss the TLB
-// less. Without THP the mapping simply stays on 4 KB pages.
+// 2 MB instead of per 4 KB (on this project's VMs a 4 KB first touch measured 2-4 us), and the attention's scattered
+// KV reads miss the TLB less. Without THP the mapping simply stays on 4 KB pages.
 class HostBuffer final : public Buffer {
  public:
   explicit HostBuffer(size_t bytes) : size_(bytes) {
@@ -74,6 +76,32 @@ int64_t grain_for(int64_t width) { return std::max<int64_t>(1, 4096 / std::max<i
 CpuBackend::CpuBackend(int threads) : pool_(threads), scratch_(static_cast<size_t>(threads)) {}
 
 std::unique_ptr<Buffer> CpuBackend::allocate(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
+
+void CpuBackend::make_resident(Buffer& buffer) {
+  constexpr uintptr_t kPage = 4096;
+  constexpr int64_t kChunk = int64_t{2} << 20;
+  const auto begin = reinterpret_cast<uintptr_t>(buffer.data()) / kPage * kPage;
+  const auto end = reinterpret_cast<uintptr_t>(buffer.data()) + buffer.size();
+  const int64_t chunks = static_cast<int64_t>((end - begin + kChunk - 1) / kChunk);
+  std::atomic<int> error{0};
+  pool_.parallel_for(chunks, 1, [&](int64_t first, int64_t last) {
+    const uintptr_t from = begin + static_cast<uintptr_t>(first * kChunk);
+    const uintptr_t to = std::min(end, begin + static_cast<uintptr_t>(last * kChunk));
+    if (::madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_WRITE) == 0) return;
+    if (errno != EINVAL) {  // EINVAL: a kernel before 5.14; touch the pages instead
+      error.store(errno);
+      return;
+    }
+    const uintptr_t first_byte = std::max(from, reinterpret_cast<uintptr_t>(buffer.data()));
+    for (uintptr_t byte = first_byte; byte < to; byte = (byte + kPage) / kPage * kPage) {
+      auto* p = reinterpret_cast<volatile uint8_t*>(byte);
+      *p = *p;
+    }
+  });
+  if (const int e = error.load(); e != 0) {
+    throw_usage("could not back " + std::to_string(buffer.size() >> 20) + " MiB of host memory: " + std::strerror(e));
+  }
+}
 
 void CpuBackend::upload(Buffer& dst, size_t offset, const void* src, size_t bytes) {
   std::memcpy(static_cast<uint8_t*>(dst.data()) + offset, src, bytes);

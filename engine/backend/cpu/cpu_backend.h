@@ -17,6 +17,7 @@ class CpuBackend final : public Backend {
   ThreadPool& pool() { return pool_; }
 
   std::unique_ptr<Buffer> allocate(size_t bytes) override;
+  void make_resident(Buffer& buffer) override;  // faults the pages in, split over the pool
   void upload(Buffer& dst, size_t offset, const void* src, size_t bytes) override;
   void download(void* dst, const Buffer& src, size_t offset, size_t bytes) override;
 
