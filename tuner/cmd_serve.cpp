@@ -52,8 +52,11 @@ void run_serve(ServeOptions& o) {
   Engine engine(o.engine);
   {
     server::Server srv(engine, o.server);
-    std::fprintf(stderr, "servetune serve: listening on http://%s:%u (model %s, %d I/O thread%s)\n", http.host.c_str(),
-                 static_cast<unsigned>(srv.port()), o.engine.model.c_str(), http.io_threads, http.io_threads == 1 ? "" : "s");
+    const EngineStats stats = engine.stats();
+    std::fprintf(stderr, "servetune serve: listening on http://%s:%u (model %s, KV cache %lld tokens, %d I/O thread%s)\n",
+                 http.host.c_str(), static_cast<unsigned>(srv.port()), o.engine.model.c_str(),
+                 static_cast<long long>(stats.kv_blocks_total * stats.page_size), http.io_threads,
+                 http.io_threads == 1 ? "" : "s");
     std::fflush(stderr);
     srv.run();
   }

@@ -140,6 +140,7 @@ class EngineReplica::Impl {
     speculator_ = make_speculator(config_, spec_context);
     num_draft_tokens_ = speculative_draft_tokens(config_);
     keep_alive_ = ranks_->keep_alive_interval();
+    publish_stats(0, 0);  // capacity and free blocks are known before the first step
     thread_ = std::thread([this] { loop(); });
   }
 

@@ -210,6 +210,20 @@ TEST(EngineRuntime, AbortEndsTheStreamAndFreesBlocks) {
   EXPECT_EQ(s.requests_aborted, 1);
 }
 
+TEST(EngineRuntime, FreshEngineReportsItsKvCapacity) {
+  // Before any request has run a step: /metrics and the server's startup line read these.
+  EngineConfig c = base_config(testing::stories_path());
+  c.max_total_tokens = 1000;
+  c.page_size = 16;
+  Engine engine(c);
+  const EngineStats s = engine.stats();
+  EXPECT_EQ(s.kv_blocks_total, 63);  // ceil(1000 / 16)
+  EXPECT_EQ(s.kv_blocks_free, 63);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_EQ(s.page_size, 16);
+  EXPECT_EQ(s.steps, 0);
+}
+
 TEST(EngineRuntime, LongPromptAloneInSmallChunks) {
   // Steps that only advance a prefill produce no logits; the chunked result equals the unchunked one.
   EngineConfig c = base_config(testing::stories_path());
