@@ -224,10 +224,13 @@ void store_row(const KvLayerView& kv, void* cache, const float* row, int64_t slo
 void CpuBackend::store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) {
   check_slots(kv, slots, n);
   const int64_t width = kv.n_kv_heads * kv.head_dim;
-  for (int64_t t = 0; t < n; ++t) {
-    store_row(kv, kv.k, k + t * width, slots[t]);
-    store_row(kv, kv.v, v + t * width, slots[t]);
-  }
+  // A decode batch's rows stay on this thread (under two grains); a prefill chunk's are split.
+  pool_.parallel_for(n, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      store_row(kv, kv.k, k + t * width, slots[t]);
+      store_row(kv, kv.v, v + t * width, slots[t]);
+    }
+  });
 }
 
 void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
