@@ -86,6 +86,12 @@ int64_t default_spin_ns(int n_threads) {
 
 }  // namespace
 
+void PhaseBarrier::arrive_and_wait(int n_threads) {
+  arrived_.fetch_add(1, std::memory_order_acq_rel);
+  auto all_arrived = [&] { return arrived_.load(std::memory_order_acquire) >= n_threads; };
+  spin_until(all_arrived, INT64_MAX);  // an unbounded budget: returns only once all have arrived
+}
+
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads), spin_ns_(default_spin_ns(n_threads)) {
   if (n_threads < 1) throw_usage("thread pool size must be at least 1, got " + std::to_string(n_threads));
   workers_.reserve(static_cast<size_t>(n_threads - 1));

@@ -12,6 +12,17 @@
 
 namespace servetune {
 
+// Meeting point between two phases of one ThreadPool::run: arrive_and_wait(n) returns once n callers have arrived
+// (n: the run's thread count, which fn receives; 1 when the run was nested and ran inline). Cheaper than ending
+// the run and starting another. Waiters spin, then also yield. One use per run.
+class PhaseBarrier {
+ public:
+  void arrive_and_wait(int n_threads);
+
+ private:
+  alignas(64) std::atomic<int> arrived_{0};
+};
+
 class ThreadPool {
  public:
   // `n_threads` counts the calling thread too (n_threads >= 1, else Error(kUsage)).

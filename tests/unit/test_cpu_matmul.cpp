@@ -482,6 +482,22 @@ TEST(CpuMatmul, OutputsIndependentOfBatch) {
   }
 }
 
+// A matmul called from inside a task of its own pool runs inline on that thread: every output computed, the same bits
+// as a top-level call. Shapes cover both ways activations are prepared (each thread its own copy / one shared copy).
+TEST(CpuMatmul, NestedCallMatchesTopLevel) {
+  const TestMatrix m = make_matrix(DType::kQ4_1, 200, 1536, 31);
+  for (int64_t n_tokens : {2, 40}) {
+    const std::vector<float> x = random_activations(n_tokens, 1536, 1536, 32);
+    ThreadPool pool(2);
+    std::vector<float> top(static_cast<size_t>(n_tokens * 200)), nested(top.size(), -12345.0f);
+    matmul(m.view(), x.data(), n_tokens, 1536, top.data(), 200, pool);
+    pool.run([&](int index, int) {
+      if (index == 0) matmul(m.view(), x.data(), n_tokens, 1536, nested.data(), 200, pool);
+    });
+    EXPECT_EQ(std::memcmp(top.data(), nested.data(), top.size() * sizeof(float)), 0) << n_tokens << " tokens";
+  }
+}
+
 TEST(CpuMatmul, DefaultDispatchMatchesSelectedIsa) {
   const TestMatrix m = make_matrix(DType::kQ4_1, 20, 576, 77);
   const std::vector<float> x = random_activations(3, 576, 576, 78);

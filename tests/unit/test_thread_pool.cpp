@@ -1,5 +1,6 @@
 // Tests for ThreadPool: every index runs exactly once per run, parallel_for covers [0, n) exactly once,
-// exceptions propagate, back-to-back and nested runs, sleeping workers wake, destruction while idle.
+// exceptions propagate, back-to-back and nested runs, sleeping workers wake, destruction while idle; PhaseBarrier
+// holds every thread of a run until all have arrived.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -122,6 +123,40 @@ TEST(ThreadPool, NestedRunExecutesInline) {
     pool.parallel_for(100, 1, [&](int64_t begin, int64_t end) { inner.fetch_add(static_cast<int>(end - begin)); });
   });
   EXPECT_EQ(inner.load(), 2 * 101);
+}
+
+TEST(PhaseBarrier, NoThreadPassesBeforeAllHaveArrived) {
+  for (int n : {1, 2, 3}) {
+    ThreadPool pool(n);
+    for (int round = 0; round < 200; ++round) {
+      std::vector<std::atomic<int>> written(static_cast<size_t>(n));
+      std::atomic<int> missed{0};
+      PhaseBarrier barrier;
+      pool.run([&](int index, int count) {
+        // The last thread to arrive is late on purpose, so a barrier that lets anyone through early shows.
+        if (index == count - 1 && round % 20 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        written[static_cast<size_t>(index)].store(1);
+        barrier.arrive_and_wait(count);
+        for (int i = 0; i < count; ++i) {
+          if (written[static_cast<size_t>(i)].load() != 1) missed.fetch_add(1);
+        }
+      });
+      ASSERT_EQ(missed.load(), 0) << "n=" << n << " round=" << round;
+    }
+  }
+}
+
+TEST(PhaseBarrier, NestedRunPassesWithItsOneThread) {
+  ThreadPool pool(2);
+  std::atomic<int> passed{0};
+  pool.run([&](int, int) {
+    PhaseBarrier barrier;
+    pool.run([&](int, int n) {
+      barrier.arrive_and_wait(n);
+      passed.fetch_add(1);
+    });
+  });
+  EXPECT_EQ(passed.load(), 2);
 }
 
 TEST(ThreadPool, ParallelForCoversRangeExactlyOnce) {

@@ -307,24 +307,31 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
   if (n_jobs == 0) return;
 
   const bool needs_prep = kind != ActKind::kF32 && kind != ActKind::kDequantF32;
+  const bool parallel = chunks > 1 && threads > 1;
   // Few activations (decode): every thread prepares its own copy inside the parallel region, which overlaps that
   // work with the wake-up and needs no barrier. Preparation is deterministic, so all copies are identical.
-  const bool private_prep = needs_prep && threads > 1 && chunks > 1 && n_tokens * cols <= 16 * 1024;
+  const bool private_prep = needs_prep && parallel && n_tokens * cols <= 16 * 1024;
+  // More: one shared copy, its tokens split over the threads of the region, then a barrier before the chunks.
+  const bool shared_prep_in_region = needs_prep && parallel && !private_prep;
   const bool token_lanes = k.pack_token_groups != nullptr && n_tokens >= kTokenGroup;
   Activations shared;
+  ActStorage shared_st;
   if (!needs_prep) {
     shared.f = x;
     shared.f_stride = x_stride;
   } else if (!private_prep) {
-    const ActStorage st = allocate_activations(kind, n_tokens, cols, shared, token_lanes);
-    if (threads > 1 && n_tokens * cols >= 32 * 1024) {
-      pool->parallel_for(n_tokens, std::max<int64_t>(1, 8192 / cols), [&](int64_t t0, int64_t t1) {
-        prepare_activations(k, kind, x, x_stride, t0, t1, cols, st, shared);
-      });
-      pool->parallel_for(shared.n_groups, 1, [&](int64_t g0, int64_t g1) { pack_token_groups(k, g0, g1, st, shared); });
-    } else {
-      prepare_activations(k, kind, x, x_stride, 0, n_tokens, cols, st, shared);
-      pack_token_groups(k, 0, shared.n_groups, st, shared);
+    shared_st = allocate_activations(kind, n_tokens, cols, shared, token_lanes);
+    if (!shared_prep_in_region) {
+      if (threads > 1 && n_tokens * cols >= 32 * 1024) {
+        pool->parallel_for(n_tokens, std::max<int64_t>(1, 8192 / cols), [&](int64_t t0, int64_t t1) {
+          prepare_activations(k, kind, x, x_stride, t0, t1, cols, shared_st, shared);
+        });
+        pool->parallel_for(shared.n_groups, 1,
+                           [&](int64_t g0, int64_t g1) { pack_token_groups(k, g0, g1, shared_st, shared); });
+      } else {
+        prepare_activations(k, kind, x, x_stride, 0, n_tokens, cols, shared_st, shared);
+        pack_token_groups(k, 0, shared.n_groups, shared_st, shared);
+      }
     }
   }
 
@@ -339,18 +346,32 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
     job.kernel(job.w, a, r0, std::min(job.w.rows, r0 + plan.row_chunk), t0, std::min(n_tokens, t0 + plan.token_chunk),
                job.y, job.y_stride);
   };
-  if (chunks == 1 || threads == 1) {
+  if (!parallel) {
     for (int64_t i = 0; i < chunks; ++i) run_chunk(shared, i);
     return;
   }
   std::atomic<int64_t> next{threads};
-  pool->run([&](int index, int) {
+  PhaseBarrier prepared;
+  pool->run([&](int index, int n) {
+    if (shared_prep_in_region) {
+      // Thread i prepares tokens [edge(i), edge(i + 1)), on group boundaries, and packs the whole groups among them.
+      const int64_t unit = shared.n_groups > 0 ? kTokenGroup : 1;
+      auto edge = [&](int i) { return i == n ? n_tokens : n_tokens * i / n / unit * unit; };
+      const int64_t t0 = edge(index), t1 = edge(index + 1);
+      prepare_activations(k, kind, x, x_stride, t0, t1, cols, shared_st, shared);
+      pack_token_groups(k, t0 / kTokenGroup, std::min(t1 / kTokenGroup, shared.n_groups), shared_st, shared);
+      prepared.arrive_and_wait(n);
+    }
     if (index >= chunks) return;
     Activations local = shared;
     if (private_prep) {
       const ActStorage st = allocate_activations(kind, n_tokens, cols, local, token_lanes);
       prepare_activations(k, kind, x, x_stride, 0, n_tokens, cols, st, local);
       pack_token_groups(k, 0, local.n_groups, st, local);
+    }
+    if (n == 1) {  // a nested call, run inline on this thread alone
+      for (int64_t i = 0; i < chunks; ++i) run_chunk(local, i);
+      return;
     }
     for (int64_t i = index; i < chunks; i = next.fetch_add(1, std::memory_order_relaxed)) {
       run_chunk(local, i);
