@@ -358,8 +358,13 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
       const int64_t unit = shared.n_groups > 0 ? kTokenGroup : 1;
       auto edge = [&](int i) { return i == n ? n_tokens : n_tokens * i / n / unit * unit; };
       const int64_t t0 = edge(index), t1 = edge(index + 1);
-      prepare_activations(k, kind, x, x_stride, t0, t1, cols, shared_st, shared);
-      pack_token_groups(k, t0 / kTokenGroup, std::min(t1 / kTokenGroup, shared.n_groups), shared_st, shared);
+      try {
+        prepare_activations(k, kind, x, x_stride, t0, t1, cols, shared_st, shared);
+        pack_token_groups(k, t0 / kTokenGroup, std::min(t1 / kTokenGroup, shared.n_groups), shared_st, shared);
+      } catch (...) {
+        prepared.arrive_and_wait(n);  // never leave the others waiting; run() rethrows and the outputs are discarded
+        throw;
+      }
       prepared.arrive_and_wait(n);
     }
     if (index >= chunks) return;
