@@ -165,14 +165,22 @@ class ServerHttp : public ::testing::Test {
     c.send(raw);
     return c.response();
   }
-  // Waits until the engine holds no request and no KV block.
-  bool engine_idle() {
+  // Polls `holds` every 10 ms for up to kWaitMs; true once it holds.
+  template <class Pred>
+  static bool eventually(Pred holds) {
     for (int i = 0; i < kWaitMs / 10; ++i) {
-      const EngineStats s = engine_->stats();
-      if (s.running == 0 && s.waiting == 0 && s.kv_blocks_used == 0) return true;
+      if (holds()) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return false;
+  }
+  bool engine_holds_nothing() const {
+    const EngineStats s = engine_->stats();
+    return s.running == 0 && s.waiting == 0 && s.kv_blocks_used == 0;
+  }
+  // Waits until the engine holds no request and no KV block.
+  bool engine_idle() {
+    return eventually([&] { return engine_holds_nothing(); });
   }
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Server> server_;
@@ -299,14 +307,11 @@ TEST_F(ServerHttp, ClientDisconnectAbortsTheRequestAndFreesItsBlocks) {
   }
   // The server may take up the last request only after the engine first looks idle here: wait until nothing is in
   // flight at the HTTP level and the engine is idle again.
-  bool settled = false;
-  for (int i = 0; i < kWaitMs / 10 && !settled; ++i) {
+  EXPECT_TRUE(eventually([&] {
     const Response m = request(get("/metrics"));
-    settled = m.body.find("servetune:requests_in_flight{model_name=\"stories260K.gguf\"} 0\n") != std::string::npos &&
-              engine_idle();
-    if (!settled) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_TRUE(settled);
+    return m.body.find("servetune:requests_in_flight{model_name=\"stories260K.gguf\"} 0\n") != std::string::npos &&
+           engine_holds_nothing();
+  }));
   EXPECT_GE(engine_->stats().requests_aborted, 3);
 }
 
