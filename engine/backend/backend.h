@@ -97,6 +97,8 @@ class Backend {
   virtual DType matrix_storage_type(DType file_type) const { return file_type; }
   // Total and free memory of the device; nullopt for host-memory backends (they size the KV cache by physical RAM).
   virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
+  // True when store_kv and attention handle a KV cache of this element type.
+  virtual bool supports_kv_dtype(DType t) const { return t == DType::kF32 || t == DType::kF16; }
 
   virtual std::unique_ptr<Buffer> allocate(size_t bytes) = 0;
   // Backs all of `buffer` with memory now (contents unchanged), so its first use pays no page faults and a host

@@ -1,5 +1,5 @@
-// Scalar conversions between float and the 16-bit float formats (IEEE fp16, bfloat16), exact and branch-light.
-// bf16 rounding is round-to-nearest-even (as torch and the gguf package do); NaN stays NaN.
+// Scalar conversions between float and the narrow float formats (IEEE fp16, bfloat16, OCP FP8 E4M3), exact and
+// branch-light. Rounding is round-to-nearest-even (as torch and the gguf package do); NaN stays NaN.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +59,35 @@ inline uint16_t f32_to_bf16(float f) {
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
   u += 0x7FFFu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
+}
+
+// OCP FP8 E4M3 ("fn": bias 7, no infinities, S.1111.111 is NaN, largest finite 448): exact.
+inline float fp8_e4m3_to_f32(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0x0Fu;
+  const uint32_t man = b & 0x07u;
+  if (exp == 0x0Fu && man == 0x07u) return bits_to_f32(sign | 0x7FC00000u);
+  if (exp == 0) return bits_to_f32(sign | f32_to_bits(static_cast<float>(man) * 0x1p-9f));  // subnormal m * 2^-9
+  return bits_to_f32(sign | (exp + 127 - 7) << 23 | man << 20);
+}
+
+// Float to FP8 E4M3, round to nearest even, saturating: magnitudes from 448 up (infinity included) give ±448, as
+// vLLM's and SGLang's FP8 KV caches store them (a plain cast would give NaN); NaN gives NaN (S.1111.111).
+inline uint8_t f32_to_fp8_e4m3(float f) {
+  const uint32_t u = f32_to_bits(f);
+  const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return sign | 0x7Fu;
+  if (a >= 0x43E00000u) return sign | 0x7Eu;  // 448
+  if (a < 0x3C800000u) {                       // below 2^-6, the smallest normal: multiples of 2^-9
+    const float quanta = bits_to_f32(a) * 512.0f;  // exact, < 8
+    auto q = static_cast<uint32_t>(quanta);
+    const float rest = quanta - static_cast<float>(q);
+    if (rest > 0.5f || (rest == 0.5f && (q & 1u) != 0)) ++q;
+    return static_cast<uint8_t>(sign | q);  // q == 8 is 2^-6, code 0x08
+  }
+  const uint32_t rounded = a + 0x7FFFFu + ((a >> 20) & 1u);  // to 3 mantissa bits; a carry moves the exponent up
+  return static_cast<uint8_t>(sign | ((rounded >> 20) - ((127u - 7u) << 3)));
 }
 
 }  // namespace servetune

@@ -91,23 +91,8 @@ float fp16_to_f32_keep_nan(uint16_t h) {
   return fp16_to_f32(h);
 }
 
-// OCP FP8 E4M3 ("fn" variant): bias 7, no infinities, S.1111.111 is NaN, largest finite 448.
 void dequant_fp8_e4m3(const uint8_t* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t sign = static_cast<uint32_t>(x[i] & 0x80) << 24;
-    const uint32_t exp = (x[i] >> 3) & 0x0F;
-    const uint32_t man = x[i] & 0x07;
-    uint32_t bits;
-    if (exp == 0x0F && man == 0x07) {
-      bits = sign | 0x7FC00000u;
-    } else if (exp != 0) {
-      bits = sign | (exp + 127 - 7) << 23 | man << 20;
-    } else {
-      // Subnormal: man * 2^-9, exact in float.
-      bits = sign | f32_to_bits(static_cast<float>(man) * 0x1p-9f);
-    }
-    y[i] = bits_to_f32(bits);
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = fp8_e4m3_to_f32(x[i]);
 }
 
 // ---- k-quants: 256-element super-blocks of 16 or 8 sub-blocks with their own scales ----

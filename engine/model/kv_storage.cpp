@@ -13,8 +13,9 @@ int64_t KvStorage::block_bytes(const ModelConfig& config, int64_t local_kv_heads
 KvStorage::KvStorage(Backend& backend, const ModelConfig& config, int64_t local_kv_heads, int64_t num_blocks,
                      int64_t page_size, DType dtype)
     : num_blocks_(num_blocks), page_size_(page_size), dtype_(dtype) {
-  if (dtype != DType::kF32 && dtype != DType::kF16) {
-    throw_unsupported("kv_cache_dtype " + std::string(dtype_name(dtype)) + " is not supported on this backend (supported: f32, f16)");
+  if (!backend.supports_kv_dtype(dtype)) {
+    throw_unsupported("kv_cache_dtype " + std::string(dtype_name(dtype)) + " is not supported on the " + backend.name() +
+                      " backend");
   }
   const size_t layer_bytes = static_cast<size_t>((num_blocks + 1) * page_size * local_kv_heads * config.head_dim * dtype_info(dtype).type_size);
   for (int64_t l = 0; l < config.n_layers; ++l) {

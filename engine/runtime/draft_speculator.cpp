@@ -81,7 +81,7 @@ DraftModelSpeculator::DraftModelSpeculator(const std::string& draft_path, const 
   const int64_t page = context.page_size;
   const int64_t num_blocks = std::max<int64_t>(1, (context.kv_tokens + page - 1) / page);
   kv_ = std::make_unique<KvStorage>(*context.backend, model_->config(), model_->local_kv_heads(), num_blocks, page,
-                                    context.kv_f16 ? DType::kF16 : DType::kF32);
+                                    context.kv_dtype);
   blocks_ = std::make_unique<BlockManager>(num_blocks, page, /*enable_prefix_caching=*/false);
   runner_ = std::make_unique<ModelRunner>(*model_, *kv_);
 }

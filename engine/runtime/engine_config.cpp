@@ -227,7 +227,9 @@ void EngineConfig::validate() const {
   unsupported(!enable_dp_attention, "enable_dp_attention is not implemented yet");
   unsupported(compile != "graphs" || device != "cpu", "compile = graphs (CUDA graphs) needs a GPU device; on cpu use eager or fused");
   usage(cuda_graph_max_bs == 0 || compile == "graphs", "cuda_graph_max_bs applies to compile = graphs only");
-  unsupported(kv_cache_dtype != "fp8_e4m3", "kv_cache_dtype fp8_e4m3 is not implemented yet (available: auto, f32, f16)");
+  unsupported(kv_cache_dtype != "fp8_e4m3" || device == "cpu",
+              "kv_cache_dtype fp8_e4m3 is implemented on device cpu only (the " + device +
+                  " kernels read f32 and f16 caches)");
   unsupported(algo.empty() || algo == "ngram" || algo == "draft",
               "speculative_algorithm '" + speculative_algorithm + "' is not implemented yet (available: ngram, draft)");
   const std::string problem = combination_problem();

@@ -36,6 +36,7 @@ int64_t physical_memory_bytes() {
 
 // "auto" is f32 on the CPU (exact against the reference) and f16 on GPUs (half the memory and bandwidth).
 DType kv_dtype_for(const std::string& name, const Backend& backend) {
+  if (name == "fp8_e4m3") return DType::kFP8_E4M3;
   if (name == "f16" || (name == "auto" && !backend.host_memory())) return DType::kF16;
   return DType::kF32;
 }
@@ -135,7 +136,7 @@ class EngineReplica::Impl {
     spec_context.target_vocab = model_config_.vocab;
     spec_context.kv_tokens = num_blocks * page;  // the draft cache holds as many tokens as the target's
     spec_context.page_size = page;
-    spec_context.kv_f16 = kv_dtype == DType::kF16;
+    spec_context.kv_dtype = kv_dtype;
     spec_context.max_batch_tokens = config_.max_prefill_tokens;
     speculator_ = make_speculator(config_, spec_context);
     num_draft_tokens_ = speculative_draft_tokens(config_);

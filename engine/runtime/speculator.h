@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "runtime/sampler.h"
 
 namespace servetune {
@@ -67,7 +68,7 @@ struct SpeculatorContext {
   int64_t target_vocab = 0;
   int64_t kv_tokens = 0;
   int64_t page_size = 16;
-  bool kv_f16 = false;
+  DType kv_dtype = DType::kF32;  // the target's KV cache element type, which the draft's cache uses too
   int64_t max_batch_tokens = 8192;  // most tokens of one draft forward (prompt catch-up is chunked to it)
 };
 

@@ -1,5 +1,5 @@
-// Microbenchmark for the CPU paged attention on SmolLM2-135M shapes (9 query heads, 3 KV heads of 64, f16 KV
-// cache): a batched decode step of 32 sequences, a single-sequence decode, both at a long context (2048 positions),
+// Microbenchmark for the CPU paged attention on SmolLM2-135M shapes (9 query heads, 3 KV heads of 64, KV cache of
+// `kv_bits` 16 (f16) or 8 (FP8 E4M3)): a batched decode step of 32 sequences, a single-sequence decode, both at a long context (2048 positions),
 // and a prefill chunk (every position of 32 sequences), blocks handed out shuffled as a long-running cache leaves
 // them, pages of 16 unless `page` says otherwise. `Dram`: each call reads the next of 30 layers' caches (the
 // engine's pattern: a step's KV reads come from DRAM); `Cached`: one layer's cache, read again (L2/L3), which
@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -22,7 +23,7 @@ namespace {
 constexpr int64_t kLayers = 30, kHeads = 9, kKvHeads = 3, kHeadDim = 64;
 
 struct AttentionStep {
-  std::vector<std::vector<uint16_t>> k, v;  // per layer: [blocks, page, kv heads, head dim] f16
+  std::vector<std::vector<uint8_t>> k, v;  // per layer: [blocks, page, kv heads, head dim] f16 or fp8 elements
   std::vector<KvLayerView> views;
   std::vector<int32_t> positions, seq_of_token, tables;
   int64_t blocks_per_seq = 0;
@@ -31,24 +32,35 @@ struct AttentionStep {
   int64_t kv_bytes_read = 0;
 
   // Decode: each sequence's last position; prefill: all its positions.
-  AttentionStep(int64_t seqs, int64_t ctx, int64_t page, int64_t layers, bool prefill) {
+  AttentionStep(int64_t seqs, int64_t ctx, int64_t page, int64_t layers, bool prefill, DType kv_dtype) {
+    const auto elem = static_cast<size_t>(dtype_info(kv_dtype).type_size);
     blocks_per_seq = (ctx + page - 1) / page;
     const int64_t blocks = seqs * blocks_per_seq;
     const int64_t block_elems = page * kKvHeads * kHeadDim;
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    std::vector<uint16_t> pattern(static_cast<size_t>(4096));
-    for (auto& h : pattern) h = f32_to_fp16(dist(rng));
+    std::vector<uint8_t> pattern(4096 * elem);  // 4096 random elements
+    for (size_t i = 0; i < 4096; ++i) {
+      const float x = dist(rng);
+      if (kv_dtype == DType::kF16) {
+        const uint16_t h = f32_to_fp16(x);
+        std::memcpy(pattern.data() + i * elem, &h, elem);
+      } else {
+        pattern[i] = f32_to_fp8_e4m3(x);
+      }
+    }
     for (int64_t l = 0; l < layers; ++l) {
       for (auto* side : {&k, &v}) {
-        side->emplace_back(static_cast<size_t>(blocks * block_elems));
+        side->emplace_back(static_cast<size_t>(blocks * block_elems) * elem);
         auto& data = side->back();
-        for (size_t i = 0; i < data.size(); ++i) data[i] = pattern[(i * 7 + static_cast<size_t>(l)) % pattern.size()];
+        for (size_t i = 0; i < data.size() / elem; ++i) {
+          std::memcpy(data.data() + i * elem, pattern.data() + (i * 7 + static_cast<size_t>(l)) % 4096 * elem, elem);
+        }
       }
       KvLayerView view;
       view.k = k.back().data();
       view.v = v.back().data();
-      view.dtype = DType::kF16;
+      view.dtype = kv_dtype;
       view.num_blocks = blocks;
       view.page_size = page;
       view.n_kv_heads = kKvHeads;
@@ -72,15 +84,16 @@ struct AttentionStep {
     batch.seq_of_token = seq_of_token.data();
     batch.block_tables = tables.data();
     batch.max_blocks_per_seq = blocks_per_seq;
-    kv_bytes_read = seqs * ctx * 2 * kKvHeads * kHeadDim * static_cast<int64_t>(sizeof(uint16_t));
+    kv_bytes_read = seqs * ctx * 2 * kKvHeads * kHeadDim * static_cast<int64_t>(elem);
   }
 };
 
 void run_attention(benchmark::State& state, int64_t layers, bool prefill) {
   const int threads = static_cast<int>(state.range(0));
   const int64_t seqs = state.range(1), ctx = state.range(2), page = state.range(3);
+  const DType kv_dtype = state.range(4) == 8 ? DType::kFP8_E4M3 : DType::kF16;
   CpuBackend backend(threads);
-  AttentionStep step(seqs, ctx, page, layers, prefill);
+  AttentionStep step(seqs, ctx, page, layers, prefill, kv_dtype);
   size_t layer = 0;
   for (auto _ : state) {
     backend.attention(step.views[layer], step.batch, step.q.data(), kHeads, 0.125f, step.out.data());
@@ -95,8 +108,14 @@ void BM_AttentionDecodeCached(benchmark::State& state) { run_attention(state, 1,
 void BM_AttentionPrefill(benchmark::State& state) { run_attention(state, kLayers, true); }
 
 void add_cases(benchmark::internal::Benchmark* b, const std::vector<std::vector<int64_t>>& cases) {
-  b->ArgNames({"threads", "seqs", "ctx", "page"});
-  for (const auto& args : cases) b->Args(args);
+  b->ArgNames({"threads", "seqs", "ctx", "page", "kv_bits"});
+  for (const auto& args : cases) {
+    for (int64_t bits : {16, 8}) {
+      auto with_bits = args;
+      with_bits.push_back(bits);
+      b->Args(with_bits);
+    }
+  }
   b->UseRealTime();
 }
 void decode_cases(benchmark::internal::Benchmark* b) {

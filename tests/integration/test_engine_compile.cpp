@@ -88,6 +88,15 @@ TEST(EngineCompile, GpuDevicesNeedTheirBuild) {
       c.tp_size = 2;
       EXPECT_THROW(c.validate(), Error) << "tensor parallelism on " << device << " is not implemented yet";
       c.tp_size = 1;
+      c.kv_cache_dtype = "fp8_e4m3";
+      try {
+        c.validate();
+        ADD_FAILURE() << "kv_cache_dtype fp8_e4m3 accepted on " << device << ", whose kernels read f32 and f16 only";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+        EXPECT_NE(std::string(e.what()).find("cpu only"), std::string::npos) << e.what();
+      }
+      c.kv_cache_dtype = "auto";
       continue;
     }
     try {

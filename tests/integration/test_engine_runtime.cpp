@@ -134,6 +134,8 @@ void check_model(const std::string& model, const std::string& kv = "auto") {
 TEST(EngineRuntime, Stories260KOutputsIndependentOfScheduling) { check_model(testing::stories_path()); }
 TEST(EngineRuntime, SmolLM2OutputsIndependentOfScheduling) { check_model(testing::smollm2_path()); }
 TEST(EngineRuntime, Stories260KF16KvOutputsIndependentOfScheduling) { check_model(testing::stories_path(), "f16"); }
+TEST(EngineRuntime, Stories260KFp8KvOutputsIndependentOfScheduling) { check_model(testing::stories_path(), "fp8_e4m3"); }
+TEST(EngineRuntime, SmolLM2Fp8KvOutputsIndependentOfScheduling) { check_model(testing::smollm2_path(), "fp8_e4m3"); }
 
 ErrorKind submit_error(Engine& engine, Request r) {
   try {

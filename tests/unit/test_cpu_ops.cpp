@@ -42,8 +42,14 @@ void check_attention(detail::AttentionGroupKernel kernel, int64_t width, DType k
         for (auto& x : v) x = normal(rng);
         std::vector<uint16_t> k16(k.size()), v16(v.size());
         for (size_t i = 0; i < k.size(); ++i) k16[i] = f32_to_fp16(k[i]), v16[i] = f32_to_fp16(v[i]);
-        void* k_data = kv_dtype == DType::kF16 ? static_cast<void*>(k16.data()) : k.data();
-        void* v_data = kv_dtype == DType::kF16 ? static_cast<void*>(v16.data()) : v.data();
+        std::vector<uint8_t> k8(k.size()), v8(v.size());
+        for (size_t i = 0; i < k.size(); ++i) k8[i] = f32_to_fp8_e4m3(k[i]), v8[i] = f32_to_fp8_e4m3(v[i]);
+        void* k_data = kv_dtype == DType::kF16        ? static_cast<void*>(k16.data())
+                       : kv_dtype == DType::kFP8_E4M3 ? static_cast<void*>(k8.data())
+                                                      : k.data();
+        void* v_data = kv_dtype == DType::kF16        ? static_cast<void*>(v16.data())
+                       : kv_dtype == DType::kFP8_E4M3 ? static_cast<void*>(v8.data())
+                                                      : v.data();
         std::vector<int32_t> table(static_cast<size_t>(blocks));
         std::iota(table.begin(), table.end(), 0);
         std::shuffle(table.begin(), table.end(), rng);  // blocks scattered in the cache
@@ -95,12 +101,14 @@ TEST(CpuOps, AttentionAvx512MatchesReference) {
   if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
   check_attention(&detail::attention_group_avx512, 16, DType::kF32);
   check_attention(&detail::attention_group_avx512, 16, DType::kF16);
+  check_attention(&detail::attention_group_avx512, 16, DType::kFP8_E4M3);
 }
 
 TEST(CpuOps, AttentionAvx2MatchesReference) {
   if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2";
   check_attention(&detail::attention_group_avx2, 8, DType::kF32);
   check_attention(&detail::attention_group_avx2, 8, DType::kF16);
+  check_attention(&detail::attention_group_avx2, 8, DType::kFP8_E4M3);
 }
 
 using SiluMulKernel = void (*)(const float*, const float*, int64_t, int64_t, int64_t, float*);
@@ -218,6 +226,52 @@ TEST(CpuOps, ToF16MatchesScalarConversion) {
   EXPECT_TRUE(std::isnan(fp16_to_f32(nan_half)));
 }
 
+// to_fp8_e4m3 (the FP8 KV cache's stores), through each ISA's kernel, equals the scalar conversion on normal,
+// subnormal, saturating, tie-breaking and NaN values, at lengths around the vector widths; and the vector loads the
+// attention kernels widen FP8 rows with (one or two vectors at a time) give fp8_e4m3_to_f32 of every code.
+TEST(CpuOps, ToFp8MatchesScalarConversion) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 30.0f);
+  const std::vector<float> specials = {0.0f,     -0.0f,      448.0f,   449.0f,    464.0f,    465.0f,  -1e6f,
+                                       INFINITY, -INFINITY,  NAN,      0x1p-6f,   0x1p-9f,   0x1.8p-10f, 0x1p-10f,
+                                       0x0.9p-6f, 0x1.7p-6f, 1.0625f,  1.1875f,   -3e-3f,    0x1.fp-7f, 1e-30f};
+  using Convert = void (*)(const float*, int64_t, uint8_t*);
+  std::vector<std::pair<std::string, Convert>> converters = {
+      {"dispatch", [](const float* x, int64_t n, uint8_t* out) { cpu::to_fp8_e4m3({x, static_cast<size_t>(n)}, out); }}};
+  if (cpu_supports(CpuIsa::kAvx512)) converters.emplace_back("avx512", &detail::to_fp8_e4m3_avx512);
+  if (cpu_supports(CpuIsa::kAvx2)) converters.emplace_back("avx2", &detail::to_fp8_e4m3_avx2);
+  for (const auto& [name, convert] : converters) {
+    for (size_t n : {1u, 7u, 8u, 9u, 16u, 17u, 40u, 1000u}) {
+      std::vector<float> x(n);
+      for (size_t i = 0; i < n; ++i) x[i] = i % 2 == 0 ? specials[i / 2 % specials.size()] : normal(rng);
+      std::vector<uint8_t> got(n);
+      convert(x.data(), static_cast<int64_t>(n), got.data());
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], f32_to_fp8_e4m3(x[i])) << name << " n " << n << " value " << x[i];
+    }
+  }
+  std::vector<uint8_t> codes(256);
+  std::iota(codes.begin(), codes.end(), 0);
+  std::vector<float> want(256), got(256);
+  for (int c = 0; c < 256; ++c) want[static_cast<size_t>(c)] = fp8_e4m3_to_f32(static_cast<uint8_t>(c));
+  using Widen = void (*)(const uint8_t*, int64_t, bool, float*);
+  std::vector<std::pair<std::string, Widen>> wideners;
+  if (cpu_supports(CpuIsa::kAvx512)) wideners.emplace_back("avx512", &detail::widen_fp8_e4m3_avx512);
+  if (cpu_supports(CpuIsa::kAvx2)) wideners.emplace_back("avx2", &detail::widen_fp8_e4m3_avx2);
+  for (const auto& [isa, widen] : wideners) {
+    for (bool pairs : {false, true}) {
+      const std::string name = isa + (pairs ? " pairs" : " single");
+      widen(codes.data(), 256, pairs, got.data());
+      for (size_t c = 0; c < 256; ++c) {
+        if (std::isnan(want[c])) {
+          EXPECT_TRUE(std::isnan(got[c])) << name << " code " << c;
+        } else {
+          EXPECT_EQ(f32_to_bits(got[c]), f32_to_bits(want[c])) << name << " code " << c;
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuOps, RopeIsARotation) {
   // Rotation keeps each pair's norm, and position 0 is the identity, in both pair layouts.
   for (bool neox : {false, true}) {
@@ -267,7 +321,7 @@ TEST(CpuOps, FusedRopeStoreQkvEqualsRopeThenStore) {
   CpuBackend backend(2);
   // Positions inside the backend's rotary table, and a batch reaching past it (the per-token fallback).
   for (int32_t far : {9, 70000}) {
-    for (DType kv_dtype : {DType::kF32, DType::kF16}) {
+    for (DType kv_dtype : {DType::kF32, DType::kF16, DType::kFP8_E4M3}) {
       for (bool neox : {false, true}) {
         const int64_t n = 5, n_heads = 6, n_kv = 2, hd = 24, page = 4, num_blocks = 4;
         RopeParams p;
@@ -283,7 +337,7 @@ TEST(CpuOps, FusedRopeStoreQkvEqualsRopeThenStore) {
           std::copy_n(qkv.begin() + t * row + qw, kvw, k.begin() + t * kvw);
           std::copy_n(qkv.begin() + t * row + qw + kvw, kvw, v.begin() + t * kvw);
         }
-        const size_t cache_bytes = static_cast<size_t>(num_blocks * page * kvw) * (kv_dtype == DType::kF16 ? 2 : 4);
+        const size_t cache_bytes = static_cast<size_t>(num_blocks * page * kvw) * static_cast<size_t>(dtype_info(kv_dtype).type_size);
         auto k_ref = backend.allocate(cache_bytes), v_ref = backend.allocate(cache_bytes);
         auto k_fused = backend.allocate(cache_bytes), v_fused = backend.allocate(cache_bytes);
         std::memset(k_ref->data(), 0, cache_bytes), std::memset(v_ref->data(), 0, cache_bytes);

@@ -312,6 +312,42 @@ TEST(Quant, Fp8E4M3AllCodes) {
   EXPECT_TRUE(std::signbit(out[0x80]));
 }
 
+// f32_to_fp8_e4m3 against a search over the definition: the nearest finite code (ties to the even code, whose
+// mantissa's last bit is 0), ±448 from 448 up, NaN kept; on every midpoint between neighbouring codes and just
+// either side of it, on random magnitudes across the whole range, and on specials. Round trips every code.
+TEST(Quant, Fp8E4M3EncodeIsNearestEvenSaturating) {
+  std::vector<double> value(127);  // positive finite codes 0x00..0x7E
+  for (int c = 0; c < 127; ++c) value[c] = fp8_e4m3_to_f32(static_cast<uint8_t>(c));
+  const auto oracle = [&](float x) -> uint8_t {
+    const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+    if (std::isnan(x)) return sign | 0x7F;
+    const double a = std::fabs(static_cast<double>(x));
+    if (a >= 448.0) return sign | 0x7E;
+    int best = 0;
+    for (int c = 1; c < 127; ++c) {
+      const double d = std::fabs(value[c] - a), best_d = std::fabs(value[best] - a);
+      if (d < best_d || (d == best_d && c % 2 == 0)) best = c;
+    }
+    return static_cast<uint8_t>(sign | best);
+  };
+  std::vector<float> xs = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-30f, -1e-30f, 1e30f, 448.0f, 464.0f, 500.0f};
+  for (int c = 0; c + 1 < 127; ++c) {
+    const auto mid = static_cast<float>((value[c] + value[c + 1]) / 2);  // exact in float
+    xs.insert(xs.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f), -mid, static_cast<float>(value[c])});
+  }
+  uint32_t state = 12345;
+  for (int i = 0; i < 20000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    const float magnitude = std::ldexp(1.0f + static_cast<float>(state >> 8) / 16777216.0f, static_cast<int>(state % 24) - 14);
+    xs.push_back(i % 2 == 0 ? magnitude : -magnitude);
+  }
+  for (float x : xs) ASSERT_EQ(f32_to_fp8_e4m3(x), oracle(x)) << "x " << x;
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;  // NaN
+    EXPECT_EQ(f32_to_fp8_e4m3(fp8_e4m3_to_f32(static_cast<uint8_t>(c))), c) << "code " << c;
+  }
+}
+
 // Q8_K has no gguf.quants reference; its layout is a float scale and int8 codes.
 TEST(Quant, Q8KIsScaleTimesCode) {
   BlockQ8_K block{};

@@ -25,4 +25,12 @@ double exp_scaled_avx2(const float* x, int64_t n, float shift, float scale, floa
 
 void to_f16_avx2(const float* x, int64_t n, uint16_t* out) { activation_impl::to_f16<simd::Avx2>(x, n, out); }
 
+void to_fp8_e4m3_avx2(const float* x, int64_t n, uint8_t* out) {
+  activation_impl::to_fp8_e4m3<simd::Avx2>(x, n, out);
+}
+
+void widen_fp8_e4m3_avx2(const uint8_t* x, int64_t n, bool pairs, float* out) {
+  activation_impl::widen_fp8_e4m3<simd::Avx2>(x, n, pairs, out);
+}
+
 }  // namespace servetune::cpu::detail

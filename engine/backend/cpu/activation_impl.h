@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 
 #include "backend/cpu/rms_scale.h"
 #include "core/half.h"
@@ -102,6 +103,32 @@ void to_f16(const float* x, int64_t n, uint16_t* out) {
   int64_t i = 0;
   for (; i + W <= n; i += W) S::store(out + i, S::load(x + i));
   for (; i < n; ++i) out[i] = f32_to_fp16(x[i]);
+}
+
+template <class S>
+void widen_fp8_e4m3(const uint8_t* x, int64_t n, bool pairs, float* out) {
+  constexpr int W = S::kWidth;
+  const auto unit = S::set1(256.0f);
+  for (int64_t i = 0; i < n; i += 2 * W) {
+    typename S::V lo, hi;
+    if (pairs) {
+      std::tie(lo, hi) = S::load_fp8_pair_scaled(x + i);
+    } else {
+      lo = S::load_fp8_scaled(x + i);
+      hi = S::load_fp8_scaled(x + i + W);
+    }
+    S::store(out + i, S::mul(lo, unit));
+    S::store(out + i + W, S::mul(hi, unit));
+  }
+}
+
+// out[i] = x[i] as FP8 E4M3 (f32_to_fp8_e4m3: round to nearest even, saturating) for i < n.
+template <class S>
+void to_fp8_e4m3(const float* x, int64_t n, uint8_t* out) {
+  constexpr int W = S::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) S::store(out + i, S::load(x + i));
+  for (; i < n; ++i) out[i] = f32_to_fp8_e4m3(x[i]);
 }
 
 }  // namespace servetune::cpu::detail::activation_impl

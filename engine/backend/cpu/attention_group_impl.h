@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -46,6 +47,33 @@ struct RowPrefetcher {
   }
 };
 
+// KV elements as the kernels read them: f32 and f16 exactly; FP8 E4M3 exactly times 2^-8 (kLoadUnit folds the 2^8
+// back into the score scale and the weighted sums; a power of two, so the results round as if it were not there).
+template <class KvT>
+constexpr float kLoadUnit = std::is_same_v<KvT, uint8_t> ? 256.0f : 1.0f;
+
+template <class S, class KvT>
+[[gnu::always_inline]] inline typename S::V load_kv(const KvT* p) {
+  if constexpr (std::is_same_v<KvT, uint8_t>) {
+    return S::load_fp8_scaled(p);
+  } else {
+    return S::load(p);
+  }
+}
+
+// The NV vectors of one head's stretch of a K or V row.
+template <class S, int NV, class KvT>
+[[gnu::always_inline]] inline void load_kv_row(const KvT* p, typename S::V* out) {
+  if constexpr (std::is_same_v<KvT, uint8_t>) {
+#pragma GCC unroll 16
+    for (int i = 0; i + 2 <= NV; i += 2) std::tie(out[i], out[i + 1]) = S::load_fp8_pair_scaled(p + i * S::kWidth);
+    if constexpr (NV % 2 == 1) out[NV - 1] = S::load_fp8_scaled(p + (NV - 1) * S::kWidth);
+  } else {
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; ++i) out[i] = S::load(p + i * S::kWidth);
+  }
+}
+
 // Positions a prefetcher runs ahead: about 4 KB of rows, between one and two key blocks.
 template <int W>
 int64_t prefetch_distance(int64_t span_bytes) {
@@ -67,8 +95,10 @@ void score_block(const T* const* rows, int m, const float* q, int64_t n_group, i
     V acc[W];
     for (int i = 0; i < W; ++i) {
       if (i < m) {
-        V a = S::mul(qv[0], S::load(rows[i]));
-        for (int v = 1; v < NV; ++v) a = S::fmadd(qv[v], S::load(rows[i] + v * W), a);
+        V row[NV];
+        load_kv_row<S, NV>(rows[i], row);
+        V a = S::mul(qv[0], row[0]);
+        for (int v = 1; v < NV; ++v) a = S::fmadd(qv[v], row[v], a);
         acc[i] = a;
       } else {
         acc[i] = S::zero();
@@ -98,14 +128,17 @@ void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, cons
     const KvT* v = v_base + values.next() * width;
     value_ahead.fetch();
     V row[NV];  // loaded (and widened) once for all heads of the pass
-    for (int i = 0; i < NV; ++i) row[i] = S::load(v + i * W);
+    load_kv_row<S, NV>(v, row);
     for (int g = 0; g < G; ++g) {
       const V w = S::set1(probs[g * stride + j]);
       for (int i = 0; i < NV; ++i) acc[g * NV + i] = S::fmadd(w, row[i], acc[g * NV + i]);
     }
   }
+  const V unit = S::set1(kLoadUnit<KvT>);
   for (int g = 0; g < G; ++g) {
-    for (int i = 0; i < NV; ++i) S::store(out + g * kHd + i * W, acc[g * NV + i]);
+    for (int i = 0; i < NV; ++i) {
+      S::store(out + g * kHd + i * W, kLoadUnit<KvT> == 1.0f ? acc[g * NV + i] : S::mul(acc[g * NV + i], unit));
+    }
   }
 }
 
@@ -174,14 +207,17 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
         if (ahead_slots[i] >= 0) prefetch(ahead_slots[i], offset, kHd * static_cast<int64_t>(sizeof(KvT)));
         head_rows[i] = rows[i] + offset;
         if (widen) {
-          for (int v = 0; v < NV; ++v) S::store(wide + i * kHd + v * W, S::load(head_rows[i] + v * W));
+          V row[NV];
+          load_kv_row<S, NV>(head_rows[i], row);
+          for (int v = 0; v < NV; ++v) S::store(wide + i * kHd + v * W, row[v]);
           wide_rows[i] = wide + i * kHd;
         }
       }
+      const float row_scale = scale * kLoadUnit<KvT>;
       if (widen) {
-        score_block<S, NV>(wide_rows, m, q + h0 * kHd, h1 - h0, stride, j0, scale, scores + h0 * stride);
+        score_block<S, NV>(wide_rows, m, q + h0 * kHd, h1 - h0, stride, j0, row_scale, scores + h0 * stride);
       } else {
-        score_block<S, NV>(head_rows, m, q + h0 * kHd, h1 - h0, stride, j0, scale, scores + h0 * stride);
+        score_block<S, NV>(head_rows, m, q + h0 * kHd, h1 - h0, stride, j0, row_scale, scores + h0 * stride);
       }
     }
   }
@@ -245,12 +281,14 @@ void attention_group_typed(const KvLayerView& kv, const AttentionBatch& batch, c
   }
 }
 
-// KV rows of f32, or of f16 (IEEE half, as ref::store_kv_row writes them) widened on load.
+// KV rows of f32, or of f16 or FP8 E4M3 (as ref::store_kv_row writes them) widened on load.
 template <class S>
 void attention_group(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                      int64_t t, int64_t head_begin, int64_t head_count, float* scratch, float* out) {
   if (kv.dtype == DType::kF16) {
     attention_group_typed<S, uint16_t>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);
+  } else if (kv.dtype == DType::kFP8_E4M3) {
+    attention_group_typed<S, uint8_t>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);
   } else {
     attention_group_typed<S, float>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);
   }

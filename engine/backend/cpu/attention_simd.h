@@ -1,4 +1,4 @@
-// SIMD attention for f32 and f16 paged KV caches (runtime-dispatched; same math as ops_reference.h's attention_head up to
+// SIMD attention for f32, f16 and FP8 E4M3 paged KV caches (runtime-dispatched; same math as ops_reference.h's attention_head up to
 // float summation order). One call handles any range of one token's query heads and reads the stretch of each K/V
 // row that holds their KV heads once for all of them; a head's result does not depend on the range it was
 // computed in.
@@ -12,7 +12,7 @@ namespace servetune::cpu::detail {
 
 // Heads [head_begin, head_begin + head_count) of token t. `out` is the batch's output ([n_tokens, n_heads,
 // head_dim]); `scratch` holds attention_scratch_floats(head_count, n_ctx) floats.
-// Requires kv.dtype f32 or f16 and attention_simd_supports(head_dim) for the ISA.
+// Requires kv.dtype f32, f16 or FP8 E4M3 and attention_simd_supports(head_dim) for the ISA.
 using AttentionGroupKernel = void (*)(const KvLayerView& kv, const AttentionBatch& batch, const float* q,
                                       int64_t n_heads, float scale, int64_t t, int64_t head_begin, int64_t head_count,
                                       float* scratch, float* out);

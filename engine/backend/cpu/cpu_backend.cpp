@@ -209,11 +209,13 @@ void check_slots(const KvLayerView& kv, const int32_t* slots, int64_t n) {
   }
 }
 
-// ref::store_kv_row with f16 rows converted by the vector converter (the same rounding).
+// ref::store_kv_row with f16 and fp8 rows converted by the vector converters (the same rounding).
 void store_row(const KvLayerView& kv, void* cache, const float* row, int64_t slot) {
   const int64_t width = kv.n_kv_heads * kv.head_dim;
   if (kv.dtype == DType::kF16) {
     to_f16({row, static_cast<size_t>(width)}, static_cast<uint16_t*>(cache) + slot * width);
+  } else if (kv.dtype == DType::kFP8_E4M3) {
+    to_fp8_e4m3({row, static_cast<size_t>(width)}, static_cast<uint8_t*>(cache) + slot * width);
   } else {
     ref::store_kv_row(kv, cache, row, slot);
   }
@@ -240,7 +242,7 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
   const int64_t hd = kv.head_dim;
   const int64_t group_size = n_heads / kv.n_kv_heads;
   detail::AttentionGroupKernel group_kernel = nullptr;
-  if (kv.dtype == DType::kF32 || kv.dtype == DType::kF16) {
+  if (kv.dtype == DType::kF32 || kv.dtype == DType::kF16 || kv.dtype == DType::kFP8_E4M3) {
     const CpuIsa isa = cpu_selected_isa();
     if (isa == CpuIsa::kAvx512 && detail::attention_simd_supports(hd, 16)) {
       group_kernel = &detail::attention_group_avx512;

@@ -14,6 +14,9 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads);
   std::string name() const override { return "cpu"; }
   bool host_memory() const override { return true; }
+  bool supports_kv_dtype(DType t) const override {
+    return t == DType::kF32 || t == DType::kF16 || t == DType::kFP8_E4M3;
+  }
   ThreadPool& pool() { return pool_; }
 
   std::unique_ptr<Buffer> allocate(size_t bytes) override;

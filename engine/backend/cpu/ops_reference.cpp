@@ -82,6 +82,9 @@ void store_kv_row(const KvLayerView& kv, void* cache, const float* row, int64_t 
   if (kv.dtype == DType::kF16) {
     auto* dst = static_cast<uint16_t*>(cache) + slot * width;
     for (int64_t i = 0; i < width; ++i) dst[i] = f32_to_fp16(row[i]);
+  } else if (kv.dtype == DType::kFP8_E4M3) {
+    auto* dst = static_cast<uint8_t*>(cache) + slot * width;
+    for (int64_t i = 0; i < width; ++i) dst[i] = f32_to_fp8_e4m3(row[i]);
   } else {
     std::copy(row, row + width, static_cast<float*>(cache) + slot * width);
   }
@@ -95,23 +98,24 @@ void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const fl
   const int64_t n_ctx = batch.positions[t] + 1;
   const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
   const float* qh = q + (t * n_heads + h) * hd;
-  const bool f16 = kv.dtype == DType::kF16;
-  const int64_t elem = f16 ? 2 : 4;
+  const int64_t elem = dtype_info(kv.dtype).type_size;
   auto row = [&](const void* base, int64_t j) {
     const int64_t slot = static_cast<int64_t>(table[j / kv.page_size]) * kv.page_size + j % kv.page_size;
     return static_cast<const uint8_t*>(base) + (slot * width + kv_head * hd) * elem;
+  };
+  auto element = [&](const uint8_t* r, int64_t d) {
+    switch (kv.dtype) {
+      case DType::kF16: return fp16_to_f32(reinterpret_cast<const uint16_t*>(r)[d]);
+      case DType::kFP8_E4M3: return fp8_e4m3_to_f32(r[d]);
+      default: return reinterpret_cast<const float*>(r)[d];
+    }
   };
 
   float max_score = -INFINITY;
   for (int64_t j = 0; j < n_ctx; ++j) {
     float dot = 0.0f;
-    if (f16) {
-      const auto* k = reinterpret_cast<const uint16_t*>(row(kv.k, j));
-      for (int64_t d = 0; d < hd; ++d) dot += qh[d] * fp16_to_f32(k[d]);
-    } else {
-      const auto* k = reinterpret_cast<const float*>(row(kv.k, j));
-      for (int64_t d = 0; d < hd; ++d) dot += qh[d] * k[d];
-    }
+    const uint8_t* k = row(kv.k, j);
+    for (int64_t d = 0; d < hd; ++d) dot += qh[d] * element(k, d);
     scratch[j] = dot * scale;
     max_score = std::max(max_score, scratch[j]);
   }
@@ -124,13 +128,8 @@ void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const fl
   std::fill(out, out + hd, 0.0f);
   for (int64_t j = 0; j < n_ctx; ++j) {
     const float wj = scratch[j] * inv;
-    if (f16) {
-      const auto* v = reinterpret_cast<const uint16_t*>(row(kv.v, j));
-      for (int64_t d = 0; d < hd; ++d) out[d] += wj * fp16_to_f32(v[d]);
-    } else {
-      const auto* v = reinterpret_cast<const float*>(row(kv.v, j));
-      for (int64_t d = 0; d < hd; ++d) out[d] += wj * v[d];
-    }
+    const uint8_t* v = row(kv.v, j);
+    for (int64_t d = 0; d < hd; ++d) out[d] += wj * element(v, d);
   }
 }
 

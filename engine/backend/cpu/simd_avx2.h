@@ -5,6 +5,8 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <utility>
+#include <cstring>
 
 namespace servetune::cpu::detail::simd {
 
@@ -20,6 +22,49 @@ struct Avx2 {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  // FP8 E4M3 codes widened exactly to 2^-8 times their value (core/half.h's fp8_e4m3_to_f32; callers fold the 2^8
+  // into a scale), 16 at a time: sign-extended to 16 bits and shifted by 7, the code's magnitude bits land in an f16's
+  // exponent and mantissa (so its subnormals become f16 subnormals) and its sign in bit 15 (bit 14 is cleared);
+  // S.1111.111 becomes an f16 NaN.
+  static std::pair<V, V> load_fp8_pair_scaled(const uint8_t* p) {
+    const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    __m256i h = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(static_cast<int16_t>(0xBF80)));
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)), _mm256_set1_epi16(0x3F80));
+    h = _mm256_blendv_epi8(h, _mm256_set1_epi16(0x7E00), nan);
+    return {_mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))};
+  }
+  // The same for 8 codes.
+  static V load_fp8_scaled(const uint8_t* p) {
+    const __m128i w = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    __m128i h = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16(static_cast<int16_t>(0xBF80)));
+    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)), _mm_set1_epi16(0x3F80));
+    return _mm256_cvtph_ps(_mm_blendv_epi8(h, _mm_set1_epi16(0x7E00), nan));
+  }
+  // To FP8 E4M3 as core/half.h's f32_to_fp8_e4m3 (round to nearest even, saturating at 448, NaN kept).
+  static void store(uint8_t* p, V v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80));
+    const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i rounded =
+        _mm256_add_epi32(a, _mm256_add_epi32(_mm256_set1_epi32(0x7FFFF),
+                                             _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1))));
+    __m256i code = _mm256_sub_epi32(_mm256_srli_epi32(rounded, 20), _mm256_set1_epi32(120 << 3));
+    // cvtps rounds to nearest even under the default MXCSR mode, which the engine never changes.
+    const __m256i quanta = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(512.0f)));
+    const auto select = [](__m256i mask, __m256i x, __m256i y) { return _mm256_blendv_epi8(x, y, mask); };
+    code = select(_mm256_cmpgt_epi32(_mm256_set1_epi32(0x3C800000), a), code, quanta);
+    code = select(_mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x43DFFFFF)), code, _mm256_set1_epi32(0x7E));
+    code = select(_mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000)), code, _mm256_set1_epi32(0x7F));
+    code = _mm256_or_si256(code, sign);
+    // Byte 0 of each dword, four per 128-bit lane.
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
+                                          -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i bytes = _mm256_shuffle_epi8(code, pick);
+    const uint32_t lo = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_castsi256_si128(bytes)));
+    const uint32_t hi = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(bytes, 1)));
+    const uint64_t packed = lo | static_cast<uint64_t>(hi) << 32;
+    std::memcpy(p, &packed, sizeof packed);
+  }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }

@@ -44,4 +44,14 @@ void to_f16(std::span<const float> x, uint16_t* out) {
   for (size_t i = 0; i < x.size(); ++i) out[i] = f32_to_fp16(x[i]);
 }
 
+void to_fp8_e4m3(std::span<const float> x, uint8_t* out) {
+  const auto n = static_cast<int64_t>(x.size());
+  switch (cpu_selected_isa()) {
+    case CpuIsa::kAvx512: return detail::to_fp8_e4m3_avx512(x.data(), n, out);
+    case CpuIsa::kAvx2: return detail::to_fp8_e4m3_avx2(x.data(), n, out);
+    default: break;
+  }
+  for (size_t i = 0; i < x.size(); ++i) out[i] = f32_to_fp8_e4m3(x[i]);
+}
+
 }  // namespace servetune::cpu

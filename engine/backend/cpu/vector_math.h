@@ -1,4 +1,4 @@
-// Whole-vector float math for host-side code outside the model (the sampler's softmax over the vocabulary),
+// Whole-vector float math for host-side code (the sampler's softmax over the vocabulary, KV-cache row conversion),
 // dispatched to the AVX-512 / AVX2 kernels the activations use, with a plain fallback.
 #pragma once
 
@@ -15,5 +15,8 @@ double exp_scaled(std::span<const float> x, float shift, float scale, std::span<
 
 // out[i] = x[i] as IEEE half, rounded to nearest even (as f32_to_fp16 in core/half.h).
 void to_f16(std::span<const float> x, uint16_t* out);
+
+// out[i] = x[i] as FP8 E4M3, rounded to nearest even and saturating at ±448 (as f32_to_fp8_e4m3 in core/half.h).
+void to_fp8_e4m3(std::span<const float> x, uint8_t* out);
 
 }  // namespace servetune::cpu
