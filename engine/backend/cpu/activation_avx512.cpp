@@ -29,8 +29,8 @@ void to_fp8_e4m3_avx512(const float* x, int64_t n, uint8_t* out) {
   activation_impl::to_fp8_e4m3<simd::Avx512>(x, n, out);
 }
 
-void widen_fp8_e4m3_avx512(const uint8_t* x, int64_t n, bool pairs, float* out) {
-  activation_impl::widen_fp8_e4m3<simd::Avx512>(x, n, pairs, out);
+void widen_fp8_e4m3_avx512(const uint8_t* x, int64_t n, float* out) {
+  activation_impl::widen_fp8_e4m3<simd::Avx512>(x, n, out);
 }
 
 }  // namespace servetune::cpu::detail

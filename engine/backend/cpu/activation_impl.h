@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <tuple>
 
 #include "backend/cpu/rms_scale.h"
 #include "core/half.h"
@@ -106,20 +105,9 @@ void to_f16(const float* x, int64_t n, uint16_t* out) {
 }
 
 template <class S>
-void widen_fp8_e4m3(const uint8_t* x, int64_t n, bool pairs, float* out) {
-  constexpr int W = S::kWidth;
+void widen_fp8_e4m3(const uint8_t* x, int64_t n, float* out) {
   const auto unit = S::set1(256.0f);
-  for (int64_t i = 0; i < n; i += 2 * W) {
-    typename S::V lo, hi;
-    if (pairs) {
-      std::tie(lo, hi) = S::load_fp8_pair_scaled(x + i);
-    } else {
-      lo = S::load_fp8_scaled(x + i);
-      hi = S::load_fp8_scaled(x + i + W);
-    }
-    S::store(out + i, S::mul(lo, unit));
-    S::store(out + i + W, S::mul(hi, unit));
-  }
+  for (int64_t i = 0; i < n; i += S::kWidth) S::store(out + i, S::mul(S::load_fp8_scaled(x + i), unit));
 }
 
 // out[i] = x[i] as FP8 E4M3 (f32_to_fp8_e4m3: round to nearest even, saturating) for i < n.

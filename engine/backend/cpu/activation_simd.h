@@ -24,9 +24,8 @@ void to_f16_avx512(const float* x, int64_t n, uint16_t* out);
 void to_f16_avx2(const float* x, int64_t n, uint16_t* out);
 void to_fp8_e4m3_avx512(const float* x, int64_t n, uint8_t* out);
 void to_fp8_e4m3_avx2(const float* x, int64_t n, uint8_t* out);
-// out[i] = x[i] widened for i < n (a multiple of 32) by the vector loads the attention kernels read FP8 KV rows with
-// (two vectors' worth at a time with `pairs`, else one), times 2^8.
-void widen_fp8_e4m3_avx512(const uint8_t* x, int64_t n, bool pairs, float* out);
-void widen_fp8_e4m3_avx2(const uint8_t* x, int64_t n, bool pairs, float* out);
+// out[i] = x[i] widened for i < n (a multiple of 16) by the vector load the attention kernels read FP8 KV rows with.
+void widen_fp8_e4m3_avx512(const uint8_t* x, int64_t n, float* out);
+void widen_fp8_e4m3_avx2(const uint8_t* x, int64_t n, float* out);
 
 }  // namespace servetune::cpu::detail

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -66,8 +65,7 @@ template <class S, int NV, class KvT>
 [[gnu::always_inline]] inline void load_kv_row(const KvT* p, typename S::V* out) {
   if constexpr (std::is_same_v<KvT, uint8_t>) {
 #pragma GCC unroll 16
-    for (int i = 0; i + 2 <= NV; i += 2) std::tie(out[i], out[i + 1]) = S::load_fp8_pair_scaled(p + i * S::kWidth);
-    if constexpr (NV % 2 == 1) out[NV - 1] = S::load_fp8_scaled(p + (NV - 1) * S::kWidth);
+    for (int i = 0; i < NV; ++i) out[i] = S::load_fp8_scaled(p + i * S::kWidth);
   } else {
 #pragma GCC unroll 16
     for (int i = 0; i < NV; ++i) out[i] = S::load(p + i * S::kWidth);
@@ -129,13 +127,18 @@ void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, cons
     value_ahead.fetch();
     V row[NV];  // loaded (and widened) once for all heads of the pass
     load_kv_row<S, NV>(v, row);
+    // Unrolled from the start, so acc[] is only ever indexed by constants and stays in registers.
+#pragma GCC unroll 16
     for (int g = 0; g < G; ++g) {
       const V w = S::set1(probs[g * stride + j]);
+#pragma GCC unroll 16
       for (int i = 0; i < NV; ++i) acc[g * NV + i] = S::fmadd(w, row[i], acc[g * NV + i]);
     }
   }
   const V unit = S::set1(kLoadUnit<KvT>);
+#pragma GCC unroll 16
   for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 16
     for (int i = 0; i < NV; ++i) {
       S::store(out + g * kHd + i * W, kLoadUnit<KvT> == 1.0f ? acc[g * NV + i] : S::mul(acc[g * NV + i], unit));
     }

@@ -5,7 +5,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <utility>
 #include <cstring>
 
 namespace servetune::cpu::detail::simd {
@@ -23,22 +22,15 @@ struct Avx2 {
   }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   // FP8 E4M3 codes widened exactly to 2^-8 times their value (core/half.h's fp8_e4m3_to_f32; callers fold the 2^8
-  // into a scale), 16 at a time: sign-extended to 16 bits and shifted by 7, the code's magnitude bits land in an f16's
+  // into a scale), 8 at a time: sign-extended to 16 bits and shifted by 7, the code's magnitude bits land in an f16's
   // exponent and mantissa (so its subnormals become f16 subnormals) and its sign in bit 15 (bit 14 is cleared);
   // S.1111.111 becomes an f16 NaN.
-  static std::pair<V, V> load_fp8_pair_scaled(const uint8_t* p) {
-    const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    __m256i h = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(static_cast<int16_t>(0xBF80)));
-    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)), _mm256_set1_epi16(0x3F80));
-    h = _mm256_blendv_epi8(h, _mm256_set1_epi16(0x7E00), nan);
-    return {_mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))};
-  }
-  // The same for 8 codes.
   static V load_fp8_scaled(const uint8_t* p) {
     const __m128i w = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     __m128i h = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16(static_cast<int16_t>(0xBF80)));
-    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)), _mm_set1_epi16(0x3F80));
-    return _mm256_cvtph_ps(_mm_blendv_epi8(h, _mm_set1_epi16(0x7E00), nan));
+    const __m128i top = _mm_set1_epi16(0x3F80);  // the magnitude of S.1111.111; doubled, an f16 NaN
+    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, top), top);
+    return _mm256_cvtph_ps(_mm_add_epi16(h, _mm_and_si128(h, nan)));
   }
   // To FP8 E4M3 as core/half.h's f32_to_fp8_e4m3 (round to nearest even, saturating at 448, NaN kept).
   static void store(uint8_t* p, V v) {

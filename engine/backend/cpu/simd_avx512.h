@@ -5,7 +5,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <utility>
 
 // GCC 12 reports the undefined pass-through operand inside the AVX-512 shuffle intrinsics as (maybe) uninitialised.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -26,21 +25,13 @@ struct Avx512 {
   }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   // FP8 E4M3 codes widened exactly to 2^-8 times their value (core/half.h's fp8_e4m3_to_f32; callers fold the 2^8
-  // into a scale), 32 at a time: sign-extended to 16 bits and shifted by 7, the code's magnitude bits land in an f16's
+  // into a scale), 16 at a time: sign-extended to 16 bits and shifted by 7, the code's magnitude bits land in an f16's
   // exponent and mantissa (so its subnormals become f16 subnormals) and its sign in bit 15 (bit 14 is cleared);
   // S.1111.111 becomes an f16 NaN.
-  static std::pair<V, V> load_fp8_pair_scaled(const uint8_t* p) {
-    const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    __m512i h = _mm512_and_si512(_mm512_slli_epi16(w, 7), _mm512_set1_epi16(static_cast<int16_t>(0xBF80)));
-    const __m512i top = _mm512_set1_epi16(0x3F80);  // the magnitude of S.1111.111; doubled, an f16 NaN
-    h = _mm512_mask_add_epi16(h, _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, top), top), h, h);
-    return {_mm512_cvtph_ps(_mm512_castsi512_si256(h)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1))};
-  }
-  // The same for 16 codes.
   static V load_fp8_scaled(const uint8_t* p) {
     const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     __m256i h = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(static_cast<int16_t>(0xBF80)));
-    const __m256i top = _mm256_set1_epi16(0x3F80);
+    const __m256i top = _mm256_set1_epi16(0x3F80);  // the magnitude of S.1111.111; doubled, an f16 NaN
     h = _mm256_mask_add_epi16(h, _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, top), top), h, h);
     return _mm512_cvtph_ps(h);
   }
