@@ -51,15 +51,6 @@ struct RowPrefetcher {
 template <class KvT>
 constexpr float kLoadUnit = std::is_same_v<KvT, uint8_t> ? 256.0f : 1.0f;
 
-template <class S, class KvT>
-[[gnu::always_inline]] inline typename S::V load_kv(const KvT* p) {
-  if constexpr (std::is_same_v<KvT, uint8_t>) {
-    return S::load_fp8_scaled(p);
-  } else {
-    return S::load(p);
-  }
-}
-
 // The NV vectors of one head's stretch of a K or V row.
 template <class S, int NV, class KvT>
 [[gnu::always_inline]] inline void load_kv_row(const KvT* p, typename S::V* out) {

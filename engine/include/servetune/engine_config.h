@@ -39,7 +39,7 @@ struct EngineConfig {
   std::optional<int64_t> max_total_tokens;  // KV capacity in tokens; overrides mem_fraction_static
   double mem_fraction_static = 0.0;    // 0: device default (CPU 0.1 of RAM; GPU 0.88)
   int page_size = 16;
-  std::string kv_cache_dtype = "auto"; // auto (f32 on CPU) | f32 | f16 | fp8_e4m3
+  std::string kv_cache_dtype = "auto"; // auto (f32 on CPU, f16 on GPUs) | f32 | f16 | fp8_e4m3 (OCP E4M3; CPU only)
   // Scheduling
   int max_running_requests = 256;
   int chunked_prefill_size = 2048;     // -1 disables chunking
