@@ -408,6 +408,7 @@ bool can_quantize(DType t) {
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:
+    case DType::kFP8_E4M3:
     case DType::kQ4_0:
     case DType::kQ4_1:
     case DType::kQ5_0:
@@ -434,6 +435,11 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::kBF16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::kFP8_E4M3: {
+      auto* d = static_cast<uint8_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_fp8_e4m3(src[i]);
       return;
     }
     case DType::kQ8_0:

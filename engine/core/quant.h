@@ -94,8 +94,9 @@ bool can_dequantize(DType t);
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
 // Reference quantizers (round-to-nearest, as ggml's *_ref functions and gguf.quants.quantize) for F32, F16,
-// BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0. Throws Error(kUnsupported) for other types, Error(kInternal) for a
-// partial block. Non-finite inputs give defined but unspecified codes.
+// BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and FP8_E4M3 (core/half.h's f32_to_fp8_e4m3: saturating, no gguf reference).
+// Throws Error(kUnsupported) for other types, Error(kInternal) for a partial block. Non-finite inputs give defined
+// but unspecified codes.
 bool can_quantize(DType t);
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 

@@ -242,7 +242,7 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
   const int64_t hd = kv.head_dim;
   const int64_t group_size = n_heads / kv.n_kv_heads;
   detail::AttentionGroupKernel group_kernel = nullptr;
-  if (kv.dtype == DType::kF32 || kv.dtype == DType::kF16 || kv.dtype == DType::kFP8_E4M3) {
+  if (supports_kv_dtype(kv.dtype)) {
     const CpuIsa isa = cpu_selected_isa();
     if (isa == CpuIsa::kAvx512 && detail::attention_simd_supports(hd, 16)) {
       group_kernel = &detail::attention_group_avx512;

@@ -7,7 +7,6 @@
 
 #include "backend/cpu/rms_scale.h"
 #include "core/error.h"
-#include "core/half.h"
 #include "core/quant.h"
 
 namespace servetune::cpu::ref {
@@ -79,15 +78,7 @@ void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const 
 
 void store_kv_row(const KvLayerView& kv, void* cache, const float* row, int64_t slot) {
   const int64_t width = kv.n_kv_heads * kv.head_dim;
-  if (kv.dtype == DType::kF16) {
-    auto* dst = static_cast<uint16_t*>(cache) + slot * width;
-    for (int64_t i = 0; i < width; ++i) dst[i] = f32_to_fp16(row[i]);
-  } else if (kv.dtype == DType::kFP8_E4M3) {
-    auto* dst = static_cast<uint8_t*>(cache) + slot * width;
-    for (int64_t i = 0; i < width; ++i) dst[i] = f32_to_fp8_e4m3(row[i]);
-  } else {
-    std::copy(row, row + width, static_cast<float*>(cache) + slot * width);
-  }
+  quantize_row(kv.dtype, row, static_cast<uint8_t*>(cache) + slot * width * dtype_info(kv.dtype).type_size, width);
 }
 
 void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
@@ -103,19 +94,17 @@ void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const fl
     const int64_t slot = static_cast<int64_t>(table[j / kv.page_size]) * kv.page_size + j % kv.page_size;
     return static_cast<const uint8_t*>(base) + (slot * width + kv_head * hd) * elem;
   };
-  auto element = [&](const uint8_t* r, int64_t d) {
-    switch (kv.dtype) {
-      case DType::kF16: return fp16_to_f32(reinterpret_cast<const uint16_t*>(r)[d]);
-      case DType::kFP8_E4M3: return fp8_e4m3_to_f32(r[d]);
-      default: return reinterpret_cast<const float*>(r)[d];
-    }
+  std::vector<float> wide(static_cast<size_t>(hd));  // one K or V row of this head, as float
+  auto load = [&](const void* base, int64_t j) {
+    dequantize_row(kv.dtype, row(base, j), wide.data(), hd);
+    return wide.data();
   };
 
   float max_score = -INFINITY;
   for (int64_t j = 0; j < n_ctx; ++j) {
     float dot = 0.0f;
-    const uint8_t* k = row(kv.k, j);
-    for (int64_t d = 0; d < hd; ++d) dot += qh[d] * element(k, d);
+    const float* k = load(kv.k, j);
+    for (int64_t d = 0; d < hd; ++d) dot += qh[d] * k[d];
     scratch[j] = dot * scale;
     max_score = std::max(max_score, scratch[j]);
   }
@@ -128,8 +117,8 @@ void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const fl
   std::fill(out, out + hd, 0.0f);
   for (int64_t j = 0; j < n_ctx; ++j) {
     const float wj = scratch[j] * inv;
-    const uint8_t* v = row(kv.v, j);
-    for (int64_t d = 0; d < hd; ++d) out[d] += wj * element(v, d);
+    const float* v = load(kv.v, j);
+    for (int64_t d = 0; d < hd; ++d) out[d] += wj * v[d];
   }
 }
 
