@@ -24,7 +24,7 @@ void add_engine_flags(CLI::App* cmd, EngineConfig& c) {
   cmd->add_option("--dist-init-addr", c.dist_init_addr, "gloo: HOST:PORT where node 0 serves the rendezvous")->group(g);
   cmd->add_option("--dist-timeout", c.dist_timeout, "Seconds a rank waits for its peers before failing")->capture_default_str()->group(g);
   cmd->add_flag("--enable-dp-attention", c.enable_dp_attention, "Data-parallel attention")->group(g);
-  cmd->add_option("--compile", c.compile, "eager | fused | graphs")->group(g);
+  cmd->add_option("--compile", c.compile, "eager | fused (default) | graphs")->group(g);
   cmd->add_option("--cuda-graph-max-bs", c.cuda_graph_max_bs, "compile = graphs: largest decode batch captured in a graph (0: 160)")->group(g);
   cmd->add_option("--max-total-tokens", c.max_total_tokens, "KV cache capacity in tokens")->group(g);
   cmd->add_option("--mem-fraction-static", c.mem_fraction_static, "Fraction of memory for weights + KV (0: default)")->group(g);

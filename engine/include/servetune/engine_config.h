@@ -33,7 +33,9 @@ struct EngineConfig {
   std::string dist_init_addr;          // gloo: HOST:PORT where node 0 serves the rendezvous store
   int dist_timeout = 300;              // seconds a rank waits for its peers (rendezvous, one collective) before failing
   bool enable_dp_attention = false;
-  std::string compile = "eager";       // eager | fused | graphs
+  // eager | fused | graphs. fused is the default: SGLang's default kernels already merge QKV and gate/up and fuse the
+  // residual add into RMSNorm (its --enable-torch-compile is extra); eager runs one op per step, for comparison.
+  std::string compile = "fused";
   int cuda_graph_max_bs = 0;           // compile = graphs: largest decode batch captured (0: 160, as SGLang)
   // Memory
   std::optional<int64_t> max_total_tokens;  // KV capacity in tokens; overrides mem_fraction_static
