@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "backend/cpu/attention_simd.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/ops_reference.h"
+#include "backend/cpu/rope_simd.h"
 #include "backend/cpu/vector_math.h"
 #include "core/cpu_features.h"
 #include "core/half.h"
@@ -224,6 +226,52 @@ TEST(CpuOps, ToF16MatchesScalarConversion) {
   const float nan = NAN;
   cpu::to_f16({&nan, 1}, &nan_half);
   EXPECT_TRUE(std::isnan(fp16_to_f32(nan_half)));
+}
+
+// Each ISA's rotary embedding gives ref::rope_heads' bits: interleaved pairs and NeoX halves, whole and partial
+// rotary dims, dims the vectors do not divide (the reference path), positions up to 2^16, llama3 frequency factors.
+TEST(CpuOps, RopeHeadsMatchReferenceBits) {
+  using Rope = void (*)(float*, int64_t, const float*, const RopeParams&);
+  std::vector<std::pair<std::string, Rope>> kernels;
+  if (cpu_supports(CpuIsa::kAvx512)) kernels.emplace_back("avx512", &detail::rope_heads_avx512);
+  if (cpu_supports(CpuIsa::kAvx2)) kernels.emplace_back("avx2", &detail::rope_heads_avx2);
+  if (kernels.empty()) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> factors(64);
+  for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + static_cast<float>(i % 5);
+  struct Case {
+    int64_t head_dim, rope_dim;
+    bool neox, freq_factors;
+  };
+  for (const Case c : {Case{64, 64, false, false}, Case{64, 64, true, false}, Case{128, 128, true, true},
+                       Case{128, 64, false, true}, Case{128, 32, true, false}, Case{48, 48, false, false},
+                       Case{40, 40, true, false}, Case{8, 8, false, false}}) {
+    RopeParams p;
+    p.head_dim = c.head_dim;
+    p.rope_dim = c.rope_dim;
+    p.neox = c.neox;
+    p.theta = 500000.0f;
+    p.freq_factors = c.freq_factors ? factors.data() : nullptr;
+    for (const float position : {0.0f, 1.0f, 37.0f, 4095.0f, 65535.0f}) {
+      std::vector<float> cos_sin(static_cast<size_t>(c.rope_dim));
+      ref::rope_cache(position, p, cos_sin.data());
+      const int64_t n_heads = 3;
+      std::vector<float> x(static_cast<size_t>(n_heads * c.head_dim));
+      for (float& v : x) v = normal(rng);
+      std::vector<float> want = x;
+      ref::rope_heads(want.data(), n_heads, cos_sin.data(), p);
+      for (const auto& [name, rope] : kernels) {
+        std::vector<float> got = x;
+        rope(got.data(), n_heads, cos_sin.data(), p);
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+              << name << " head_dim " << c.head_dim << " rope_dim " << c.rope_dim << " neox " << c.neox << " position "
+              << position << " element " << i;
+        }
+      }
+    }
+  }
 }
 
 // to_fp8_e4m3 (the FP8 KV cache's stores), through each ISA's kernel, equals the scalar conversion on normal,

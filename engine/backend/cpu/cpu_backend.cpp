@@ -16,6 +16,7 @@
 #include "backend/cpu/matmul.h"
 #include "core/cpu_features.h"
 #include "backend/cpu/ops_reference.h"
+#include "backend/cpu/rope_simd.h"
 #include "backend/cpu/sample_row.h"
 #include "backend/cpu/vector_math.h"
 #include "core/error.h"
@@ -192,10 +193,11 @@ void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int64_t n_h
     });
     return;
   }
+  const auto rope_heads = for_selected_isa(&detail::rope_heads_avx512, &detail::rope_heads_avx2, &ref::rope_heads);
   pool_.parallel_for(n, std::max<int64_t>(1, 64 / n_heads), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const float* cos_sin = rows + static_cast<int64_t>(positions[t]) * p.rope_dim;
-      ref::rope_heads(x + t * n_heads * p.head_dim, n_heads, cos_sin, p);
+      rope_heads(x + t * n_heads * p.head_dim, n_heads, cos_sin, p);
     }
   });
 }
@@ -334,6 +336,7 @@ void CpuBackend::rope_store_qkv(const KvLayerView& kv, const float* qkv, const i
   const int64_t hd = p.head_dim, kv_width = kv.n_kv_heads * hd, q_width = n_heads * hd, row = q_width + 2 * kv_width;
   check_slots(kv, slots, n);
   const float* table = rope_table_for(positions, n, p);
+  const auto rope_heads = for_selected_isa(&detail::rope_heads_avx512, &detail::rope_heads_avx2, &ref::rope_heads);
   pool_.parallel_for(n, std::max<int64_t>(1, 64 / n_heads), [&](int64_t begin, int64_t end) {
     std::vector<float> cos_sin(table == nullptr ? static_cast<size_t>(p.rope_dim) : 0);
     std::vector<float> k(static_cast<size_t>(kv_width));
@@ -347,9 +350,9 @@ void CpuBackend::rope_store_qkv(const KvLayerView& kv, const float* qkv, const i
       }
       const float* angles = table + static_cast<int64_t>(positions[t]) * p.rope_dim;
       std::copy(in, in + q_width, q);
-      ref::rope_heads(q, n_heads, angles, p);
+      rope_heads(q, n_heads, angles, p);
       std::copy(in + q_width, in + q_width + kv_width, k.data());
-      ref::rope_heads(k.data(), kv.n_kv_heads, angles, p);
+      rope_heads(k.data(), kv.n_kv_heads, angles, p);
       store_row(kv, kv.k, k.data(), slots[t]);
       store_row(kv, kv.v, in + q_width + kv_width, slots[t]);
     }

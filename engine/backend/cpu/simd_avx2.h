@@ -61,6 +61,7 @@ struct Avx2 {
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V swap_pairs(V a) { return _mm256_permute_ps(a, 0xB1); }  // lanes 2i and 2i + 1 exchanged
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
   static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static float hsum(V v) {
