@@ -450,8 +450,9 @@ TEST(CpuMatmul, ActivationQuantizationFollowsGgml) {
 
 // A token's output must not depend on the batch it is computed in (its size, its position, the other tokens) nor
 // on the thread count: the engine's greedy output has to be the same whether a request runs alone or batched.
+// Q8_0 batches of up to two 16-token groups read the weights in place, larger ones decode them first: same bits.
 TEST(CpuMatmul, OutputsIndependentOfBatch) {
-  const int64_t rows = 37, cols = 512, n_tokens = 40;
+  const int64_t rows = 37, cols = 512, n_tokens = 56;
   for (DType type : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kF32, DType::kF16,
                      DType::kBF16, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K}) {
     const bool k_quant = dtype_info(type).block_size == 256;
@@ -463,7 +464,7 @@ TEST(CpuMatmul, OutputsIndependentOfBatch) {
       std::vector<float> all(static_cast<size_t>(n_tokens * rows));
       matmul_with_isa(isa, m.view(), x.data(), n_tokens, cols, all.data(), rows, pool2);
       // Sub-batches at various offsets and sizes, and every token alone, on one or two threads.
-      const int64_t ranges[][2] = {{0, 1}, {5, 26}, {3, 7}, {16, 33}, {0, 17}, {39, 40}, {8, 40}};
+      const int64_t ranges[][2] = {{0, 1}, {5, 26}, {3, 7}, {16, 33}, {0, 17}, {39, 40}, {8, 40}, {16, 48}, {0, 48}};
       for (const auto& range : ranges) {
         for (ThreadPool* pool : {&pool1, &pool2}) {
           const int64_t n = range[1] - range[0];

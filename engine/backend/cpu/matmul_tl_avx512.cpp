@@ -36,11 +36,15 @@ constexpr int kOffsetShift = kType == DType::kQ4_0   ? 3
 
 // Up to 16 rows decoded: u8 quants in offset form (32 per block, element order) and f32 d and (Q4_1, Q5_1) m per
 // block.
+// With `rows` set (Q8_0 only), the tiles read the weight rows in place instead: each block's quants flipped to offset
+// form as they are broadcast, its f16 d widened as it is used.
 struct TlPanel {
   uint8_t* q;
   float* d;
   float* m;
   int64_t nb;
+  const uint8_t* rows = nullptr;
+  int64_t row_bytes = 0;
 };
 
 // Q4_0 / Q4_1 / Q8_0 rows are decoded a run of blocks (64 bytes of packed quants) per vector step.
@@ -163,8 +167,9 @@ void decode_tl_row(const uint8_t* row, int64_t nb, const TlPanel& p, int64_t r) 
 // Rows [r, r + R) of the panel × the 16 tokens of each of the G groups from `group`: out[(g * 16 + row) * 16 + token].
 // With two groups every broadcast weight quad feeds two vpdpbusd, and the (row, group) chains are enough independent
 // sums to hide vpdpbusd's latency with one chain each.
-template <DType kType, int R, int G>
+template <DType kType, int R, int G, bool kInPlace = false>
 void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, float* out) {
+  static_assert(!kInPlace || kType == DType::kQ8_0);
   constexpr bool kHasMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;
   constexpr int kShift = kOffsetShift<kType>;
   constexpr int kChains = G == 1 ? 2 : 1;
@@ -202,8 +207,14 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
       for (int g = 0; g < G; ++g) xv[g] = _mm512_load_si512(xp[g] + (b * 8 + k) * 64);
       for (int i = 0; i < R; ++i) {
         int32_t quad;
-        std::memcpy(&quad, p.q + (r + i) * nb * 32 + b * 32 + 4 * k, 4);
-        const __m512i wq = _mm512_set1_epi32(quad);
+        __m512i wq;
+        if constexpr (kInPlace) {
+          std::memcpy(&quad, p.rows + (r + i) * p.row_bytes + b * static_cast<int64_t>(sizeof(BlockQ8_0)) + 2 + 4 * k, 4);
+          wq = _mm512_xor_si512(_mm512_set1_epi32(quad), _mm512_set1_epi8(-128));
+        } else {
+          std::memcpy(&quad, p.q + (r + i) * nb * 32 + b * 32 + 4 * k, 4);
+          wq = _mm512_set1_epi32(quad);
+        }
         for (int g = 0; g < G; ++g) {
           __m512i& c = chain[i][g][k * kChains / 8];
           c = _mm512_dpbusd_epi32(c, wq, xv[g]);
@@ -213,7 +224,15 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
     for (int g = 0; g < G; ++g) {
       const __m512 dx = _mm512_load_ps(dt[g] + b * 16);
       for (int i = 0; i < R; ++i) {
-        const __m512 scale = _mm512_mul_ps(dx, _mm512_set1_ps(p.d[(r + i) * nb + b]));
+        float dw;
+        if constexpr (kInPlace) {
+          uint16_t h;
+          std::memcpy(&h, p.rows + (r + i) * p.row_bytes + b * static_cast<int64_t>(sizeof(BlockQ8_0)), 2);
+          dw = _cvtsh_ss(h);
+        } else {
+          dw = p.d[(r + i) * nb + b];
+        }
+        const __m512 scale = _mm512_mul_ps(dx, _mm512_set1_ps(dw));
         __m512i sum = chain[i][g][0];
         if constexpr (kChains == 2) sum = _mm512_add_epi32(sum, chain[i][g][1]);
         acc[i][g] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), acc[i][g]);
@@ -241,15 +260,15 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
 }
 
 // Rows [0, rows) of the panel × G groups from `group` into out (as tl_tile's), in the widest tiles that fit.
-template <DType kType, int G>
+template <DType kType, int G, bool kInPlace = false>
 void tl_panel_groups(const TlPanel& p, int64_t rows, const Activations& a, int64_t group, float* out) {
   for (int g = 0; g < G; ++g) {
     for (int64_t k = rows; k < 16; ++k) _mm512_store_ps(out + (g * 16 + k) * 16, _mm512_setzero_ps());
   }
   int64_t i = 0;
-  for (; i + kRows <= rows; i += kRows) tl_tile<kType, kRows, G>(p, i, a, group, out);
-  for (; i + 2 <= rows; i += 2) tl_tile<kType, 2, G>(p, i, a, group, out);
-  for (; i < rows; ++i) tl_tile<kType, 1, G>(p, i, a, group, out);
+  for (; i + kRows <= rows; i += kRows) tl_tile<kType, kRows, G, kInPlace>(p, i, a, group, out);
+  for (; i + 2 <= rows; i += 2) tl_tile<kType, 2, G, kInPlace>(p, i, a, group, out);
+  for (; i < rows; ++i) tl_tile<kType, 1, G, kInPlace>(p, i, a, group, out);
 }
 
 template <DType kType>
@@ -263,9 +282,18 @@ void tl_range_impl(const Weights& w, const Activations& a, int64_t r0, int64_t r
   p.q = base;
   p.d = reinterpret_cast<float*>(base + kRowsPerPanel * nb * 32);
   p.m = p.d + kRowsPerPanel * nb;
+  // A Q8_0 panel that meets one tile's worth of token groups (a decode batch) is read in place: its decode would be
+  // used once.
+  constexpr bool kCanReadInPlace = kType == DType::kQ8_0;
+  const bool in_place = kCanReadInPlace && g1 - g0 <= kGroupsPerTile;
+  p.row_bytes = w.row_bytes;
   for (int64_t rp = r0; rp < r1; rp += kRowsPerPanel) {
     const int64_t rows = imin(kRowsPerPanel, r1 - rp);
-    for (int64_t i = 0; i < rows; ++i) decode_tl_row<kType>(w.data + (rp + i) * w.row_bytes, nb, p, i);
+    if (in_place) {
+      p.rows = w.data + rp * w.row_bytes;
+    } else {
+      for (int64_t i = 0; i < rows; ++i) decode_tl_row<kType>(w.data + (rp + i) * w.row_bytes, nb, p, i);
+    }
     // The tiles below are compute-bound; fetch the next panel's rows meanwhile so its decode does not wait on DRAM.
     const int64_t ahead = kPrefetchPanels * kRowsPerPanel;
     const int64_t next_rows = imin(kRowsPerPanel, r1 - rp - ahead);
@@ -273,14 +301,30 @@ void tl_range_impl(const Weights& w, const Activations& a, int64_t r0, int64_t r
       const char* next = reinterpret_cast<const char*>(w.data + (rp + ahead) * w.row_bytes);
       for (int64_t off = 0; off < next_rows * w.row_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T1);
     }
+    if (in_place && rp + kRowsPerPanel < r1) {  // tiles reading in place want the next panel in L1, not only L2
+      const char* next = reinterpret_cast<const char*>(w.data + (rp + kRowsPerPanel) * w.row_bytes);
+      const int64_t next_bytes = imin(kRowsPerPanel, r1 - rp - kRowsPerPanel) * w.row_bytes;
+      for (int64_t off = 0; off < next_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+    }
     const __mmask16 keep = static_cast<__mmask16>((1u << rows) - 1);
     for (int64_t g = g0; g < g1;) {
       alignas(64) float out[kGroupsPerTile * 16 * 16];  // [group][panel row][token]; rows past `rows` are zeroed
       const int groups = g1 - g >= kGroupsPerTile ? kGroupsPerTile : 1;
-      if (groups == kGroupsPerTile) {
-        tl_panel_groups<kType, kGroupsPerTile>(p, rows, a, g, out);
-      } else {
-        tl_panel_groups<kType, 1>(p, rows, a, g, out);
+      if constexpr (kCanReadInPlace) {
+        if (in_place) {
+          if (groups == kGroupsPerTile) {
+            tl_panel_groups<kType, kGroupsPerTile, true>(p, rows, a, g, out);
+          } else {
+            tl_panel_groups<kType, 1, true>(p, rows, a, g, out);
+          }
+        }
+      }
+      if (!in_place) {
+        if (groups == kGroupsPerTile) {
+          tl_panel_groups<kType, kGroupsPerTile>(p, rows, a, g, out);
+        } else {
+          tl_panel_groups<kType, 1>(p, rows, a, g, out);
+        }
       }
       for (int gi = 0; gi < groups; ++gi) {
         __m512i v[16];
