@@ -14,7 +14,7 @@ bench_start "$@"
 
 run() {  # KV_DTYPE CONCURRENCY PROMPTS NAME
   "$BIN" bench --backend builtin --model "$MODEL" --threads "$THREADS" --kv-cache-dtype "$1" --max-concurrency "$2" \
-    --num-prompts "$3" --num-warmups "$([ "$2" = 1 ] && echo 0 || echo 32)" --dataset-name random \
+    --num-prompts "$3" --num-warmups "$([ "$2" = 1 ] && echo 1 || echo 32)" --dataset-name random \
     --random-input-len 128 --random-output-len 128 --ignore-eos --seed 1 \
     --save-result --result-dir "$OUT" --result-filename "$4.json" >"$OUT/$4.txt"
 }

@@ -45,7 +45,7 @@ fi
 
 echo "=== $MODEL, $THREADS threads, KV cache $KV_DTYPE, random 128/128, $REPEAT alternating rounds"
 for i in $(seq "$REPEAT"); do
-  run_builtin "c1_$i" 1 "$PROMPTS_C1" "${RANDOM_WL[@]}"
+  run_builtin "c1_$i" 1 "$PROMPTS_C1" "${RANDOM_WL[@]}" --num-warmups 1
   run_builtin "c32_$i" 32 "$PROMPTS_C32" "${RANDOM_WL[@]}" --num-warmups 32
   if [ "$HAVE_LLAMA" = 1 ]; then
     "$BIN" bench --backend llama.cpp --port "$PORT" --model "$MODEL" --max-concurrency 32 --num-prompts "$PROMPTS_C32" \
