@@ -2,10 +2,12 @@
 #include "backend/backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/profiling_backend.h"
 #include "core/error.h"
 #if defined(SERVETUNE_WITH_GPU)
 #include "backend/cuda/gpu_backend.h"
@@ -41,7 +43,9 @@ std::string available_backends() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
+namespace {
+
+std::unique_ptr<Backend> make_device_backend(const std::string& device, int threads) {
   if (device == "cpu") {
     if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     return std::make_unique<cpu::CpuBackend>(threads);
@@ -54,6 +58,16 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
                       available_backends());
   }
   throw_unsupported("device '" + device + "' is not available in this build (available: " + available_backends() + ")");
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
+  std::unique_ptr<Backend> backend = make_device_backend(device, threads);
+  const char* profile = std::getenv("SERVETUNE_PROFILE_OPS");
+  if (profile == nullptr || *profile == '\0') return backend;
+  const std::string destination = profile;
+  return std::make_unique<ProfilingBackend>(std::move(backend), destination == "1" ? "-" : destination);
 }
 
 }  // namespace servetune

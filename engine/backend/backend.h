@@ -164,7 +164,8 @@ class Backend {
 };
 
 // Creates the backend for `device` ("cpu", or "cuda" / "hip" in a GPU build); `threads` sizes the CPU thread pool
-// (0 = all cores). Error(kUnsupported) names the devices this build has.
+// (0 = all cores). Error(kUnsupported) names the devices this build has. With SERVETUNE_PROFILE_OPS set ("1": stderr,
+// else a file to append to) the backend is wrapped in a ProfilingBackend that writes per-op wall times when destroyed.
 std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
 // Whether this build has a backend for `device`, and the list of those it has ("cpu, cuda").
 bool backend_available(const std::string& device);

@@ -1,0 +1,131 @@
+// ProfilingBackend: per-op wall times of a forwarded backend (see profiling_backend.h).
+#include "backend/profiling_backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <utility>
+#include <vector>
+
+namespace servetune {
+namespace {
+
+std::string matrix_key(const WeightMatrix& w) {
+  return std::to_string(w.rows) + "x" + std::to_string(w.cols) + " " + std::string(dtype_name(w.type));
+}
+
+}  // namespace
+
+ProfilingBackend::ProfilingBackend(std::unique_ptr<Backend> inner, std::string destination)
+    : inner_(std::move(inner)), destination_(std::move(destination)) {
+  static std::atomic<int> created{0};
+  instance_ = ++created;
+}
+
+ProfilingBackend::~ProfilingBackend() {
+  const std::string table = report();
+  if (destination_ == "-") {
+    std::cerr << table << std::flush;
+    return;
+  }
+  std::ofstream out(destination_, std::ios::app);
+  out << table;
+  if (!out) std::cerr << "SERVETUNE_PROFILE_OPS: cannot write " << destination_ << "\n" << table << std::flush;
+}
+
+template <class F>
+void ProfilingBackend::timed(const std::string& op, int64_t n, F&& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  inner_->synchronize();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mutex_);
+  OpTotals& t = ops_[op];
+  ++t.calls;
+  t.tokens += n;
+  t.seconds += seconds;
+}
+
+std::string ProfilingBackend::report() const {
+  std::vector<std::pair<std::string, OpTotals>> rows;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rows.assign(ops_.begin(), ops_.end());
+  }
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  double total = 0.0;
+  for (const auto& [op, t] : rows) total += t.seconds;
+  // Several backends in one process (tensor-parallel ranks, data-parallel replicas) each write a table: numbered.
+  std::string out = "servetune op profile, backend " + std::to_string(instance_) + " of this process (" + inner_->name() +
+                    "; wall time of each op, synchronized)\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-44s %10s %12s %12s %7s %11s\n", "op", "calls", "tokens", "total ms", "share",
+                "us/call");
+  out += line;
+  for (const auto& [op, t] : rows) {
+    std::snprintf(line, sizeof line, "%-44s %10lld %12lld %12.1f %6.1f%% %11.1f\n", op.c_str(),
+                  static_cast<long long>(t.calls), static_cast<long long>(t.tokens), t.seconds * 1e3,
+                  total > 0.0 ? 100.0 * t.seconds / total : 0.0, t.calls > 0 ? t.seconds * 1e6 / t.calls : 0.0);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "%-44s %10s %12s %12.1f\n", "all ops", "", "", total * 1e3);
+  out += line;
+  return out;
+}
+
+void ProfilingBackend::upload(Buffer& dst, size_t offset, const void* src, size_t bytes) {
+  timed("upload", 0, [&] { inner_->upload(dst, offset, src, bytes); });
+}
+void ProfilingBackend::download(void* dst, const Buffer& src, size_t offset, size_t bytes) {
+  timed("download", 0, [&] { inner_->download(dst, src, offset, bytes); });
+}
+void ProfilingBackend::embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) {
+  timed("embed", n, [&] { inner_->embed(table, ids, n, out); });
+}
+void ProfilingBackend::rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) {
+  timed("rms_norm", n, [&] { inner_->rms_norm(x, w, y, n, dim, eps); });
+}
+void ProfilingBackend::matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) {
+  timed("matmul " + matrix_key(w), n, [&] { inner_->matmul(w, bias, x, n, y); });
+}
+void ProfilingBackend::matmuls(std::span<const MatmulOut> outs, const float* x, int64_t n) {
+  std::string key = "matmuls";
+  for (const MatmulOut& o : outs) key += (key.size() == 7 ? " " : " + ") + matrix_key(*o.w);
+  timed(key, n, [&] { inner_->matmuls(outs, x, n); });
+}
+void ProfilingBackend::rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) {
+  timed("rope", n, [&] { inner_->rope(x, positions, n, n_heads, p); });
+}
+void ProfilingBackend::store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots,
+                                int64_t n) {
+  timed("store_kv", n, [&] { inner_->store_kv(kv, k, v, slots, n); });
+}
+void ProfilingBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
+                                 float scale, float* out) {
+  timed("attention", batch.n_tokens, [&] { inner_->attention(kv, batch, q, n_heads, scale, out); });
+}
+void ProfilingBackend::silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn,
+                                float* out) {
+  timed("silu_mul", n, [&] { inner_->silu_mul(gate, up, in_stride, n, ffn, out); });
+}
+void ProfilingBackend::add(float* x, const float* y, int64_t n) {
+  timed("add", 0, [&] { inner_->add(x, y, n); });
+}
+void ProfilingBackend::add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim,
+                                    float eps) {
+  timed("add_rms_norm", n, [&] { inner_->add_rms_norm(x, residual, w, y, n, dim, eps); });
+}
+void ProfilingBackend::rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions,
+                                      const int32_t* slots, int64_t n, int64_t n_heads, const RopeParams& p,
+                                      float* q_out) {
+  timed("rope_store_qkv", n, [&] { inner_->rope_store_qkv(kv, qkv, positions, slots, n, n_heads, p, q_out); });
+}
+void ProfilingBackend::sample(const float* logits, int64_t n, int64_t vocab, std::span<const SampleRow> rows,
+                              int32_t* tokens) {
+  timed("sample", n, [&] { inner_->sample(logits, n, vocab, rows, tokens); });
+}
+
+}  // namespace servetune

@@ -1,0 +1,73 @@
+// A Backend that forwards every call to another one and records the wall time of each op (synchronizing after
+// it, so a GPU's queued work is charged to the op that issued it); make_backend wraps the backend in one when
+// SERVETUNE_PROFILE_OPS is set, and the table is written when the backend is destroyed.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace servetune {
+
+class ProfilingBackend final : public Backend {
+ public:
+  // `destination`: "-" for stderr, else a file the table is appended to.
+  ProfilingBackend(std::unique_ptr<Backend> inner, std::string destination);
+  ~ProfilingBackend() override;
+
+  // The table so far: one row per op (matmuls keyed by shape and type), heaviest first.
+  std::string report() const;
+
+  std::string name() const override { return inner_->name(); }
+  bool host_memory() const override { return inner_->host_memory(); }
+  DType matrix_storage_type(DType file_type) const override { return inner_->matrix_storage_type(file_type); }
+  std::optional<DeviceMemory> device_memory() const override { return inner_->device_memory(); }
+  bool supports_kv_dtype(DType t) const override { return inner_->supports_kv_dtype(t); }
+  std::unique_ptr<Buffer> allocate(size_t bytes) override { return inner_->allocate(bytes); }
+  void make_resident(Buffer& buffer) override { inner_->make_resident(buffer); }
+  void upload(Buffer& dst, size_t offset, const void* src, size_t bytes) override;
+  void download(void* dst, const Buffer& src, size_t offset, size_t bytes) override;
+  void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) override;
+  void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) override;
+  void matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) override;
+  void matmuls(std::span<const MatmulOut> outs, const float* x, int64_t n) override;
+  void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) override;
+  void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) override;
+  void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
+                 float* out) override;
+  void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) override;
+  void add(float* x, const float* y, int64_t n) override;
+  void add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim,
+                    float eps) override;
+  void rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots,
+                      int64_t n, int64_t n_heads, const RopeParams& p, float* q_out) override;
+  bool fill_random(void* dst, DType type, int64_t n, uint64_t seed, float mean, float std) override {
+    return inner_->fill_random(dst, type, n, seed, mean, std);
+  }
+  bool device_sampling() const override { return inner_->device_sampling(); }
+  void sample(const float* logits, int64_t n, int64_t vocab, std::span<const SampleRow> rows, int32_t* tokens) override;
+  // Graph replays would hide the ops inside them: a profiled engine runs its steps eagerly.
+  bool begin_capture() override { return false; }
+  void synchronize() override { inner_->synchronize(); }
+
+ private:
+  struct OpTotals {
+    int64_t calls = 0;
+    int64_t tokens = 0;
+    double seconds = 0.0;
+  };
+  // Runs fn, synchronizes, and charges the wall time to `op` (n tokens).
+  template <class F>
+  void timed(const std::string& op, int64_t n, F&& fn);
+
+  std::unique_ptr<Backend> inner_;
+  std::string destination_;
+  int instance_ = 0;
+  mutable std::mutex mutex_;
+  std::map<std::string, OpTotals> ops_;
+};
+
+}  // namespace servetune
