@@ -36,8 +36,9 @@ constexpr int kOffsetShift = kType == DType::kQ4_0   ? 3
 
 // Up to 16 rows decoded: u8 quants in offset form (32 per block, element order) and f32 d and (Q4_1, Q5_1) m per
 // block.
-// With `rows` set (Q8_0 only), the tiles read the weight rows in place instead: each block's quants flipped to offset
-// form as they are broadcast, its f16 d widened as it is used.
+// With `rows` set (Q8_0, Q4_1), the tiles read the weight rows in place instead: each quad of quants broadcast from
+// the block (Q8_0 flipped to offset form, Q4_1 nibbles masked out, the high ones shifted down first), its f16 d (and
+// m) widened as they are used.
 struct TlPanel {
   uint8_t* q;
   float* d;
@@ -169,7 +170,7 @@ void decode_tl_row(const uint8_t* row, int64_t nb, const TlPanel& p, int64_t r) 
 // sums to hide vpdpbusd's latency with one chain each.
 template <DType kType, int R, int G, bool kInPlace = false>
 void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, float* out) {
-  static_assert(!kInPlace || kType == DType::kQ8_0);
+  static_assert(!kInPlace || kType == DType::kQ8_0 || kType == DType::kQ4_1);
   constexpr bool kHasMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;
   constexpr int kShift = kOffsetShift<kType>;
   constexpr int kChains = G == 1 ? 2 : 1;
@@ -208,7 +209,12 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
       for (int i = 0; i < R; ++i) {
         int32_t quad;
         __m512i wq;
-        if constexpr (kInPlace) {
+        if constexpr (kInPlace && kType == DType::kQ4_1) {
+          std::memcpy(&quad, p.rows + (r + i) * p.row_bytes + b * static_cast<int64_t>(sizeof(BlockQ4_1)) + 4 + 4 * (k & 3), 4);
+          wq = _mm512_set1_epi32(quad);
+          if (k >= 4) wq = _mm512_srli_epi32(wq, 4);
+          wq = _mm512_and_si512(wq, _mm512_set1_epi8(0x0F));
+        } else if constexpr (kInPlace) {
           std::memcpy(&quad, p.rows + (r + i) * p.row_bytes + b * static_cast<int64_t>(sizeof(BlockQ8_0)) + 2 + 4 * k, 4);
           wq = _mm512_xor_si512(_mm512_set1_epi32(quad), _mm512_set1_epi8(-128));
         } else {
@@ -227,7 +233,7 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
         float dw;
         if constexpr (kInPlace) {
           uint16_t h;
-          std::memcpy(&h, p.rows + (r + i) * p.row_bytes + b * static_cast<int64_t>(sizeof(BlockQ8_0)), 2);
+          std::memcpy(&h, p.rows + (r + i) * p.row_bytes + b * static_cast<int64_t>(kType == DType::kQ4_1 ? sizeof(BlockQ4_1) : sizeof(BlockQ8_0)), 2);
           dw = _cvtsh_ss(h);
         } else {
           dw = p.d[(r + i) * nb + b];
@@ -248,7 +254,17 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
     for (int64_t b = 0; b < nb; ++b) {
       for (int g = 0; g < G; ++g) {
         const __m512 sx = _mm512_load_ps(st[g] + b * 16);
-        for (int i = 0; i < R; ++i) mins[i][g] = _mm512_fmadd_ps(_mm512_set1_ps(p.m[(r + i) * nb + b]), sx, mins[i][g]);
+        for (int i = 0; i < R; ++i) {
+          float mw;
+          if constexpr (kInPlace) {
+            uint16_t h;
+            std::memcpy(&h, p.rows + (r + i) * p.row_bytes + b * static_cast<int64_t>(sizeof(BlockQ4_1)) + 2, 2);
+            mw = _cvtsh_ss(h);
+          } else {
+            mw = p.m[(r + i) * nb + b];
+          }
+          mins[i][g] = _mm512_fmadd_ps(_mm512_set1_ps(mw), sx, mins[i][g]);
+        }
       }
     }
   }
@@ -282,9 +298,9 @@ void tl_range_impl(const Weights& w, const Activations& a, int64_t r0, int64_t r
   p.q = base;
   p.d = reinterpret_cast<float*>(base + kRowsPerPanel * nb * 32);
   p.m = p.d + kRowsPerPanel * nb;
-  // A Q8_0 panel that meets one tile's worth of token groups (a decode batch) is read in place: its decode would be
-  // used once.
-  constexpr bool kCanReadInPlace = kType == DType::kQ8_0;
+  // A Q8_0 or Q4_1 panel that meets one tile's worth of token groups (a decode batch) is read in place: its decode
+  // would be used once.
+  constexpr bool kCanReadInPlace = kType == DType::kQ8_0 || kType == DType::kQ4_1;
   const bool in_place = kCanReadInPlace && g1 - g0 <= kGroupsPerTile;
   p.row_bytes = w.row_bytes;
   for (int64_t rp = r0; rp < r1; rp += kRowsPerPanel) {
