@@ -1,5 +1,6 @@
 // In-process engine client (see inprocess_client.h). One thread: submits due requests, sleeps on a condition
-// variable that stream notifiers signal, drains the streams that have events.
+// variable that stream notifiers signal, and on each wake-up drains every stream in flight (the engine queues a
+// step's events on all streams before its first notification, so one pass takes the whole step).
 #include "loadgen/inprocess_client.h"
 
 #include <chrono>
@@ -19,7 +20,7 @@ using Clock = EngineClock;
 struct Wakeup {
   std::mutex mutex;
   std::condition_variable cv;
-  std::vector<size_t> ready;
+  bool signaled = false;
 };
 
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
@@ -39,7 +40,7 @@ RunResult InProcessClient::run(const RunSpec& spec) {
   result.outputs.resize(n);
   std::vector<Tracked> tracked(n);
   auto wake = std::make_shared<Wakeup>();
-  std::vector<size_t> batch;
+  std::vector<size_t> open;  // launched, not completed
 
   const Clock::time_point t0 = Clock::now();
   const auto secs = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
@@ -90,13 +91,12 @@ RunResult InProcessClient::run(const RunSpec& spec) {
         complete(i, std::string("rejected by the engine: ") + e.what());
         continue;
       }
-      tracked[i].stream->set_notifier([wake, i] {
+      tracked[i].stream->set_notifier([wake] {
         std::lock_guard<std::mutex> lock(wake->mutex);
-        wake->ready.push_back(i);
+        wake->signaled = true;
         wake->cv.notify_one();
       });
-      std::lock_guard<std::mutex> lock(wake->mutex);
-      wake->ready.push_back(i);  // events pushed before the notifier was set
+      open.push_back(i);  // drained below, which also takes the events pushed before the notifier was set
     }
   };
 
@@ -132,29 +132,27 @@ RunResult InProcessClient::run(const RunSpec& spec) {
   };
 
   while (finished < n) {
+    const size_t launched = next;
     launch_due();
-    bool poll_all = false;
+    bool drain = next != launched;
     {
       std::unique_lock<std::mutex> lock(wake->mutex);
-      if (wake->ready.empty() && finished < n) {
+      if (!wake->signaled && !drain && finished < n) {
         const auto poll_at = Clock::now() + kPollInterval;
         auto until = poll_at;
         if (next < n && can_launch()) {
           until = std::min(until, t0 + std::chrono::ceil<Clock::duration>(
                                            std::chrono::duration<double>(spec.requests[next].scheduled_s)));
         }
-        const bool woken = wake->cv.wait_until(lock, until, [&] { return !wake->ready.empty(); });
-        poll_all = !woken && until == poll_at;  // a lost wake-up must not hang the run
+        const bool woken = wake->cv.wait_until(lock, until, [&] { return wake->signaled; });
+        drain = woken || until == poll_at;  // polled too: a lost wake-up must not hang the run
       }
-      batch.swap(wake->ready);
+      drain = drain || wake->signaled;
+      wake->signaled = false;
     }
-    if (poll_all) {
-      for (size_t i = 0; i < next; ++i) {
-        if (!tracked[i].done && tracked[i].stream) batch.push_back(i);
-      }
-    }
-    for (size_t i : batch) handle(i);
-    batch.clear();
+    if (!drain) continue;
+    for (size_t i : open) handle(i);
+    std::erase_if(open, [&](size_t i) { return tracked[i].done; });
   }
   result.duration_s = secs(Clock::now());
   return result;

@@ -50,13 +50,20 @@ void RequestStream::set_notifier(std::function<void()> notify) {
   notify_ = std::move(notify);
 }
 
-void RequestStream::push(TokenEvent event) {
-  std::function<void()> notify;
+void RequestStream::push(TokenEvent event, bool notify_now) {
   {
     std::lock_guard lock(mutex_);
     if (finished_) return;
     if (event.finish != FinishReason::kNone) finished_ = true;
     events_.push_back(std::move(event));
+  }
+  if (notify_now) notify();
+}
+
+void RequestStream::notify() {
+  std::function<void()> notify;
+  {
+    std::lock_guard lock(mutex_);
     notify = notify_;
   }
   cv_.notify_all();

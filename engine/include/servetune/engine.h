@@ -35,8 +35,11 @@ class RequestStream {
   // set do not call it: pass the notifier to Engine::submit, or drain() once after setting it.
   void set_notifier(std::function<void()> notify);
 
-  // Engine side.
-  void push(TokenEvent event);
+  // Engine side: push() queues an event and notifies; the engine queues a whole step's events with
+  // push(e, false) and then notifies each stream once, so a consumer woken by the first notification finds every
+  // event of that step already queued.
+  void push(TokenEvent event, bool notify = true);
+  void notify();
 
  private:
   uint64_t id_;
