@@ -2,6 +2,7 @@
 // 16 tokens): each zmm lane is a token, and one vpdpbusd multiplies one broadcast weight quad (u8, offset form) by 16
 // tokens' activation quads (s8). A block's eight quads chain into exact integer sums, then one fma per block and
 // row follows the canonical arithmetic of matmul_reference.cpp, like every other quantized path.
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 
@@ -165,6 +166,12 @@ void decode_tl_row(const uint8_t* row, int64_t nb, const TlPanel& p, int64_t r) 
   }
 }
 
+// Block b of panel row `row` as stored in the weight matrix (panels read in place).
+template <DType kType>
+const uint8_t* tl_block(const TlPanel& p, int64_t row, int64_t b) {
+  return p.rows + row * p.row_bytes + b * static_cast<int64_t>(sizeof(BlockOf<kType>));
+}
+
 // Rows [r, r + R) of the panel × the 16 tokens of each of the G groups from `group`: out[(g * 16 + row) * 16 + token].
 // With two groups every broadcast weight quad feeds two vpdpbusd, and the (row, group) chains are enough independent
 // sums to hide vpdpbusd's latency with one chain each.
@@ -210,12 +217,12 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
         int32_t quad;
         __m512i wq;
         if constexpr (kInPlace && kType == DType::kQ4_1) {
-          std::memcpy(&quad, p.rows + (r + i) * p.row_bytes + b * static_cast<int64_t>(sizeof(BlockQ4_1)) + 4 + 4 * (k & 3), 4);
+          std::memcpy(&quad, tl_block<kType>(p, r + i, b) + offsetof(BlockQ4_1, qs) + 4 * (k & 3), 4);
           wq = _mm512_set1_epi32(quad);
           if (k >= 4) wq = _mm512_srli_epi32(wq, 4);
           wq = _mm512_and_si512(wq, _mm512_set1_epi8(0x0F));
         } else if constexpr (kInPlace) {
-          std::memcpy(&quad, p.rows + (r + i) * p.row_bytes + b * static_cast<int64_t>(sizeof(BlockQ8_0)) + 2 + 4 * k, 4);
+          std::memcpy(&quad, tl_block<kType>(p, r + i, b) + offsetof(BlockQ8_0, qs) + 4 * k, 4);
           wq = _mm512_xor_si512(_mm512_set1_epi32(quad), _mm512_set1_epi8(-128));
         } else {
           std::memcpy(&quad, p.q + (r + i) * nb * 32 + b * 32 + 4 * k, 4);
@@ -233,7 +240,7 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
         float dw;
         if constexpr (kInPlace) {
           uint16_t h;
-          std::memcpy(&h, p.rows + (r + i) * p.row_bytes + b * static_cast<int64_t>(kType == DType::kQ4_1 ? sizeof(BlockQ4_1) : sizeof(BlockQ8_0)), 2);
+          std::memcpy(&h, tl_block<kType>(p, r + i, b) + offsetof(BlockOf<kType>, d), 2);
           dw = _cvtsh_ss(h);
         } else {
           dw = p.d[(r + i) * nb + b];
@@ -258,7 +265,7 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
           float mw;
           if constexpr (kInPlace) {
             uint16_t h;
-            std::memcpy(&h, p.rows + (r + i) * p.row_bytes + b * static_cast<int64_t>(sizeof(BlockQ4_1)) + 2, 2);
+            std::memcpy(&h, tl_block<kType>(p, r + i, b) + offsetof(BlockQ4_1, m), 2);
             mw = _cvtsh_ss(h);
           } else {
             mw = p.m[(r + i) * nb + b];
@@ -326,22 +333,17 @@ void tl_range_impl(const Weights& w, const Activations& a, int64_t r0, int64_t r
     for (int64_t g = g0; g < g1;) {
       alignas(64) float out[kGroupsPerTile * 16 * 16];  // [group][panel row][token]; rows past `rows` are zeroed
       const int groups = g1 - g >= kGroupsPerTile ? kGroupsPerTile : 1;
-      if constexpr (kCanReadInPlace) {
-        if (in_place) {
-          if (groups == kGroupsPerTile) {
-            tl_panel_groups<kType, kGroupsPerTile, true>(p, rows, a, g, out);
-          } else {
-            tl_panel_groups<kType, 1, true>(p, rows, a, g, out);
-          }
-        }
-      }
-      if (!in_place) {
+      const auto run_tiles = [&]<bool kInPlace>() {
         if (groups == kGroupsPerTile) {
-          tl_panel_groups<kType, kGroupsPerTile>(p, rows, a, g, out);
+          tl_panel_groups<kType, kGroupsPerTile, kInPlace>(p, rows, a, g, out);
         } else {
-          tl_panel_groups<kType, 1>(p, rows, a, g, out);
+          tl_panel_groups<kType, 1, kInPlace>(p, rows, a, g, out);
         }
+      };
+      if constexpr (kCanReadInPlace) {
+        if (in_place) run_tiles.template operator()<true>();
       }
+      if (!in_place) run_tiles.template operator()<false>();
       for (int gi = 0; gi < groups; ++gi) {
         __m512i v[16];
         for (int k = 0; k < 16; ++k) v[k] = _mm512_load_si512(out + (gi * 16 + k) * 16);
