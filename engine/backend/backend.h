@@ -138,6 +138,13 @@ class Backend {
 
   // Fused ops (compile = fused). add_rms_norm: x += residual, then y = rms_norm(x) per row (y may alias residual).
   virtual void add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) = 0;
+  // SwiGLU fused into the next matmul: y = (silu(gate) * up) . W^T, equal to silu_mul into `act` [n, w.cols] then
+  // matmul(w, nullptr, act, n, y); a backend may make the SwiGLU rows inside the matmul instead of writing `act`.
+  virtual void silu_mul_matmul(const WeightMatrix& w, const float* gate, const float* up, int64_t in_stride, int64_t n,
+                               float* act, float* y) {
+    silu_mul(gate, up, in_stride, n, w.cols, act);
+    matmul(w, nullptr, act, n, y);
+  }
   // Rotary fused into the QKV path: qkv rows hold [q | k | v] ([n_heads + 2 * kv.n_kv_heads] heads of head_dim);
   // writes rotated q to q_out [n, n_heads * head_dim] and stores rotated k and v into the cache slots `slots[t]`.
   virtual void rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots,

@@ -111,6 +111,10 @@ void ProfilingBackend::silu_mul(const float* gate, const float* up, int64_t in_s
                                 float* out) {
   timed("silu_mul", n, [&] { inner_->silu_mul(gate, up, in_stride, n, ffn, out); });
 }
+void ProfilingBackend::silu_mul_matmul(const WeightMatrix& w, const float* gate, const float* up, int64_t in_stride,
+                                       int64_t n, float* act, float* y) {
+  timed("silu_mul + matmul " + matrix_key(w), n, [&] { inner_->silu_mul_matmul(w, gate, up, in_stride, n, act, y); });
+}
 void ProfilingBackend::add(float* x, const float* y, int64_t n) {
   timed("add", 0, [&] { inner_->add(x, y, n); });
 }

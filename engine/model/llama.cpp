@@ -327,8 +327,12 @@ void LlamaModel::forward_layers(int64_t n, int64_t max_blocks_per_seq, const Bat
       const Backend::MatmulOut gate_and_up[] = {{&L.w_gate, nullptr, gate}, {&L.w_up, nullptr, up}};
       backend_.matmuls(gate_and_up, h, n);
     }
-    backend_.silu_mul(gate, up, gate_up ? 2 * ffn : ffn, n, ffn, act);
-    backend_.matmul(L.w_down, nullptr, act, n, h);
+    if (fused_) {
+      backend_.silu_mul_matmul(L.w_down, gate, up, gate_up ? 2 * ffn : ffn, n, act, h);
+    } else {
+      backend_.silu_mul(gate, up, gate_up ? 2 * ffn : ffn, n, ffn, act);
+      backend_.matmul(L.w_down, nullptr, act, n, h);
+    }
     sum_partials(h, n * d);
     if (!fused_) backend_.add(x, h, n * d);
   }

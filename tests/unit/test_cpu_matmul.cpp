@@ -537,6 +537,44 @@ TEST(CpuMatmul, MultiMatchesSeparateCalls) {
   EXPECT_THROW(matmul_multi(schemes_differ, 2, x.data(), 1, 96, pool), Error);
 }
 
+// Any deterministic elementwise function serves: matmul_swiglu must give what writing its rows and then calling
+// matmul gives.
+void test_silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < ffn; ++i) {
+      const float g = gate[t * in_stride + i];
+      out[t * ffn + i] = g / (1.0f + std::exp(-g)) * up[t * in_stride + i];
+    }
+  }
+}
+
+TEST(CpuMatmul, SwigluMatchesSiluMulThenMatmul) {
+  constexpr int64_t kCols = 768, kRows = 40;
+  for (DType type : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kF16, DType::kF32}) {
+    const TestMatrix m = type == DType::kQ4_K ? make_k_matrix(type, kRows, kCols, 21) : make_matrix(type, kRows, kCols, 21);
+    // 1 token (row lanes), 16 and 37 (token lanes; each thread prepares its own copy), 130 (one shared copy).
+    for (int64_t n_tokens : {1, 16, 37, 130}) {
+      // Gate and up stacked in one row, as the fused gate/up projection writes them.
+      const std::vector<float> gate_up = random_activations(n_tokens, 2 * kCols, 2 * kCols, 22);
+      std::vector<float> rows(static_cast<size_t>(n_tokens * kCols));
+      test_silu_mul(gate_up.data(), gate_up.data() + kCols, 2 * kCols, n_tokens, kCols, rows.data());
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        std::vector<float> want(static_cast<size_t>(n_tokens * kRows)), got(want.size());
+        matmul(m.view(), rows.data(), n_tokens, kCols, want.data(), kRows, pool);
+        std::vector<float> written(rows.size(), -1.0f);
+        matmul_swiglu(m.view(), {gate_up.data(), gate_up.data() + kCols, 2 * kCols, &test_silu_mul}, n_tokens,
+                      written.data(), got.data(), kRows, pool);
+        EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+            << dtype_name(type) << " tokens " << n_tokens << " threads " << threads;
+        if (type == DType::kF32) {
+          EXPECT_EQ(written, rows);  // its kernels read the rows themselves
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuMatmul, SupportsAndRejects) {
   for (DType t :
        {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0}) {

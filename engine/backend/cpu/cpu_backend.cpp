@@ -316,6 +316,13 @@ void CpuBackend::silu_mul(const float* gate, const float* up, int64_t in_stride,
   });
 }
 
+void CpuBackend::silu_mul_matmul(const WeightMatrix& w, const float* gate, const float* up, int64_t in_stride,
+                                 int64_t n, float* act, float* y) {
+  const auto kernel =
+      for_selected_isa(&detail::silu_mul_f32_avx512, &detail::silu_mul_f32_avx2, &ref::silu_mul);
+  cpu::matmul_swiglu(view_of(w), {gate, up, in_stride, kernel}, n, act, y, w.rows, pool_);
+}
+
 void CpuBackend::add(float* x, const float* y, int64_t n) {
   // A decode batch's residual add stays on this thread (under two grains); a prefill chunk's megabytes are split.
   pool_.parallel_for(n, 64 * 1024, [&](int64_t begin, int64_t end) {

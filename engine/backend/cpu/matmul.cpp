@@ -42,7 +42,7 @@ ActKind act_kind(DType weight_type) {
 namespace {
 
 struct ScratchBuffers {
-  static constexpr int kSlots = 4;
+  static constexpr int kSlots = 5;
   void* ptr[kSlots] = {};
   size_t cap[kSlots] = {};
   ScratchBuffers() = default;
@@ -212,6 +212,25 @@ void prepare_activations(const IsaKernels& k, ActKind kind, const float* x, int6
   }
 }
 
+// prepare_activations for the rows silu(gate) * up, made a few tokens at a time in this thread's scratch (so they
+// stay in L1) by the backend's own silu_mul kernel: the same values a separate silu_mul pass would write.
+void prepare_swiglu_activations(const IsaKernels& k, ActKind kind, const SwigluInput& in, int64_t t0, int64_t t1,
+                                int64_t cols, const ActStorage& st, const Activations& a) {
+  constexpr int64_t kTokens = 4;
+  auto* rows = static_cast<float*>(thread_scratch(ScratchSlot::kSwiglu, kTokens * cols * sizeof(float)));
+  for (int64_t c0 = t0; c0 < t1; c0 += kTokens) {
+    const int64_t n = std::min(kTokens, t1 - c0);
+    in.silu_mul(in.gate + c0 * in.in_stride, in.up + c0 * in.in_stride, in.in_stride, n, cols, rows);
+    ActStorage at = st;  // outputs of tokens [c0, c0 + n), so the chunk's rows are tokens [0, n) of `rows`
+    at.q = st.q != nullptr ? st.q + c0 * a.q_stride : nullptr;
+    at.d = st.d != nullptr ? st.d + c0 * a.d_stride : nullptr;
+    at.s = st.s != nullptr ? st.s + c0 * a.d_stride : nullptr;
+    at.bsums = st.bsums != nullptr ? st.bsums + c0 * a.bsum_stride : nullptr;
+    at.f = st.f != nullptr ? st.f + c0 * a.f_stride : nullptr;
+    prepare_activations(k, kind, rows, cols, 0, n, cols, at, a);
+  }
+}
+
 // Work split: a grid of row chunks (multiples of kRowChunk) × token chunks (multiples of kTokenGroup), about four
 // chunks per thread so a thread slowed by a noisy neighbour does not hold the others up. Chunk edges on those
 // multiples keep every output on the same kernel path and tile shape whatever the split, so results do not depend on
@@ -278,9 +297,11 @@ struct Job {
 
 constexpr int kMaxJobs = 16;
 
-// Runs targets that share cols, activation scheme and activations x in one parallel region.
+// Runs targets that share cols, activation scheme and activations x in one parallel region. With `swiglu`, the
+// activations are silu(gate) * up, made while they are prepared (x, x_stride: its gate rows); the scheme must
+// prepare them (needs_prep).
 void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, const float* x, int64_t n_tokens,
-              int64_t x_stride, ThreadPool* pool) {
+              int64_t x_stride, ThreadPool* pool, const SwigluInput* swiglu = nullptr) {
   const int threads = pool != nullptr ? pool->size() : 1;
   const int64_t cols = targets[0].w.cols;
   const ActKind kind = act_kind(targets[0].w.type);
@@ -307,6 +328,14 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
   if (n_jobs == 0) return;
 
   const bool needs_prep = kind != ActKind::kF32 && kind != ActKind::kDequantF32;
+  if (swiglu != nullptr && !needs_prep) throw Error(ErrorKind::kInternal, "matmul: SwiGLU input for f32 activations");
+  const auto prepare = [&](int64_t t0, int64_t t1, const ActStorage& st, const Activations& a) {
+    if (swiglu != nullptr) {
+      prepare_swiglu_activations(k, kind, *swiglu, t0, t1, cols, st, a);
+    } else {
+      prepare_activations(k, kind, x, x_stride, t0, t1, cols, st, a);
+    }
+  };
   const bool parallel = chunks > 1 && threads > 1;
   // Few activations (decode, up to 256 KB of f32 input: a 32-sequence batch at 2048 columns): every thread prepares
   // its own copy inside the parallel region, which overlaps that work with the wake-up, needs no barrier and keeps
@@ -326,12 +355,12 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
     if (!shared_prep_in_region) {
       if (threads > 1 && n_tokens * cols >= 32 * 1024) {
         pool->parallel_for(n_tokens, std::max<int64_t>(1, 8192 / cols), [&](int64_t t0, int64_t t1) {
-          prepare_activations(k, kind, x, x_stride, t0, t1, cols, shared_st, shared);
+          prepare(t0, t1, shared_st, shared);
         });
         pool->parallel_for(shared.n_groups, 1,
                            [&](int64_t g0, int64_t g1) { pack_token_groups(k, g0, g1, shared_st, shared); });
       } else {
-        prepare_activations(k, kind, x, x_stride, 0, n_tokens, cols, shared_st, shared);
+        prepare(0, n_tokens, shared_st, shared);
         pack_token_groups(k, 0, shared.n_groups, shared_st, shared);
       }
     }
@@ -361,7 +390,7 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
       auto edge = [&](int i) { return i == n ? n_tokens : n_tokens * i / n / unit * unit; };
       const int64_t t0 = edge(index), t1 = edge(index + 1);
       try {
-        prepare_activations(k, kind, x, x_stride, t0, t1, cols, shared_st, shared);
+        prepare(t0, t1, shared_st, shared);
         pack_token_groups(k, t0 / kTokenGroup, std::min(t1 / kTokenGroup, shared.n_groups), shared_st, shared);
       } catch (...) {
         prepared.arrive_and_wait(n);  // never leave the others waiting; run() rethrows and the outputs are discarded
@@ -373,7 +402,7 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
     Activations local = shared;
     if (private_prep) {
       const ActStorage st = allocate_activations(kind, n_tokens, cols, local, token_lanes);
-      prepare_activations(k, kind, x, x_stride, 0, n_tokens, cols, st, local);
+      prepare(0, n_tokens, st, local);
       pack_token_groups(k, 0, local.n_groups, st, local);
     }
     if (n == 1) {  // a nested call, run inline on this thread alone
@@ -410,6 +439,22 @@ void matmul_with_isa(CpuIsa isa, const MatrixView& w, const float* x, int64_t n_
 }
 
 bool matmul_shares_activations(DType a, DType b) { return act_kind(a) == act_kind(b); }
+
+void matmul_swiglu(const MatrixView& w, const SwigluInput& in, int64_t n_tokens, float* rows, float* y,
+                   int64_t y_stride, ThreadPool& pool) {
+  const IsaKernels& k = kernels_for(cpu_selected_isa());
+  const ActKind kind = act_kind(w.type);
+  if (kind == ActKind::kF32 || kind == ActKind::kDequantF32) {  // the kernels read f32 rows: write them out
+    pool.parallel_for(n_tokens, 1, [&](int64_t t0, int64_t t1) {
+      in.silu_mul(in.gate + t0 * in.in_stride, in.up + t0 * in.in_stride, in.in_stride, t1 - t0, w.cols,
+                  rows + t0 * w.cols);
+    });
+    run_matmul(k, w, rows, n_tokens, w.cols, y, y_stride, &pool);
+    return;
+  }
+  const MatmulTarget target{w, y, y_stride};
+  run_jobs(k, &target, 1, in.gate, n_tokens, in.in_stride, &pool, &in);
+}
 
 void matmul_multi(const MatmulTarget* targets, int n_targets, const float* x, int64_t n_tokens, int64_t x_stride,
                   ThreadPool& pool) {

@@ -62,6 +62,21 @@ struct MatmulTarget {
 void matmul_multi(const MatmulTarget* targets, int n_targets, const float* x, int64_t n_tokens, int64_t x_stride,
                   ThreadPool& pool);
 
+// y = (silu(gate) ⊙ up) · Wᵀ, the SwiGLU rows made a few tokens at a time inside the matmul's activation preparation
+// by `silu_mul` (pass the kernel a separate silu_mul op would use: the result then equals that op followed by
+// matmul() bit for bit) instead of being written to memory and read back. gate and up rows are in_stride apart.
+// `rows` (n_tokens x W.cols floats) receives the SwiGLU rows only for weight types whose kernels read f32 rows.
+using SiluMulKernel = void (*)(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn,
+                               float* out);
+struct SwigluInput {
+  const float* gate;
+  const float* up;
+  int64_t in_stride;
+  SiluMulKernel silu_mul;
+};
+void matmul_swiglu(const MatrixView& w, const SwigluInput& in, int64_t n_tokens, float* rows, float* y,
+                   int64_t y_stride, ThreadPool& pool);
+
 // Plain C++ oracle with the same numerics contract, single-threaded.
 void matmul_reference(const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
                       int64_t y_stride);

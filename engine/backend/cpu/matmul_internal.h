@@ -119,7 +119,7 @@ const IsaKernels& avx512_kernels();
 
 // Per-thread scratch owned by the baseline driver (so ISA files allocate nothing themselves). 64-byte aligned; valid
 // until the next call on the same thread with the same slot.
-enum class ScratchSlot { kActivations = 0, kPanel = 1, kDequant = 2, kTokenLanePanel = 3 };
+enum class ScratchSlot { kActivations = 0, kPanel = 1, kDequant = 2, kTokenLanePanel = 3, kSwiglu = 4 };
 void* thread_scratch(ScratchSlot slot, size_t bytes);
 
 }  // namespace servetune::cpu::detail
