@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -40,6 +41,12 @@ RunResult InProcessClient::run(const RunSpec& spec) {
   result.outputs.resize(n);
   std::vector<Tracked> tracked(n);
   auto wake = std::make_shared<Wakeup>();
+  // Every stream's notifier; given to submit, so no event is pushed before it is set.
+  const std::function<void()> notify = [wake] {
+    std::lock_guard<std::mutex> lock(wake->mutex);
+    wake->signaled = true;
+    wake->cv.notify_one();
+  };
   std::vector<size_t> open;  // launched, not completed
 
   const Clock::time_point t0 = Clock::now();
@@ -86,17 +93,12 @@ RunResult InProcessClient::run(const RunSpec& spec) {
       ++inflight;
       o.start_time = secs(Clock::now());
       try {
-        tracked[i].stream = engine_.submit(std::move(req));
+        tracked[i].stream = engine_.submit(std::move(req), notify);
       } catch (const Error& e) {
         complete(i, std::string("rejected by the engine: ") + e.what());
         continue;
       }
-      tracked[i].stream->set_notifier([wake] {
-        std::lock_guard<std::mutex> lock(wake->mutex);
-        wake->signaled = true;
-        wake->cv.notify_one();
-      });
-      open.push_back(i);  // drained below, which also takes the events pushed before the notifier was set
+      open.push_back(i);
     }
   };
 
@@ -132,12 +134,11 @@ RunResult InProcessClient::run(const RunSpec& spec) {
   };
 
   while (finished < n) {
-    const size_t launched = next;
     launch_due();
-    bool drain = next != launched;
+    bool drain = false;
     {
       std::unique_lock<std::mutex> lock(wake->mutex);
-      if (!wake->signaled && !drain && finished < n) {
+      if (!wake->signaled && finished < n) {
         const auto poll_at = Clock::now() + kPollInterval;
         auto until = poll_at;
         if (next < n && can_launch()) {
