@@ -93,7 +93,11 @@ void ProfilingBackend::matmul(const WeightMatrix& w, const float* bias, const fl
 }
 void ProfilingBackend::matmuls(std::span<const MatmulOut> outs, const float* x, int64_t n) {
   std::string key = "matmuls";
-  for (const MatmulOut& o : outs) key += (key.size() == 7 ? " " : " + ") + matrix_key(*o.w);
+  const char* separator = " ";
+  for (const MatmulOut& o : outs) {
+    key += separator + matrix_key(*o.w);
+    separator = " + ";
+  }
   timed(key, n, [&] { inner_->matmuls(outs, x, n); });
 }
 void ProfilingBackend::rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) {
