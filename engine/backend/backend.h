@@ -131,6 +131,9 @@ class Backend {
   // out [n, n_heads * head_dim] = softmax(q k^T * scale) v over each token's visible cached positions (GQA).
   virtual void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
                          float scale, float* out) = 0;
+  // A hint: a later attention() will read this cache for this batch, after other ops; the backend may start moving
+  // it closer meanwhile. Never changes a result; the default does nothing.
+  virtual void prefetch_attention(const KvLayerView& /*kv*/, const AttentionBatch& /*batch*/) {}
   // out[t, i] = silu(gate[t, i]) * up[t, i] for i < ffn; gate and up rows are `in_stride` apart, out rows `ffn`.
   virtual void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) = 0;
   // x += y elementwise over n values.

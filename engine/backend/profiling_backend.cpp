@@ -111,6 +111,9 @@ void ProfilingBackend::attention(const KvLayerView& kv, const AttentionBatch& ba
                                  float scale, float* out) {
   timed("attention", batch.n_tokens, [&] { inner_->attention(kv, batch, q, n_heads, scale, out); });
 }
+void ProfilingBackend::prefetch_attention(const KvLayerView& kv, const AttentionBatch& batch) {
+  timed("prefetch_attention", batch.n_tokens, [&] { inner_->prefetch_attention(kv, batch); });
+}
 void ProfilingBackend::silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn,
                                 float* out) {
   timed("silu_mul", n, [&] { inner_->silu_mul(gate, up, in_stride, n, ffn, out); });

@@ -38,6 +38,7 @@ class ProfilingBackend final : public Backend {
   void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) override;
   void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                  float* out) override;
+  void prefetch_attention(const KvLayerView& kv, const AttentionBatch& batch) override;
   void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) override;
   void silu_mul_matmul(const WeightMatrix& w, const float* gate, const float* up, int64_t in_stride, int64_t n,
                        float* act, float* y) override;

@@ -311,6 +311,7 @@ void LlamaModel::forward_layers(int64_t n, int64_t max_blocks_per_seq, const Bat
       backend_.store_kv(cache, k, v, ix.slots, n);
     }
     backend_.attention(cache, ab, q, n_heads_, scale, attn);
+    if (l + 1 < layers_.size()) backend_.prefetch_attention(kv.layer(static_cast<int64_t>(l + 1)), ab);
     backend_.matmul(L.wo, nullptr, attn, n, h);
     sum_partials(h, n * d);
     if (fused_) {

@@ -10,3 +10,6 @@ endif()
 servetune_test(test_cpu_ops LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_ops.cpp
   LIBS servetune_backend)
+servetune_test(test_background_prefetch LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_background_prefetch.cpp
+  LIBS servetune_backend)

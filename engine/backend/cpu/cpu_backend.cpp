@@ -137,7 +137,7 @@ void add_bias(const float* bias, int64_t rows, int64_t n, float* y) {
 }  // namespace
 
 void CpuBackend::matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) {
-  cpu::matmul(view_of(w), x, n, w.cols, y, w.rows, pool_);
+  cpu::matmul(view_of(w), x, n, w.cols, y, w.rows, pool_, background());
   add_bias(bias, w.rows, n, y);
 }
 
@@ -153,7 +153,7 @@ void CpuBackend::matmuls(std::span<const MatmulOut> outs, const float* x, int64_
   }
   MatmulTarget targets[kMaxTargets];
   for (size_t i = 0; i < outs.size(); ++i) targets[i] = {view_of(*outs[i].w), outs[i].y, outs[i].w->rows};
-  cpu::matmul_multi(targets, static_cast<int>(outs.size()), x, n, outs[0].w->cols, pool_);
+  cpu::matmul_multi(targets, static_cast<int>(outs.size()), x, n, outs[0].w->cols, pool_, background());
   for (const MatmulOut& o : outs) add_bias(o.bias, o.w->rows, n, o.y);
 }
 
@@ -237,8 +237,22 @@ void CpuBackend::store_kv(const KvLayerView& kv, const float* k, const float* v,
   });
 }
 
+void CpuBackend::prefetch_attention(const KvLayerView& kv, const AttentionBatch& batch) {
+  // Only batches the AVX-512 token-lane tiles (which walk the ranges) run on, reading more cache than an L2 holds;
+  // at most what the L3 keeps until the attention. (32 sequences x 64-256 positions, f16: attention 22% faster, the
+  // matmuls in between 2-3% slower, a decode step 2-3% shorter.)
+  constexpr int64_t kMinTokens = 16, kMinBytes = 1 << 20, kMaxBytes = 16 << 20;
+  background_.clear();
+  if (batch.n_tokens < kMinTokens || cpu_selected_isa() != CpuIsa::kAvx512) return;
+  std::vector<PrefetchRange> ranges = attention_cache_ranges(kv, batch, kMaxBytes);
+  int64_t total = 0;
+  for (const PrefetchRange& r : ranges) total += r.bytes;
+  if (total >= kMinBytes) background_.publish(std::move(ranges), pool_.size());
+}
+
 void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
                            float scale, float* out) {
+  background_.clear();
   int64_t max_ctx = 0;
   for (int64_t t = 0; t < batch.n_tokens; ++t) max_ctx = std::max<int64_t>(max_ctx, batch.positions[t] + 1);
   const int64_t hd = kv.head_dim;
@@ -320,7 +334,7 @@ void CpuBackend::silu_mul_matmul(const WeightMatrix& w, const float* gate, const
                                  int64_t n, float* act, float* y) {
   const auto kernel =
       for_selected_isa(&detail::silu_mul_f32_avx512, &detail::silu_mul_f32_avx2, &ref::silu_mul);
-  cpu::matmul_swiglu(view_of(w), {gate, up, in_stride, kernel}, n, act, y, w.rows, pool_);
+  cpu::matmul_swiglu(view_of(w), {gate, up, in_stride, kernel}, n, act, y, w.rows, pool_, background());
 }
 
 void CpuBackend::add(float* x, const float* y, int64_t n) {

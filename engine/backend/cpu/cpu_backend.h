@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/background_prefetch.h"
 #include "core/thread_pool.h"
 
 namespace servetune::cpu {
@@ -32,6 +33,9 @@ class CpuBackend final : public Backend {
   void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) override;
   void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                  float* out) override;
+  // Batched matmuls until that attention fetch the batch's cache rows into L2 (whence the L3 keeps them) a few
+  // lines per tile, when they are too many for the attention's own prefetch to hide DRAM latency.
+  void prefetch_attention(const KvLayerView& kv, const AttentionBatch& batch) override;
   void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) override;
   void silu_mul_matmul(const WeightMatrix& w, const float* gate, const float* up, int64_t in_stride, int64_t n,
                        float* act, float* y) override;
@@ -56,6 +60,9 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<float>> scratch_;  // per-thread attention scores
   RopeParams rope_key_;
   std::vector<float> rope_rows_;
+  BackgroundPrefetch background_;
+  // background_ while it has ranges to fetch, else null (the matmuls' argument).
+  BackgroundPrefetch* background() { return background_.active() ? &background_ : nullptr; }
 };
 
 }  // namespace servetune::cpu

@@ -301,7 +301,8 @@ constexpr int kMaxJobs = 16;
 // activations are silu(gate) * up, made while they are prepared (x, x_stride: its gate rows); the scheme must
 // prepare them (needs_prep).
 void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, const float* x, int64_t n_tokens,
-              int64_t x_stride, ThreadPool* pool, const SwigluInput* swiglu = nullptr) {
+              int64_t x_stride, ThreadPool* pool, const SwigluInput* swiglu = nullptr,
+              BackgroundPrefetch* background = nullptr) {
   const int threads = pool != nullptr ? pool->size() : 1;
   const int64_t cols = targets[0].w.cols;
   const ActKind kind = act_kind(targets[0].w.type);
@@ -378,6 +379,7 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
                job.y, job.y_stride);
   };
   if (!parallel) {
+    if (background != nullptr) shared.background = background->cursor(0);
     for (int64_t i = 0; i < chunks; ++i) run_chunk(shared, i);
     return;
   }
@@ -400,6 +402,7 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
     }
     if (index >= chunks) return;
     Activations local = shared;
+    if (background != nullptr) local.background = background->cursor(index);
     if (private_prep) {
       const ActStorage st = allocate_activations(kind, n_tokens, cols, local, token_lanes);
       prepare(0, n_tokens, st, local);
@@ -417,9 +420,9 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
 }
 
 void run_matmul(const IsaKernels& k, const MatrixView& mv, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
-                int64_t y_stride, ThreadPool* pool) {
+                int64_t y_stride, ThreadPool* pool, BackgroundPrefetch* background = nullptr) {
   const MatmulTarget target{mv, y, y_stride};
-  run_jobs(k, &target, 1, x, n_tokens, x_stride, pool);
+  run_jobs(k, &target, 1, x, n_tokens, x_stride, pool, nullptr, background);
 }
 
 }  // namespace
@@ -429,8 +432,8 @@ bool matmul_supports(DType weight_type) {
 }
 
 void matmul(const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y, int64_t y_stride,
-            ThreadPool& pool) {
-  run_matmul(kernels_for(cpu_selected_isa()), w, x, n_tokens, x_stride, y, y_stride, &pool);
+            ThreadPool& pool, BackgroundPrefetch* background) {
+  run_matmul(kernels_for(cpu_selected_isa()), w, x, n_tokens, x_stride, y, y_stride, &pool, background);
 }
 
 void matmul_with_isa(CpuIsa isa, const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
@@ -441,7 +444,7 @@ void matmul_with_isa(CpuIsa isa, const MatrixView& w, const float* x, int64_t n_
 bool matmul_shares_activations(DType a, DType b) { return act_kind(a) == act_kind(b); }
 
 void matmul_swiglu(const MatrixView& w, const SwigluInput& in, int64_t n_tokens, float* rows, float* y,
-                   int64_t y_stride, ThreadPool& pool) {
+                   int64_t y_stride, ThreadPool& pool, BackgroundPrefetch* background) {
   const IsaKernels& k = kernels_for(cpu_selected_isa());
   const ActKind kind = act_kind(w.type);
   if (kind == ActKind::kF32 || kind == ActKind::kDequantF32) {  // the kernels read f32 rows: write them out
@@ -449,18 +452,18 @@ void matmul_swiglu(const MatrixView& w, const SwigluInput& in, int64_t n_tokens,
       in.silu_mul(in.gate + t0 * in.in_stride, in.up + t0 * in.in_stride, in.in_stride, t1 - t0, w.cols,
                   rows + t0 * w.cols);
     });
-    run_matmul(k, w, rows, n_tokens, w.cols, y, y_stride, &pool);
+    run_matmul(k, w, rows, n_tokens, w.cols, y, y_stride, &pool, background);
     return;
   }
   const MatmulTarget target{w, y, y_stride};
-  run_jobs(k, &target, 1, in.gate, n_tokens, in.in_stride, &pool, &in);
+  run_jobs(k, &target, 1, in.gate, n_tokens, in.in_stride, &pool, &in, background);
 }
 
 void matmul_multi(const MatmulTarget* targets, int n_targets, const float* x, int64_t n_tokens, int64_t x_stride,
-                  ThreadPool& pool) {
+                  ThreadPool& pool, BackgroundPrefetch* background) {
   const IsaKernels& k = kernels_for(cpu_selected_isa());
   for (int i = 0; i < n_targets; i += kMaxJobs) {
-    run_jobs(k, targets + i, std::min(kMaxJobs, n_targets - i), x, n_tokens, x_stride, &pool);
+    run_jobs(k, targets + i, std::min(kMaxJobs, n_targets - i), x, n_tokens, x_stride, &pool, nullptr, background);
   }
 }
 

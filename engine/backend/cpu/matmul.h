@@ -11,6 +11,8 @@
 
 namespace servetune::cpu {
 
+class BackgroundPrefetch;
+
 // A weight matrix W with `rows` output features and `cols` input features; rows are contiguous, `row_bytes` apart,
 // in GGML block layout for quantized types (row_bytes >= dtype_row_bytes(type, cols)).
 struct MatrixView {
@@ -46,8 +48,9 @@ bool matmul_supports(DType weight_type);
 // y[t*y_stride + r] = Σ_c x[t*x_stride + c] * W[r, c]   for t < n_tokens, r < rows. y must not overlap x or W.
 // Throws Error(kUnsupported) for weight types matmul_supports rejects, Error(kUsage) for inconsistent shapes.
 // Not re-entrant per thread (per-thread scratch); concurrent calls on different pools from different threads are fine.
+// With `background`, batched tiles also walk its ranges (background_prefetch.h); results are the same.
 void matmul(const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y, int64_t y_stride,
-            ThreadPool& pool);
+            ThreadPool& pool, BackgroundPrefetch* background = nullptr);
 
 // Several matrices applied to the same activations (Q/K/V, gate/up) in one parallel region with one activation
 // preparation: saves a pool wake-up and a quantization per extra matrix. All must have the same cols and activation
@@ -60,7 +63,7 @@ struct MatmulTarget {
   int64_t y_stride;
 };
 void matmul_multi(const MatmulTarget* targets, int n_targets, const float* x, int64_t n_tokens, int64_t x_stride,
-                  ThreadPool& pool);
+                  ThreadPool& pool, BackgroundPrefetch* background = nullptr);
 
 // y = (silu(gate) ⊙ up) · Wᵀ, the SwiGLU rows made a few tokens at a time inside the matmul's activation preparation
 // by `silu_mul` (pass the kernel a separate silu_mul op would use: the result then equals that op followed by
@@ -75,7 +78,7 @@ struct SwigluInput {
   SiluMulKernel silu_mul;
 };
 void matmul_swiglu(const MatrixView& w, const SwigluInput& in, int64_t n_tokens, float* rows, float* y,
-                   int64_t y_stride, ThreadPool& pool);
+                   int64_t y_stride, ThreadPool& pool, BackgroundPrefetch* background = nullptr);
 
 // Plain C++ oracle with the same numerics contract, single-threaded.
 void matmul_reference(const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,

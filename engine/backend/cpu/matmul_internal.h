@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/background_prefetch.h"
 #include "backend/cpu/matmul.h"
 
 namespace servetune::cpu::detail {
@@ -43,6 +44,8 @@ struct Activations {
   const float* st = nullptr;
   const int32_t* nxs = nullptr;
   int64_t n_groups = 0;
+  // The calling thread's share of memory to fetch for a later operation while the tiles compute (may be null).
+  PrefetchCursor* background = nullptr;
 };
 
 // Weights as the kernels see them.

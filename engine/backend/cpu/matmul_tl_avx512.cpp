@@ -197,6 +197,7 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
     for (int g = 0; g < G; ++g) acc[i][g] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
+    background_prefetch_step(a.background);
     // Signed weight codes: Σ (w + offset)·x − offset·Σx, the correction entering the first chain.
     __m512i init[G];
     for (int g = 0; g < G; ++g) {
