@@ -36,7 +36,9 @@ struct RopeParams {
   const float* freq_factors = nullptr;
 };
 
-// Paged KV cache geometry of one layer: K and V are [num_blocks, page_size, n_kv_heads, head_dim] in `dtype`.
+// Paged KV cache geometry of one layer: K and V are [num_blocks, page_size, n_kv_heads, head_dim] in `dtype`, except
+// that a backend may lay K out its own way within a block (the CPU transposes it: backend/cpu/kv_layout.h); only the
+// backend's own store_kv / rope_store_qkv write a cache its attention reads.
 struct KvLayerView {
   void* k = nullptr;
   void* v = nullptr;

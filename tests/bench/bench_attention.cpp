@@ -23,7 +23,8 @@ namespace {
 constexpr int64_t kLayers = 30, kHeads = 9, kKvHeads = 3, kHeadDim = 64;
 
 struct AttentionStep {
-  std::vector<std::vector<uint8_t>> k, v;  // per layer: [blocks, page, kv heads, head dim] f16 or fp8 elements
+  // Per layer, f16 or fp8 elements: K as kv_layout.h lays it out, V [blocks, page, kv heads, head dim].
+  std::vector<std::vector<uint8_t>> k, v;
   std::vector<KvLayerView> views;
   std::vector<int32_t> positions, seq_of_token, tables;
   int64_t blocks_per_seq = 0;

@@ -85,11 +85,11 @@ TEST(BackgroundPrefetch, AttentionRangesFollowTheBlockTables) {
   };
   expect(0, k, 5, 4);
   expect(1, v, 5, 4);
-  expect(2, k, 2, 2);
+  expect(2, k, 2, 4);  // K: the whole block, transposed within it
   expect(3, v, 2, 2);
-  expect(4, k, 7, 3);
+  expect(4, k, 7, 4);
   expect(5, v, 7, 3);
-  // Listing stops once max_bytes are listed: sequence 0's first block (256 bytes) is enough for 200.
+  // Listing stops once max_bytes are listed: sequence 0's first block (2 x 128 bytes) is enough for 200.
   EXPECT_EQ(attention_cache_ranges(kv, batch, 200).size(), 2u);
 }
 

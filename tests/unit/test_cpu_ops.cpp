@@ -17,6 +17,7 @@
 #include "backend/cpu/activation_simd.h"
 #include "backend/cpu/attention_simd.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kv_layout.h"
 #include "backend/cpu/ops_reference.h"
 #include "backend/cpu/rope_simd.h"
 #include "backend/cpu/vector_math.h"
@@ -407,6 +408,59 @@ TEST(CpuOps, FusedRopeStoreQkvEqualsRopeThenStore) {
         }
         EXPECT_EQ(q_fused, q_ref) << "neox " << neox << " far " << far;
         EXPECT_EQ(std::memcmp(k_fused->data(), k_ref->data(), cache_bytes), 0) << "neox " << neox << " far " << far;
+      }
+    }
+  }
+}
+
+// What the backend stores is what its attention reads: K and V rows stored at scattered slots through store_kv,
+// then attention for tokens at several positions, against attention computed densely from the float rows (f32
+// cache, so no rounding on the way in). Pages of 16 (whole key blocks per page) and 5 (blocks gathered across
+// pages). K sits transposed in its page where kv_layout.h says.
+TEST(CpuOps, StoredCacheAttendsLikeDenseAttention) {
+  CpuBackend backend(2);
+  const int64_t n_heads = 6, n_kv = 2, hd = 32, ctx = 37, group = n_heads / n_kv;
+  for (int64_t page : {16, 5}) {
+    const int64_t blocks = (ctx + page - 1) / page, num_blocks = blocks + 2, kvw = n_kv * hd;
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    for (int64_t b = 0; b < blocks; ++b) table[static_cast<size_t>(b)] = static_cast<int32_t>(num_blocks - 1 - b);
+    std::vector<int32_t> slots(static_cast<size_t>(ctx));
+    for (int64_t j = 0; j < ctx; ++j) slots[static_cast<size_t>(j)] = table[static_cast<size_t>(j / page)] * page + j % page;
+    const auto k = normal_values(static_cast<size_t>(ctx * kvw), 11), v = normal_values(k.size(), 12);
+    const size_t cache_bytes = static_cast<size_t>(num_blocks * page * kvw) * sizeof(float);
+    auto k_cache = backend.allocate(cache_bytes), v_cache = backend.allocate(cache_bytes);
+    const KvLayerView kv{k_cache->data(), v_cache->data(), DType::kF32, num_blocks, page, n_kv, hd};
+    backend.store_kv(kv, k.data(), v.data(), slots.data(), ctx);
+    const auto* stored_k = static_cast<const float*>(k_cache->data());
+    EXPECT_EQ(stored_k[k_cache_index(kv, slots[20], 1, 7)], k[static_cast<size_t>(20 * kvw + hd + 7)]);
+    // Three tokens of one sequence (positions 36, 17, 0) and one of another reading the same blocks (position 30).
+    const std::vector<int32_t> positions = {36, 17, 0, 30}, seq = {0, 0, 0, 1};
+    std::vector<int32_t> tables(table);
+    tables.insert(tables.end(), table.begin(), table.end());
+    const AttentionBatch batch{4, positions.data(), seq.data(), tables.data(), blocks};
+    const auto q = normal_values(static_cast<size_t>(4 * n_heads * hd), 13);
+    std::vector<float> out(q.size());
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    backend.attention(kv, batch, q.data(), n_heads, scale, out.data());
+    for (int64_t t = 0; t < 4; ++t) {
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const int64_t n_ctx = positions[static_cast<size_t>(t)] + 1, kh = h / group;
+        const float* qh = q.data() + (t * n_heads + h) * hd;
+        std::vector<double> w(static_cast<size_t>(n_ctx));
+        double max_score = -1e300, sum = 0.0;
+        for (int64_t j = 0; j < n_ctx; ++j) {
+          double dot = 0.0;
+          for (int64_t d = 0; d < hd; ++d) dot += qh[d] * k[static_cast<size_t>(j * kvw + kh * hd + d)];
+          w[static_cast<size_t>(j)] = dot * scale;
+          max_score = std::max(max_score, w[static_cast<size_t>(j)]);
+        }
+        for (double& x : w) sum += (x = std::exp(x - max_score));
+        for (int64_t d = 0; d < hd; ++d) {
+          double want = 0.0;
+          for (int64_t j = 0; j < n_ctx; ++j) want += w[static_cast<size_t>(j)] / sum * v[static_cast<size_t>(j * kvw + kh * hd + d)];
+          ASSERT_NEAR(out[static_cast<size_t>((t * n_heads + h) * hd + d)], want, 1e-5)
+              << "page " << page << " token " << t << " head " << h << " dim " << d;
+        }
       }
     }
   }

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "backend/cpu/attention_simd.h"
+#include "backend/cpu/kv_layout.h"
 
 namespace servetune::cpu::detail::attention_impl {
 
@@ -69,32 +70,36 @@ int64_t prefetch_distance(int64_t span_bytes) {
   return std::clamp<int64_t>(4096 / span_bytes, W, 2 * W);
 }
 
-// Scores of the m (<= W) keys `rows` (the rest of the W lanes padded) for each of the n_group query heads:
-// scores[g * stride + j0 + i] = q_g . row_i * scale.
-template <class S, int NV, class T>
-void score_block(const T* const* rows, int m, const float* q, int64_t n_group, int64_t stride, int64_t j0, float scale,
-                 float* scores) {
+// Scores of one block of W keys (vector lanes) for the G query heads of one KV head: `cols` points at the block's
+// dimension 0 and each next dimension is `dim_stride` elements on (K is transposed within pages, kv_layout.h).
+// scores[g * stride + j0 + i] = q_g . k_i * scale for the heads' q rows q + g * head_dim; each head's sum runs as
+// two chains (even and odd dimensions) whatever G is. Lanes past the keys in use hold whatever the page holds there.
+// `ahead`: the same dimensions of a later block, prefetched into L2 a line per dimension (null: none).
+template <class S, int NV, class KvT, int G>
+[[gnu::always_inline]] inline void score_keys(const KvT* cols, int64_t dim_stride, const KvT* ahead, const float* q,
+                                              int64_t stride, int64_t j0, float scale, float* scores) {
   using V = typename S::V;
   constexpr int W = S::kWidth;
-  constexpr int64_t kHd = int64_t{NV} * W;
-  for (int64_t g = 0; g < n_group; ++g) {
-    const float* qg = q + g * kHd;
-    V qv[NV];
-    for (int v = 0; v < NV; ++v) qv[v] = S::load(qg + v * W);
-    V acc[W];
-    for (int i = 0; i < W; ++i) {
-      if (i < m) {
-        V row[NV];
-        load_kv_row<S, NV>(rows[i], row);
-        V a = S::mul(qv[0], row[0]);
-        for (int v = 1; v < NV; ++v) a = S::fmadd(qv[v], row[v], a);
-        acc[i] = a;
-      } else {
-        acc[i] = S::zero();
-      }
+  constexpr int kHd = NV * W;
+  V even[G], odd[G];
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g) even[g] = odd[g] = S::zero();
+  for (int d = 0; d < kHd; d += 2) {
+    if (ahead != nullptr) {
+      __builtin_prefetch(ahead + d * dim_stride, 0, 1);
+      __builtin_prefetch(ahead + (d + 1) * dim_stride, 0, 1);
     }
-    S::store(scores + g * stride + j0, S::mul(S::reduce(acc), S::set1(scale)));
+    V k0, k1;
+    load_kv_row<S, 1>(cols + d * dim_stride, &k0);
+    load_kv_row<S, 1>(cols + (d + 1) * dim_stride, &k1);
+#pragma GCC unroll 16
+    for (int g = 0; g < G; ++g) {
+      even[g] = S::fmadd(S::set1(q[g * kHd + d]), k0, even[g]);
+      odd[g] = S::fmadd(S::set1(q[g * kHd + d + 1]), k1, odd[g]);
+    }
   }
+#pragma GCC unroll 16
+  for (int g = 0; g < G; ++g) S::store(scores + g * stride + j0, S::mul(S::add(even[g], odd[g]), S::set1(scale)));
 }
 
 // out[g] = sum_j p[g, j] * V row j for the G heads of a pass, p[g, j] = probs[g * stride + j].
@@ -137,7 +142,8 @@ void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, cons
 }
 
 // Heads [head_begin, head_begin + head_count) of one token, whose KV heads are kv_first, kv_first + 1, ...: the
-// task reads the stretch of each K and V row that holds those KV heads' columns, once for all its heads.
+// task reads each of those KV heads' K columns (keys as lanes) and the stretch of each V row that holds their
+// columns once for all its heads.
 template <class S, int NV, class KvT>
 void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* q, int64_t head_begin,
            int64_t head_count, int64_t group_size, float scale, float* scores, float* out) {
@@ -149,7 +155,6 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
   const int64_t head_end = head_begin + head_count;
   const int64_t kv_first = head_begin / group_size, kv_end = (head_end - 1) / group_size + 1;
   const int64_t span_bytes = (kv_end - kv_first) * kHd * static_cast<int64_t>(sizeof(KvT));
-  const KvT* k_base = static_cast<const KvT*>(kv.k) + kv_first * kHd;  // rows start at the task's first KV head
   const KvT* v_base = static_cast<const KvT*>(kv.v) + kv_first * kHd;
   // The heads of KV head kh within the task, as offsets from head_begin.
   auto heads_of = [&](int64_t kh) {
@@ -157,61 +162,69 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
                                        std::min(head_end, (kh + 1) * group_size) - head_begin};
   };
 
-  // Rows `distance` positions ahead are prefetched one KV head's stretch at a time, between the reads of the rows in
-  // use (bursts of whole-row prefetches stall on the core's miss buffers; spread out they measured 20% faster).
-  // K and V both go to L2, not L1: a DRAM line prefetched into L1 holds one of the core's few L1 miss buffers for
-  // the whole trip (Zen 4: ~1.5 KB in flight, ~10 GB/s per core), while L2 keeps several times as many misses
-  // outstanding; the loads then hit L2 (32 sequences x 192 positions, 2 threads: 270-300 -> 213-231 us per layer).
-  // V goes early so the weighted sum does not start cold on DRAM, but only while the task's V stretches stay cached
-  // meanwhile (long contexts rely on the value loop's own prefetch).
+  // V rows `distance` positions ahead are prefetched one KV head's stretch at a time, between the key blocks in use
+  // (bursts of whole-row prefetches stall on the core's miss buffers; spread out they measured 20% faster), into L2,
+  // not L1: a DRAM line prefetched into L1 holds one of the core's few L1 miss buffers for the whole trip (Zen 4:
+  // ~1.5 KB in flight, ~10 GB/s per core), while L2 keeps several times as many misses outstanding. V goes early so
+  // the weighted sum does not start cold on DRAM, but only while the task's V stretches stay cached meanwhile (long
+  // contexts rely on the value loop's own prefetch). K columns are prefetched inside score_keys, two blocks ahead.
   const bool values_early = n_ctx * span_bytes <= 256 * 1024;
-  const auto prefetch = [&](int64_t slot, int64_t offset, int64_t bytes) {
-    const char* k_row = reinterpret_cast<const char*>(k_base + slot * width + offset);
+  const auto prefetch_values = [&](int64_t slot, int64_t offset, int64_t bytes) {
     const char* v_row = reinterpret_cast<const char*>(v_base + slot * width + offset);
-    for (int64_t b = 0; b < bytes; b += 64) {
-      __builtin_prefetch(k_row + b, 0, 1);
-      if (values_early) __builtin_prefetch(v_row + b, 0, 1);
-    }
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(v_row + b, 0, 1);
   };
   SlotWalker ahead{table, kv.page_size};
-  int64_t ahead_left = n_ctx;
+  int64_t ahead_left = values_early ? n_ctx : 0;
   for (int64_t i = prefetch_distance<W>(span_bytes); i > 0 && ahead_left > 0; --i, --ahead_left) {
-    prefetch(ahead.next(), 0, span_bytes);
+    prefetch_values(ahead.next(), 0, span_bytes);
   }
 
-  // Scores: W keys at a time, each dot product reduced to one lane of a vector.
-  SlotWalker keys{table, kv.page_size};
+  // Scores: W keys at a time as the lanes of a vector. A block lies in one page when pages hold whole blocks;
+  // otherwise its columns are gathered key by key first.
+  const KvT* k_all = static_cast<const KvT*>(kv.k);
+  const int64_t page = kv.page_size;
+  const bool whole_blocks = page % W == 0;
+  alignas(64) KvT gathered[kHd * W];
+  SlotWalker keys{table, page};
+  const float row_scale = scale * kLoadUnit<KvT>;
   for (int64_t j0 = 0; j0 < n_ctx; j0 += W) {
     const int m = static_cast<int>(std::min<int64_t>(W, n_ctx - j0));
-    const KvT* rows[W];
+    int64_t slots[W];
+    for (int i = 0; i < m; ++i) slots[i] = keys.next();
     int64_t ahead_slots[W];
-    for (int i = 0; i < m; ++i) {
-      rows[i] = k_base + keys.next() * width;
-      ahead_slots[i] = ahead_left > 0 ? (--ahead_left, ahead.next()) : -1;
-    }
+    for (int i = 0; i < m; ++i) ahead_slots[i] = ahead_left > 0 ? (--ahead_left, ahead.next()) : -1;
+    const int64_t j_ahead = j0 + 2 * W;
     for (int64_t kh = kv_first; kh < kv_end; ++kh) {
       const auto [h0, h1] = heads_of(kh);
-      const int64_t offset = (kh - kv_first) * kHd;
-      // Several heads read each key: widen the block's f16 rows once (exactly) instead of once per head.
-      const bool widen = !std::is_same_v<KvT, float> && h1 - h0 > 1;
-      const KvT* head_rows[W];
-      alignas(64) float wide[W * kHd];
-      const float* wide_rows[W];
       for (int i = 0; i < m; ++i) {
-        if (ahead_slots[i] >= 0) prefetch(ahead_slots[i], offset, kHd * static_cast<int64_t>(sizeof(KvT)));
-        head_rows[i] = rows[i] + offset;
-        if (widen) {
-          V row[NV];
-          load_kv_row<S, NV>(head_rows[i], row);
-          for (int v = 0; v < NV; ++v) S::store(wide + i * kHd + v * W, row[v]);
-          wide_rows[i] = wide + i * kHd;
+        if (ahead_slots[i] < 0) continue;
+        prefetch_values(ahead_slots[i], (kh - kv_first) * kHd, kHd * static_cast<int64_t>(sizeof(KvT)));
+      }
+      const KvT* cols = gathered;
+      int64_t dim_stride = W;
+      const KvT* ahead_cols = nullptr;
+      if (whole_blocks) {
+        cols = k_all + k_cache_index(kv, slots[0], kh, 0);
+        dim_stride = page;
+        if (j_ahead < n_ctx) {
+          const int64_t slot = static_cast<int64_t>(table[j_ahead / page]) * page + j_ahead % page;
+          ahead_cols = k_all + k_cache_index(kv, slot, kh, 0);
+        }
+      } else {
+        for (int64_t d = 0; d < kHd; ++d) {
+          for (int i = 0; i < W; ++i) gathered[d * W + i] = i < m ? k_all[k_cache_index(kv, slots[i], kh, d)] : KvT{};
         }
       }
-      const float row_scale = scale * kLoadUnit<KvT>;
-      if (widen) {
-        score_block<S, NV>(wide_rows, m, q + h0 * kHd, h1 - h0, stride, j0, row_scale, scores + h0 * stride);
-      } else {
-        score_block<S, NV>(head_rows, m, q + h0 * kHd, h1 - h0, stride, j0, row_scale, scores + h0 * stride);
+      // The heads of this KV head, up to four at a time (each head's sums do not depend on its company).
+      for (int64_t g0 = h0; g0 < h1; g0 += 4) {
+        const int gc = static_cast<int>(std::min<int64_t>(4, h1 - g0));
+        const float* qg = q + g0 * kHd;
+        float* sg = scores + g0 * stride;
+        [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
+          ((gc == Gs + 1 &&
+            (score_keys<S, NV, KvT, Gs + 1>(cols, dim_stride, ahead_cols, qg, stride, j0, row_scale, sg), true)) ||
+           ...);
+        }(std::make_integer_sequence<int, 4>{});
       }
     }
   }

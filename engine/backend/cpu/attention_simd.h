@@ -1,7 +1,7 @@
 // SIMD attention for f32, f16 and FP8 E4M3 paged KV caches (runtime-dispatched; same math as ops_reference.h's attention_head up to
-// float summation order). One call handles any range of one token's query heads and reads the stretch of each K/V
-// row that holds their KV heads once for all of them; a head's result does not depend on the range it was
-// computed in.
+// float summation order). One call handles any range of one token's query heads and reads their KV heads' K columns
+// (kv_layout.h: keys as vector lanes) and the stretch of each V row that holds them once for all of them; a head's
+// result does not depend on the range it was computed in.
 #pragma once
 
 #include <cstdint>

@@ -29,10 +29,12 @@ std::vector<PrefetchRange> attention_cache_ranges(const KvLayerView& kv, const A
     const int32_t* table = batch.block_tables + static_cast<int64_t>(seq) * batch.max_blocks_per_seq;
     for (int64_t first = 0; first < visible[seq] && listed < max_bytes; first += kv.page_size) {
       const int64_t offset = static_cast<int64_t>(table[first / kv.page_size]) * kv.page_size * slot_bytes;
-      const int64_t bytes = std::min(kv.page_size, visible[seq] - first) * slot_bytes;
-      ranges.push_back({static_cast<const char*>(kv.k) + offset, bytes});
-      ranges.push_back({static_cast<const char*>(kv.v) + offset, bytes});
-      listed += 2 * bytes;
+      // K is transposed within its page (kv_layout.h): a partly filled page spans the whole block.
+      const int64_t k_bytes = kv.page_size * slot_bytes;
+      const int64_t v_bytes = std::min(kv.page_size, visible[seq] - first) * slot_bytes;
+      ranges.push_back({static_cast<const char*>(kv.k) + offset, k_bytes});
+      ranges.push_back({static_cast<const char*>(kv.v) + offset, v_bytes});
+      listed += k_bytes + v_bytes;
     }
   }
   return ranges;

@@ -44,7 +44,9 @@ class BackgroundPrefetch {
 };
 
 // The K and V cache rows attention() reads for `batch` (each sequence once, up to its last position in the batch),
-// one range per sequence, block and cache, in order, until at least max_bytes are listed.
+// one range per sequence, block and cache, in order, until at least max_bytes are listed. A K range is its whole
+// block (K is transposed within pages, kv_layout.h, and the block's next positions are stored there before the
+// attention); a V range ends at the sequence's last position.
 std::vector<PrefetchRange> attention_cache_ranges(const KvLayerView& kv, const AttentionBatch& batch,
                                                   int64_t max_bytes);
 

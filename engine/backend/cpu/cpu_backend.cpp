@@ -13,6 +13,8 @@
 
 #include "backend/cpu/activation_simd.h"
 #include "backend/cpu/attention_simd.h"
+#include "backend/cpu/kv_layout.h"
+#include "core/quant.h"
 #include "backend/cpu/matmul.h"
 #include "core/cpu_features.h"
 #include "backend/cpu/ops_reference.h"
@@ -211,16 +213,29 @@ void check_slots(const KvLayerView& kv, const int32_t* slots, int64_t n) {
   }
 }
 
-// ref::store_kv_row with f16 and fp8 rows converted by the vector converters (the same rounding).
-void store_row(const KvLayerView& kv, void* cache, const float* row, int64_t slot) {
-  const int64_t width = kv.n_kv_heads * kv.head_dim;
+// ref::store_v_row / store_k_row with f16 and fp8 rows converted by the vector converters (the same rounding).
+void convert_row(const KvLayerView& kv, const float* row, void* out) {
+  const auto width = static_cast<size_t>(kv.n_kv_heads * kv.head_dim);
   if (kv.dtype == DType::kF16) {
-    to_f16({row, static_cast<size_t>(width)}, static_cast<uint16_t*>(cache) + slot * width);
+    to_f16({row, width}, static_cast<uint16_t*>(out));
   } else if (kv.dtype == DType::kFP8_E4M3) {
-    to_fp8_e4m3({row, static_cast<size_t>(width)}, static_cast<uint8_t*>(cache) + slot * width);
+    to_fp8_e4m3({row, width}, static_cast<uint8_t*>(out));
   } else {
-    ref::store_kv_row(kv, cache, row, slot);
+    quantize_row(kv.dtype, row, static_cast<uint8_t*>(out), static_cast<int64_t>(width));
   }
+}
+
+void store_v(const KvLayerView& kv, const float* row, int64_t slot) {
+  const int64_t width = kv.n_kv_heads * kv.head_dim;
+  convert_row(kv, row, static_cast<uint8_t*>(kv.v) + slot * width * static_cast<int64_t>(dtype_info(kv.dtype).type_size));
+}
+
+// `converted`: room for one row in the cache's element type.
+void store_k(const KvLayerView& kv, const float* row, int64_t slot, std::vector<uint8_t>& converted) {
+  const auto elem = static_cast<int64_t>(dtype_info(kv.dtype).type_size);
+  converted.resize(static_cast<size_t>(kv.n_kv_heads * kv.head_dim * elem));
+  convert_row(kv, row, converted.data());
+  scatter_k_row(kv, converted.data(), elem, slot);
 }
 
 }  // namespace
@@ -230,9 +245,10 @@ void CpuBackend::store_kv(const KvLayerView& kv, const float* k, const float* v,
   const int64_t width = kv.n_kv_heads * kv.head_dim;
   // A decode batch's rows stay on this thread (under two grains); a prefill chunk's are split.
   pool_.parallel_for(n, 64, [&](int64_t begin, int64_t end) {
+    std::vector<uint8_t> converted;
     for (int64_t t = begin; t < end; ++t) {
-      store_row(kv, kv.k, k + t * width, slots[t]);
-      store_row(kv, kv.v, v + t * width, slots[t]);
+      store_k(kv, k + t * width, slots[t], converted);
+      store_v(kv, v + t * width, slots[t]);
     }
   });
 }
@@ -361,6 +377,7 @@ void CpuBackend::rope_store_qkv(const KvLayerView& kv, const float* qkv, const i
   pool_.parallel_for(n, std::max<int64_t>(1, 64 / n_heads), [&](int64_t begin, int64_t end) {
     std::vector<float> cos_sin(table == nullptr ? static_cast<size_t>(p.rope_dim) : 0);
     std::vector<float> k(static_cast<size_t>(kv_width));
+    std::vector<uint8_t> converted;
     for (int64_t t = begin; t < end; ++t) {
       const float* in = qkv + t * row;
       float* q = q_out + t * q_width;
@@ -374,8 +391,8 @@ void CpuBackend::rope_store_qkv(const KvLayerView& kv, const float* qkv, const i
       rope_heads(q, n_heads, angles, p);
       std::copy(in + q_width, in + q_width + kv_width, k.data());
       rope_heads(k.data(), kv.n_kv_heads, angles, p);
-      store_row(kv, kv.k, k.data(), slots[t]);
-      store_row(kv, kv.v, in + q_width + kv_width, slots[t]);
+      store_k(kv, k.data(), slots[t], converted);
+      store_v(kv, in + q_width + kv_width, slots[t]);
     }
   });
 }

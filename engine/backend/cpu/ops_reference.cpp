@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/kv_layout.h"
 #include "backend/cpu/rms_scale.h"
 #include "core/error.h"
 #include "core/quant.h"
@@ -76,9 +77,16 @@ void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const 
   }
 }
 
-void store_kv_row(const KvLayerView& kv, void* cache, const float* row, int64_t slot) {
+void store_v_row(const KvLayerView& kv, const float* row, int64_t slot) {
   const int64_t width = kv.n_kv_heads * kv.head_dim;
-  quantize_row(kv.dtype, row, static_cast<uint8_t*>(cache) + slot * width * dtype_info(kv.dtype).type_size, width);
+  quantize_row(kv.dtype, row, static_cast<uint8_t*>(kv.v) + slot * width * dtype_info(kv.dtype).type_size, width);
+}
+
+void store_k_row(const KvLayerView& kv, const float* row, int64_t slot) {
+  const int64_t width = kv.n_kv_heads * kv.head_dim, elem = static_cast<int64_t>(dtype_info(kv.dtype).type_size);
+  std::vector<uint8_t> converted(static_cast<size_t>(width * elem));
+  quantize_row(kv.dtype, row, converted.data(), width);
+  scatter_k_row(kv, converted.data(), elem, slot);
 }
 
 void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
@@ -90,20 +98,27 @@ void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const fl
   const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
   const float* qh = q + (t * n_heads + h) * hd;
   const int64_t elem = dtype_info(kv.dtype).type_size;
-  auto row = [&](const void* base, int64_t j) {
-    const int64_t slot = static_cast<int64_t>(table[j / kv.page_size]) * kv.page_size + j % kv.page_size;
-    return static_cast<const uint8_t*>(base) + (slot * width + kv_head * hd) * elem;
+  auto slot_of = [&](int64_t j) { return static_cast<int64_t>(table[j / kv.page_size]) * kv.page_size + j % kv.page_size; };
+  std::vector<uint8_t> gathered(static_cast<size_t>(hd * elem));  // one K row of this head, from its page
+  std::vector<float> wide(static_cast<size_t>(hd));               // one K or V row of this head, as float
+  auto load_k = [&](int64_t j) {
+    const auto* cache = static_cast<const uint8_t*>(kv.k);
+    for (int64_t d = 0; d < hd; ++d) {
+      std::copy_n(cache + k_cache_index(kv, slot_of(j), kv_head, d) * elem, elem, gathered.data() + d * elem);
+    }
+    dequantize_row(kv.dtype, gathered.data(), wide.data(), hd);
+    return wide.data();
   };
-  std::vector<float> wide(static_cast<size_t>(hd));  // one K or V row of this head, as float
-  auto load = [&](const void* base, int64_t j) {
-    dequantize_row(kv.dtype, row(base, j), wide.data(), hd);
+  auto load_v = [&](int64_t j) {
+    dequantize_row(kv.dtype, static_cast<const uint8_t*>(kv.v) + (slot_of(j) * width + kv_head * hd) * elem,
+                   wide.data(), hd);
     return wide.data();
   };
 
   float max_score = -INFINITY;
   for (int64_t j = 0; j < n_ctx; ++j) {
     float dot = 0.0f;
-    const float* k = load(kv.k, j);
+    const float* k = load_k(j);
     for (int64_t d = 0; d < hd; ++d) dot += qh[d] * k[d];
     scratch[j] = dot * scale;
     max_score = std::max(max_score, scratch[j]);
@@ -117,7 +132,7 @@ void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const fl
   std::fill(out, out + hd, 0.0f);
   for (int64_t j = 0; j < n_ctx; ++j) {
     const float wj = scratch[j] * inv;
-    const float* v = load(kv.v, j);
+    const float* v = load_v(j);
     for (int64_t d = 0; d < hd; ++d) out[d] += wj * v[d];
   }
 }
@@ -130,8 +145,8 @@ void rope_store_qkv_row(const KvLayerView& kv, const float* qkv_row, float posit
   rope_heads(q_out_row, n_heads, cos_sin, p);
   std::copy(qkv_row + n_heads * hd, qkv_row + n_heads * hd + kv_width, k_scratch);
   rope_heads(k_scratch, kv.n_kv_heads, cos_sin, p);
-  store_kv_row(kv, kv.k, k_scratch, slot);
-  store_kv_row(kv, kv.v, qkv_row + n_heads * hd + kv_width, slot);
+  store_k_row(kv, k_scratch, slot);
+  store_v_row(kv, qkv_row + n_heads * hd + kv_width, slot);
 }
 
 void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) {

@@ -18,8 +18,10 @@ void rope_cache(float position, const RopeParams& p, float* cos_sin);
 // Rotates n_heads consecutive head vectors (head_dim apart) in place with a precomputed cache.
 void rope_heads(float* x, int64_t n_heads, const float* cos_sin, const RopeParams& p);
 void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p);
-// Stores one token's k or v row ([n_kv_heads * head_dim] floats) into cache slot `slot`.
-void store_kv_row(const KvLayerView& kv, void* cache, const float* row, int64_t slot);
+// Stores one token's v row ([n_kv_heads * head_dim] floats) into cache slot `slot` of kv.v (row layout).
+void store_v_row(const KvLayerView& kv, const float* row, int64_t slot);
+// Stores one token's k row into cache slot `slot` of kv.k, transposed within its page (kv_layout.h).
+void store_k_row(const KvLayerView& kv, const float* row, int64_t slot);
 // Attention of token t, head h (writes head_dim floats to out). `scratch` holds positions[t] + 1 floats.
 void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                     int64_t t, int64_t h, float* scratch, float* out);

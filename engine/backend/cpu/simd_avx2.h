@@ -1,5 +1,5 @@
 // Avx2 vector traits for kernels written once over a vector type (attention, activations): loads, arithmetic,
-// horizontal reductions, a polynomial exp and a 8-way transpose-reduce. Include only from *_avx2.cpp files.
+// horizontal reductions and a polynomial exp. Include only from *_avx2.cpp files.
 #pragma once
 
 #include <immintrin.h>
@@ -94,20 +94,6 @@ struct Avx2 {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(pow2n)), keep);
-  }
-
-  // Lane i of the result is the sum of the 8 lanes of a[i].
-  static V reduce(const V* a) {
-    V b[4];
-    for (int k = 0; k < 4; ++k) {
-      b[k] = _mm256_add_ps(_mm256_unpacklo_ps(a[2 * k], a[2 * k + 1]), _mm256_unpackhi_ps(a[2 * k], a[2 * k + 1]));
-    }
-    V c[2];
-    for (int k = 0; k < 2; ++k) {
-      const __m256d p = _mm256_castps_pd(b[2 * k]), q = _mm256_castps_pd(b[2 * k + 1]);
-      c[k] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(p, q)), _mm256_castpd_ps(_mm256_unpackhi_pd(p, q)));
-    }
-    return _mm256_add_ps(_mm256_permute2f128_ps(c[0], c[1], 0x20), _mm256_permute2f128_ps(c[0], c[1], 0x31));
   }
 };
 
