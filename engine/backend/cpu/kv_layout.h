@@ -17,8 +17,7 @@ static inline int64_t k_cache_index(const KvLayerView& kv, int64_t slot, int64_t
   return ((block * kv.n_kv_heads + kv_head) * kv.head_dim + d) * kv.page_size + within;
 }
 
-// Writes one K row already converted to the cache's element type (`elem` bytes each, n_kv_heads * head_dim of them
-// in row order) into its transposed place.
+// scatter_k_row for elements of type T.
 template <class T>
 static inline void scatter_k_elements(const KvLayerView& kv, const uint8_t* row, int64_t slot) {
   auto* cache = static_cast<uint8_t*>(kv.k) + k_cache_index(kv, slot, 0, 0) * static_cast<int64_t>(sizeof(T));
@@ -29,6 +28,8 @@ static inline void scatter_k_elements(const KvLayerView& kv, const uint8_t* row,
     std::memcpy(cache + i * step, &x, sizeof(T));
   }
 }
+// Writes one K row already converted to the cache's element type (`elem` bytes each, n_kv_heads * head_dim of them
+// in row order) into its transposed place.
 static inline void scatter_k_row(const KvLayerView& kv, const uint8_t* row, int64_t elem, int64_t slot) {
   switch (elem) {
     case 1:
