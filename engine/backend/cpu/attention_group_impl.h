@@ -211,8 +211,9 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
           ahead_cols = k_all + k_cache_index(kv, slot, kh, 0);
         }
       } else {
-        for (int64_t d = 0; d < kHd; ++d) {
-          for (int i = 0; i < W; ++i) gathered[d * W + i] = i < m ? k_all[k_cache_index(kv, slots[i], kh, d)] : KvT{};
+        for (int i = 0; i < W; ++i) {
+          const KvT* key = i < m ? k_all + k_cache_index(kv, slots[i], kh, 0) : nullptr;  // dimension d at d * page
+          for (int64_t d = 0; d < kHd; ++d) gathered[d * W + i] = key != nullptr ? key[d * page] : KvT{};
         }
       }
       // The heads of this KV head, up to four at a time (each head's sums do not depend on its company).

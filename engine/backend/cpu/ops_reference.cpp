@@ -102,10 +102,8 @@ void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const fl
   std::vector<uint8_t> gathered(static_cast<size_t>(hd * elem));  // one K row of this head, from its page
   std::vector<float> wide(static_cast<size_t>(hd));               // one K or V row of this head, as float
   auto load_k = [&](int64_t j) {
-    const auto* cache = static_cast<const uint8_t*>(kv.k);
-    for (int64_t d = 0; d < hd; ++d) {
-      std::copy_n(cache + k_cache_index(kv, slot_of(j), kv_head, d) * elem, elem, gathered.data() + d * elem);
-    }
+    const auto* key = static_cast<const uint8_t*>(kv.k) + k_cache_index(kv, slot_of(j), kv_head, 0) * elem;
+    for (int64_t d = 0; d < hd; ++d) std::copy_n(key + d * kv.page_size * elem, elem, gathered.data() + d * elem);
     dequantize_row(kv.dtype, gathered.data(), wide.data(), hd);
     return wide.data();
   };
