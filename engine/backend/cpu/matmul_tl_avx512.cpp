@@ -2,6 +2,7 @@
 // 16 tokens): each zmm lane is a token, and one vpdpbusd multiplies one broadcast weight quad (u8, offset form) by 16
 // tokens' activation quads (s8). A block's eight quads chain into exact integer sums, then one fma per block and
 // row follows the canonical arithmetic of matmul_reference.cpp, like every other quantized path.
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
@@ -35,6 +36,26 @@ constexpr int kOffsetShift = kType == DType::kQ4_0   ? 3
                              : kType == DType::kQ8_0 ? 7
                                                      : -1;
 
+// The weight rows of later panels, fetched a few lines per block step of this panel's tiles so the fetches overlap
+// the arithmetic instead of queueing up on the core's miss buffers in one burst: `l2` (into L2) and `l1` (into L1)
+// from `offset` on, `lines` lines per step.
+struct PanelStream {
+  const char* l2 = nullptr;
+  int64_t l2_bytes = 0;
+  const char* l1 = nullptr;
+  int64_t l1_bytes = 0;
+  int64_t offset = 0;
+  int64_t lines = 0;
+};
+
+inline void panel_stream_step(PanelStream& s) {
+  for (int64_t i = 0; i < s.lines; ++i) {
+    if (s.offset < s.l2_bytes) _mm_prefetch(s.l2 + s.offset, _MM_HINT_T1);
+    if (s.offset < s.l1_bytes) _mm_prefetch(s.l1 + s.offset, _MM_HINT_T0);
+    s.offset += 64;
+  }
+}
+
 // Up to 16 rows decoded: u8 quants in offset form (32 per block, element order) and f32 d and (Q4_1, Q5_1) m per
 // block.
 // With `rows` set (Q8_0, Q4_1), the tiles read the weight rows in place instead: each quad of quants broadcast from
@@ -47,6 +68,7 @@ struct TlPanel {
   int64_t nb;
   const uint8_t* rows = nullptr;
   int64_t row_bytes = 0;
+  PanelStream* stream = nullptr;  // tiles reading in place step it
 };
 
 // Q4_0 / Q4_1 / Q8_0 rows are decoded a run of blocks (64 bytes of packed quants) per vector step.
@@ -198,6 +220,7 @@ void tl_tile(const TlPanel& p, int64_t r, const Activations& a, int64_t group, f
   }
   for (int64_t b = 0; b < nb; ++b) {
     background_prefetch_step(a.background);
+    if constexpr (kInPlace) panel_stream_step(*p.stream);
     // Signed weight codes: Σ (w + offset)·x − offset·Σx, the correction entering the first chain.
     __m512i init[G];
     for (int g = 0; g < G; ++g) {
@@ -318,17 +341,27 @@ void tl_range_impl(const Weights& w, const Activations& a, int64_t r0, int64_t r
     } else {
       for (int64_t i = 0; i < rows; ++i) decode_tl_row<kType>(w.data + (rp + i) * w.row_bytes, nb, p, i);
     }
-    // The tiles below are compute-bound; fetch the next panel's rows meanwhile so its decode does not wait on DRAM.
+    // The tiles below are compute-bound; later panels' rows are fetched meanwhile so the next decode does not wait on
+    // DRAM: kPrefetchPanels ahead into L2 and, for tiles reading in place, the next panel into L1. Tiles reading in
+    // place (one group pass per panel) fetch them a few lines per block step; a burst would queue on the miss buffers
+    // in front of their arithmetic.
+    PanelStream stream;
     const int64_t ahead = kPrefetchPanels * kRowsPerPanel;
-    const int64_t next_rows = imin(kRowsPerPanel, r1 - rp - ahead);
-    if (next_rows > 0) {
-      const char* next = reinterpret_cast<const char*>(w.data + (rp + ahead) * w.row_bytes);
-      for (int64_t off = 0; off < next_rows * w.row_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T1);
+    if (rp + ahead < r1) {
+      stream.l2 = reinterpret_cast<const char*>(w.data + (rp + ahead) * w.row_bytes);
+      stream.l2_bytes = imin(kRowsPerPanel, r1 - rp - ahead) * w.row_bytes;
     }
-    if (in_place && rp + kRowsPerPanel < r1) {  // tiles reading in place want the next panel in L1, not only L2
-      const char* next = reinterpret_cast<const char*>(w.data + (rp + kRowsPerPanel) * w.row_bytes);
-      const int64_t next_bytes = imin(kRowsPerPanel, r1 - rp - kRowsPerPanel) * w.row_bytes;
-      for (int64_t off = 0; off < next_bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+    if (in_place) {
+      if (rp + kRowsPerPanel < r1) {
+        stream.l1 = reinterpret_cast<const char*>(w.data + (rp + kRowsPerPanel) * w.row_bytes);
+        stream.l1_bytes = imin(kRowsPerPanel, r1 - rp - kRowsPerPanel) * w.row_bytes;
+      }
+      const int64_t tiles = rows / kRows + rows % kRows / 2 + rows % 2;  // tl_panel_groups' tiles per group pass
+      const int64_t lines = (std::max(stream.l1_bytes, stream.l2_bytes) + 63) / 64;
+      stream.lines = (lines + tiles * nb - 1) / (tiles * nb);
+      p.stream = &stream;
+    } else {
+      for (int64_t off = 0; off < stream.l2_bytes; off += 64) _mm_prefetch(stream.l2 + off, _MM_HINT_T1);
     }
     const __mmask16 keep = static_cast<__mmask16>((1u << rows) - 1);
     for (int64_t g = g0; g < g1;) {
