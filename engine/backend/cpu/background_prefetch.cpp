@@ -8,9 +8,9 @@ namespace servetune::cpu {
 
 void BackgroundPrefetch::publish(std::vector<PrefetchRange> ranges, int n_threads) {
   ranges_ = std::move(ranges);
-  cursors_.assign(static_cast<size_t>(n_threads), PrefetchCursor{});
+  cursors_.clear();
   for (int t = 0; t < n_threads; ++t) {
-    cursors_[static_cast<size_t>(t)] = {ranges_.data(), static_cast<int64_t>(ranges_.size()), t, 0, n_threads};
+    cursors_.push_back({ranges_.data(), static_cast<int64_t>(ranges_.size()), t, 0, n_threads});
   }
 }
 
