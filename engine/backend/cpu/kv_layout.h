@@ -6,8 +6,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "backend/backend.h"
+#include "core/dtype.h"
+#include "core/error.h"
 
 namespace servetune::cpu {
 
@@ -38,13 +41,9 @@ static inline void scatter_k_row(const KvLayerView& kv, const uint8_t* row, int6
       return scatter_k_elements<uint16_t>(kv, row, slot);
     case 4:
       return scatter_k_elements<uint32_t>(kv, row, slot);
-    default: {
-      auto* cache = static_cast<uint8_t*>(kv.k);
-      const int64_t first = k_cache_index(kv, slot, 0, 0);
-      for (int64_t i = 0; i < kv.n_kv_heads * kv.head_dim; ++i) {
-        std::memcpy(cache + (first + i * kv.page_size) * elem, row + i * elem, static_cast<size_t>(elem));
-      }
-    }
+    default:  // block-quantized types have no per-element place to transpose to
+      throw Error(ErrorKind::kInternal, "CPU KV cache: no transposed K layout for " +
+                                            std::string(dtype_name(kv.dtype)) + " elements");
   }
 }
 
