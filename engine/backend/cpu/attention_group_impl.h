@@ -193,7 +193,9 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     for (int i = 0; i < m; ++i) slots[i] = keys.next();
     int64_t ahead_slots[W];
     for (int i = 0; i < m; ++i) ahead_slots[i] = ahead_left > 0 ? (--ahead_left, ahead.next()) : -1;
-    const int64_t j_ahead = j0 + 2 * W;
+    const int64_t j_ahead = j0 + 2 * W;  // the key block prefetched while this one is scored (whole blocks only)
+    const int64_t slot_ahead =
+        whole_blocks && j_ahead < n_ctx ? static_cast<int64_t>(table[j_ahead / page]) * page + j_ahead % page : -1;
     for (int64_t kh = kv_first; kh < kv_end; ++kh) {
       const auto [h0, h1] = heads_of(kh);
       for (int i = 0; i < m; ++i) {
@@ -206,10 +208,7 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
       if (whole_blocks) {
         cols = k_all + k_cache_index(kv, slots[0], kh, 0);
         dim_stride = page;
-        if (j_ahead < n_ctx) {
-          const int64_t slot = static_cast<int64_t>(table[j_ahead / page]) * page + j_ahead % page;
-          ahead_cols = k_all + k_cache_index(kv, slot, kh, 0);
-        }
+        if (slot_ahead >= 0) ahead_cols = k_all + k_cache_index(kv, slot_ahead, kh, 0);
       } else {
         for (int i = 0; i < W; ++i) {
           const KvT* key = i < m ? k_all + k_cache_index(kv, slots[i], kh, 0) : nullptr;  // dimension d at d * page
