@@ -13,11 +13,14 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
+#include <tuple>
 
 #include "backend/cpu/activation_simd.h"
 #include "backend/cpu/attention_simd.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kv_layout.h"
+#include "backend/cpu/lane_sums.h"
 #include "backend/cpu/ops_reference.h"
 #include "backend/cpu/rope_simd.h"
 #include "backend/cpu/vector_math.h"
@@ -205,6 +208,60 @@ TEST(CpuOps, VectorMathMatchesStd) {
         want_sum += want;
       }
       EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum) << n;
+    }
+  }
+}
+
+// The sampler's kernels on every ISA this CPU has, at lengths around the vector widths and the sum blocks:
+// exp_scaled_blocks writes that ISA's exp_scaled weights and, bit for bit, lane_block_sum of each block of them;
+// argmax_first is std::max_element's index (first of tied maxima, signed zeros, NaN anywhere in the row).
+TEST(CpuOps, SamplerKernelsMatchTheirDefinitions) {
+  using BlocksKernel = void (*)(const float*, int64_t, float, float, float*, double*);
+  using ExpKernel = double (*)(const float*, int64_t, float, float, float*);
+  using ArgmaxKernel = int64_t (*)(const float*, int64_t);
+  std::vector<std::tuple<std::string, BlocksKernel, ExpKernel, ArgmaxKernel>> kernels;
+  if (cpu_supports(CpuIsa::kAvx512)) {
+    kernels.emplace_back("avx512", &detail::exp_scaled_blocks_avx512, &detail::exp_scaled_avx512,
+                         &detail::argmax_first_avx512);
+  }
+  if (cpu_supports(CpuIsa::kAvx2)) {
+    kernels.emplace_back("avx2", &detail::exp_scaled_blocks_avx2, &detail::exp_scaled_avx2, &detail::argmax_first_avx2);
+  }
+  if (kernels.empty()) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (const auto& [name, blocks, exp_scaled, argmax] : kernels) {
+    for (int64_t n : {1, 7, 15, 16, 17, 255, 256, 257, 4099, 49152}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (auto& v : x) v = normal(rng);
+      const float shift = cpu::max_value(x);
+      std::vector<float> want(x.size()), got(x.size());
+      exp_scaled(x.data(), n, shift, 0.7f, want.data());
+      std::vector<double> sums(static_cast<size_t>((n + cpu::kSumBlock - 1) / cpu::kSumBlock));
+      blocks(x.data(), n, shift, 0.7f, got.data(), sums.data());
+      for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], want[i]) << name << " n " << n << " at " << i;
+      for (size_t b = 0; b < sums.size(); ++b) {
+        const int64_t b0 = static_cast<int64_t>(b) * cpu::kSumBlock;
+        ASSERT_EQ(sums[b], cpu::lane_block_sum(got.data() + b0, std::min(cpu::kSumBlock, n - b0)))
+            << name << " n " << n << " block " << b;
+      }
+      // Rounded logits tie often; the maximum also sits in the tail, at 0, or as +-0 ties.
+      for (int variant = 0; variant < 5; ++variant) {
+        std::vector<float> row = x;
+        if (variant == 1) {
+          for (auto& v : row) v = std::round(v / 4.0f);
+        } else if (variant == 2) {
+          row.back() = 1e9f;
+        } else if (variant == 3) {
+          for (auto& v : row) v = -std::fabs(v) - 1.0f;
+          row[row.size() / 2] = -0.0f;
+          row.back() = 0.0f;
+        } else if (variant == 4) {
+          row[row.size() / 3] = NAN;
+        }
+        const auto expected = std::max_element(row.begin(), row.end()) - row.begin();
+        ASSERT_EQ(argmax(row.data(), n), expected) << name << " n " << n << " variant " << variant;
+      }
     }
   }
 }

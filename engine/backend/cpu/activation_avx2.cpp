@@ -23,6 +23,12 @@ double exp_scaled_avx2(const float* x, int64_t n, float shift, float scale, floa
   return activation_impl::exp_scaled<simd::Avx2>(x, n, shift, scale, out);
 }
 
+int64_t argmax_first_avx2(const float* x, int64_t n) { return activation_impl::argmax_first<simd::Avx2>(x, n); }
+
+void exp_scaled_blocks_avx2(const float* x, int64_t n, float shift, float scale, float* out, double* sums) {
+  activation_impl::exp_scaled_blocks<simd::Avx2>(x, n, shift, scale, out, sums);
+}
+
 void to_f16_avx2(const float* x, int64_t n, uint16_t* out) { activation_impl::to_f16<simd::Avx2>(x, n, out); }
 
 void to_fp8_e4m3_avx2(const float* x, int64_t n, uint8_t* out) {

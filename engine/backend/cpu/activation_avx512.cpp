@@ -23,6 +23,12 @@ double exp_scaled_avx512(const float* x, int64_t n, float shift, float scale, fl
   return activation_impl::exp_scaled<simd::Avx512>(x, n, shift, scale, out);
 }
 
+int64_t argmax_first_avx512(const float* x, int64_t n) { return activation_impl::argmax_first<simd::Avx512>(x, n); }
+
+void exp_scaled_blocks_avx512(const float* x, int64_t n, float shift, float scale, float* out, double* sums) {
+  activation_impl::exp_scaled_blocks<simd::Avx512>(x, n, shift, scale, out, sums);
+}
+
 void to_f16_avx512(const float* x, int64_t n, uint16_t* out) { activation_impl::to_f16<simd::Avx512>(x, n, out); }
 
 void to_fp8_e4m3_avx512(const float* x, int64_t n, uint8_t* out) {

@@ -1,9 +1,12 @@
 // Activations written once over a vector-ISA traits type (S); included only by the per-ISA translation units.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cpu/lane_sums.h"
 #include "backend/cpu/rms_scale.h"
 #include "core/half.h"
 
@@ -93,6 +96,54 @@ double exp_scaled(const float* x, int64_t n, float shift, float scale, float* ou
     total += out[i];
   }
   return total;
+}
+
+// std::max_element's index over x[0, n) (n >= 1): with no NaN, the first index holding the largest value.
+template <class S>
+int64_t argmax_first(const float* x, int64_t n) {
+  constexpr int W = S::kWidth;
+  const int64_t whole = n / W * W;
+  if (whole == 0) return std::max_element(x, x + n) - x;
+  auto m = S::load(x);
+  uint32_t nan = S::nan_mask(m);
+  for (int64_t i = W; i < whole; i += W) {
+    const auto v = S::load(x + i);
+    m = S::max(m, v);
+    nan |= S::nan_mask(v);
+  }
+  float best = S::hmax(m);
+  for (int64_t i = whole; i < n; ++i) {
+    if (std::isnan(x[i])) nan = 1;
+    best = x[i] > best ? x[i] : best;
+  }
+  if (nan != 0) return std::max_element(x, x + n) - x;  // NaN defeats the vector max; keep max_element's answer
+  const auto target = S::set1(best);
+  for (int64_t i = 0; i < whole; i += W) {
+    if (const uint32_t hit = S::equal_mask(S::load(x + i), target); hit != 0) return i + std::countr_zero(hit);
+  }
+  for (int64_t i = whole; i < n; ++i) {
+    if (x[i] == best) return i;
+  }
+  return 0;  // unreachable: best is one of the elements
+}
+
+// out[i] = e^((x[i] - shift) * scale) for i < n, as exp_scaled computes them, and sums[b] = lane_block_sum of
+// out's block b (kSumBlock elements; the last may be shorter).
+template <class S>
+void exp_scaled_blocks(const float* x, int64_t n, float shift, float scale, float* out, double* sums) {
+  constexpr int W = S::kWidth;
+  const auto vshift = S::set1(shift), vscale = S::set1(scale);
+  for (int64_t b0 = 0; b0 < n; b0 += kSumBlock) {
+    const int64_t len = std::min(kSumBlock, n - b0);
+    int64_t i = b0;
+    for (; i + W <= b0 + len; i += W) S::store(out + i, S::exp(S::mul(S::sub(S::load(x + i), vshift), vscale)));
+    for (; i < b0 + len; ++i) out[i] = std::exp((x[i] - shift) * scale);
+    double lane[kSumLanes];
+    const int64_t groups = len / kSumLanes;
+    S::lane_sums(out + b0, groups, lane);
+    for (int64_t j = groups * kSumLanes; j < len; ++j) lane[j % kSumLanes] += static_cast<double>(out[b0 + j]);
+    sums[b0 / kSumBlock] = lane_tree_sum(lane);
+  }
 }
 
 // out[i] = x[i] as IEEE half (round to nearest even) for i < n.

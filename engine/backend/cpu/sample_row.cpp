@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/lane_sums.h"
 #include "backend/cpu/vector_math.h"
 
 namespace servetune::cpu {
@@ -50,6 +51,19 @@ double sum_in_lanes(std::span<const double> x) { return sum_in_lanes_of(x); }
 size_t running_sum_index(std::span<const float> w, double r) { return running_sum_index_of(w, r); }
 size_t running_sum_index(std::span<const double> w, double r) { return running_sum_index_of(w, r); }
 
+size_t running_sum_index(std::span<const float> w, std::span<const double> block_sums, double r) {
+  size_t b = 0;
+  for (; b < block_sums.size() && r >= block_sums[b]; ++b) r -= block_sums[b];
+  for (size_t i = b * static_cast<size_t>(kSumBlock); i < w.size(); ++i) {
+    r -= static_cast<double>(w[i]);
+    if (r < 0.0) return i;
+  }
+  for (size_t k = w.size(); k-- > 0;) {
+    if (w[k] > 0) return k;
+  }
+  return 0;
+}
+
 size_t filtered_candidates(std::span<const float> logits, const SampleRow& row, std::vector<int32_t>& order,
                            std::vector<double>& p) {
   // Tokens whose tempered probability is below e^-40 of the best one carry < 1e-12 of the mass in any
@@ -94,15 +108,16 @@ size_t filtered_candidates(std::span<const float> logits, const SampleRow& row, 
 }
 
 int32_t draw_row(std::span<const float> logits, const SampleRow& row, SampleScratch& scratch) {
-  if (row.temperature == 0.0f) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
+  if (row.temperature == 0.0f) return static_cast<int32_t>(argmax_first(logits));
   if (row.top_k <= 0 && row.top_p >= 1.0f && row.min_p <= 0.0f) {
-    // Plain temperature sampling needs no ordering: one pass for the normaliser, one to find the draw.
+    // Plain temperature sampling needs no ordering: one pass for the weights and their block sums (the normaliser is
+    // the blocks' total), then a walk over the sums and one block's weights to find the draw.
     scratch.weights.resize(logits.size());
-    exp_scaled(logits, max_value(logits), 1.0f / row.temperature, scratch.weights);
-    const std::span<const float> weights(scratch.weights);
-    return static_cast<int32_t>(running_sum_index(weights, row.uniform * sum_in_lanes(weights)));
+    scratch.block_sums.resize((logits.size() + kSumBlock - 1) / kSumBlock);
+    exp_scaled_blocks(logits, max_value(logits), 1.0f / row.temperature, scratch.weights, scratch.block_sums);
+    double total = 0.0;
+    for (const double s : scratch.block_sums) total += s;
+    return static_cast<int32_t>(running_sum_index(scratch.weights, scratch.block_sums, row.uniform * total));
   }
   const size_t cut = filtered_candidates(logits, row, scratch.order, scratch.p);
   const std::span<const double> kept = std::span<const double>(scratch.p).first(cut);

@@ -20,6 +20,10 @@ double sum_in_lanes(std::span<const double> x);
 size_t running_sum_index(std::span<const float> w, double r);
 size_t running_sum_index(std::span<const double> w, double r);
 
+// running_sum_index for weights whose block sums (blocks of kSumBlock, as exp_scaled_blocks gives them) are known:
+// walks the sums, then the weights from the block where r runs out.
+size_t running_sum_index(std::span<const float> w, std::span<const double> block_sums, double r);
+
 // The candidates of filtered sampling (top-k, top-p or min-p set in `row`, temperature > 0): tokens within e^-40 of
 // the best, sorted by logit (ties by id), cut by top-k, then top-p, then min-p on the tempered distribution. Fills
 // `order` (token ids) and `p` (tempered probabilities relative to the best, unnormalised) and returns how many of
@@ -30,6 +34,7 @@ size_t filtered_candidates(std::span<const float> logits, const SampleRow& row, 
 // Buffers of draw_row, reused across calls.
 struct SampleScratch {
   std::vector<float> weights;
+  std::vector<double> block_sums;
   std::vector<int32_t> order;
   std::vector<double> p;
 };

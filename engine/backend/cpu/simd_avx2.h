@@ -74,6 +74,23 @@ struct Avx2 {
     x = _mm_max_ps(x, _mm_movehl_ps(x, x));
     return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
   }
+  // Bit i set where lane i of a equals lane i of b / where lane i of a is NaN.
+  static uint32_t equal_mask(V a, V b) {
+    return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ)));
+  }
+  static uint32_t nan_mask(V a) { return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q))); }
+  // lane[l] = the double sum of w[16 * g + l] over g < groups, in g order (lane_sums.h's lanes).
+  static void lane_sums(const float* w, int64_t groups, double* lane) {
+    __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int half = 0; half < 2; ++half) {
+        const __m256 v = _mm256_loadu_ps(w + 16 * g + 8 * half);
+        acc[2 * half] = _mm256_add_pd(acc[2 * half], _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+        acc[2 * half + 1] = _mm256_add_pd(acc[2 * half + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+      }
+    }
+    for (int i = 0; i < 4; ++i) _mm256_storeu_pd(lane + 4 * i, acc[i]);
+  }
 
   // e^x with a degree-7 polynomial on [-ln2/2, ln2/2] (about 1 ulp); 0 below -87.3, where e^x is denormal;
   // inputs above 88.3 are clamped there (e^88.3 is near the float maximum).

@@ -60,6 +60,20 @@ struct Avx512 {
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static float hsum(V v) { return _mm512_reduce_add_ps(v); }
   static float hmax(V v) { return _mm512_reduce_max_ps(v); }
+  // Bit i set where lane i of a equals lane i of b / where lane i of a is NaN.
+  static uint32_t equal_mask(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+  static uint32_t nan_mask(V a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+  // lane[l] = the double sum of w[16 * g + l] over g < groups, in g order (lane_sums.h's lanes).
+  static void lane_sums(const float* w, int64_t groups, double* lane) {
+    __m512d low = _mm512_setzero_pd(), high = _mm512_setzero_pd();
+    for (int64_t g = 0; g < groups; ++g) {
+      const __m512 v = _mm512_loadu_ps(w + 16 * g);
+      low = _mm512_add_pd(low, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+      high = _mm512_add_pd(high, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+    }
+    _mm512_storeu_pd(lane, low);
+    _mm512_storeu_pd(lane + 8, high);
+  }
 
   // e^x with a degree-7 polynomial on [-ln2/2, ln2/2] (about 1 ulp); 0 below -87.3, where e^x is denormal;
   // inputs above 88.3 are clamped there (e^88.3 is near the float maximum).

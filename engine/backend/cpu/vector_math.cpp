@@ -5,7 +5,9 @@
 #include <cmath>
 
 #include "backend/cpu/activation_simd.h"
+#include "backend/cpu/lane_sums.h"
 #include "core/cpu_features.h"
+#include "core/error.h"
 #include "core/half.h"
 
 namespace servetune::cpu {
@@ -32,6 +34,32 @@ double exp_scaled(std::span<const float> x, float shift, float scale, std::span<
     total += out[i];
   }
   return total;
+}
+
+int64_t argmax_first(std::span<const float> x) {
+  const auto n = static_cast<int64_t>(x.size());
+  switch (cpu_selected_isa()) {
+    case CpuIsa::kAvx512: return detail::argmax_first_avx512(x.data(), n);
+    case CpuIsa::kAvx2: return detail::argmax_first_avx2(x.data(), n);
+    default: return std::max_element(x.begin(), x.end()) - x.begin();
+  }
+}
+
+void exp_scaled_blocks(std::span<const float> x, float shift, float scale, std::span<float> out,
+                       std::span<double> sums) {
+  const auto n = static_cast<int64_t>(x.size());
+  if (out.size() != x.size() || static_cast<int64_t>(sums.size()) != (n + kSumBlock - 1) / kSumBlock) {
+    throw Error(ErrorKind::kInternal, "exp_scaled_blocks: output sizes do not match the input");
+  }
+  switch (cpu_selected_isa()) {
+    case CpuIsa::kAvx512: return detail::exp_scaled_blocks_avx512(x.data(), n, shift, scale, out.data(), sums.data());
+    case CpuIsa::kAvx2: return detail::exp_scaled_blocks_avx2(x.data(), n, shift, scale, out.data(), sums.data());
+    default: break;
+  }
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = std::exp((x[static_cast<size_t>(i)] - shift) * scale);
+  for (int64_t b0 = 0; b0 < n; b0 += kSumBlock) {
+    sums[static_cast<size_t>(b0 / kSumBlock)] = lane_block_sum(out.data() + b0, std::min(kSumBlock, n - b0));
+  }
 }
 
 void to_f16(std::span<const float> x, uint16_t* out) {

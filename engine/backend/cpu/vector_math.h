@@ -13,6 +13,14 @@ float max_value(std::span<const float> x);
 // out[i] = e^((x[i] - shift) * scale); returns the sum of out. `out` has x.size() elements.
 double exp_scaled(std::span<const float> x, float shift, float scale, std::span<float> out);
 
+// The index std::max_element(x) returns (the first of the largest values) of a non-empty `x`.
+int64_t argmax_first(std::span<const float> x);
+
+// out[i] = e^((x[i] - shift) * scale), as exp_scaled computes them, and sums[b] = lane_block_sum (lane_sums.h) of
+// out's block b of kSumBlock elements. `out` has x.size() elements, `sums` one per block (the last may be short).
+void exp_scaled_blocks(std::span<const float> x, float shift, float scale, std::span<float> out,
+                       std::span<double> sums);
+
 // out[i] = x[i] as IEEE half, rounded to nearest even (as f32_to_fp16 in core/half.h).
 void to_f16(std::span<const float> x, uint16_t* out);
 
