@@ -1,6 +1,6 @@
 // Microbenchmark for CpuBackend::sample on a decode batch's logits (SmolLM2's 49,152-token vocabulary, 32 rows of
 // normal logits, standard deviation 3): plain temperature sampling (what `servetune bench` requests carry), greedy,
-// and top-p. Rows per second counts logits rows drawn.
+// top-p 0.9 and top-k 40. Rows per second counts logits rows drawn.
 // Run: bench_sample --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
@@ -14,7 +14,7 @@ namespace {
 
 constexpr int64_t kVocab = 49152;
 
-enum Mode { kTemperature = 0, kGreedy = 1, kTopP = 2 };
+enum Mode { kTemperature = 0, kGreedy = 1, kTopP = 2, kTopK = 3 };
 
 void BM_Sample(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
@@ -30,6 +30,7 @@ void BM_Sample(benchmark::State& state) {
   for (SampleRow& r : sample_rows) {
     r.temperature = mode == kGreedy ? 0.0f : 1.0f;
     r.top_p = mode == kTopP ? 0.9f : 1.0f;
+    r.top_k = mode == kTopK ? 40 : 0;
     r.uniform = unit(rng);
   }
   std::vector<int32_t> tokens(static_cast<size_t>(rows));
@@ -47,6 +48,7 @@ BENCHMARK(BM_Sample)
     ->Args({1, 1, kTemperature})
     ->Args({2, 32, kGreedy})
     ->Args({2, 32, kTopP})
+    ->Args({2, 32, kTopK})
     ->UseRealTime();
 
 }  // namespace
