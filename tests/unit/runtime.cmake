@@ -16,3 +16,6 @@ servetune_test(test_data_parallel_config LABEL unit
 servetune_test(test_cpu_sample LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_sample.cpp
   LIBS servetune_runtime)
+servetune_test(test_filtered_candidates LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_filtered_candidates.cpp
+  LIBS servetune_runtime)

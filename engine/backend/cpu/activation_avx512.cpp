@@ -29,6 +29,11 @@ void exp_scaled_blocks_avx512(const float* x, int64_t n, float shift, float scal
   activation_impl::exp_scaled_blocks<simd::Avx512>(x, n, shift, scale, out, sums);
 }
 
+int64_t collect_at_least_avx512(const float* w, const float* x, int64_t n, float theta, float floor, int32_t* ids,
+                              double* mass) {
+  return activation_impl::collect_at_least<simd::Avx512>(w, x, n, theta, floor, ids, mass);
+}
+
 void to_f16_avx512(const float* x, int64_t n, uint16_t* out) { activation_impl::to_f16<simd::Avx512>(x, n, out); }
 
 void to_fp8_e4m3_avx512(const float* x, int64_t n, uint8_t* out) {

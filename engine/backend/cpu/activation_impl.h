@@ -146,6 +146,37 @@ void exp_scaled_blocks(const float* x, int64_t n, float shift, float scale, floa
   }
 }
 
+// The indices i < n, in order, with w[i] >= theta and x[i] >= floor, into ids (room for n; lanes past the count may
+// be written); returns how many, and in *mass their
+// weights' sum (each block of kSumBlock summed in float lanes, the blocks in double: a bound's estimate, not exact).
+template <class S>
+int64_t collect_at_least(const float* w, const float* x, int64_t n, float theta, float floor, int32_t* ids,
+                         double* mass) {
+  constexpr int W = S::kWidth;
+  const auto vtheta = S::set1(theta), vfloor = S::set1(floor);
+  int64_t count = 0, i = 0;
+  double total = 0.0;
+  for (int64_t b0 = 0; b0 + W <= n; b0 += kSumBlock) {
+    auto block = S::zero();
+    for (i = b0; i + W <= std::min(n, b0 + kSumBlock); i += W) {
+      const auto wv = S::load(w + i);
+      const uint32_t hit = S::ge_mask(wv, vtheta) & S::ge_mask(S::load(x + i), vfloor);
+      if (hit == 0) continue;
+      count += S::compress_indices(hit, static_cast<int32_t>(i), ids + count);
+      block = S::add(block, S::zero_unless(hit, wv));
+    }
+    total += static_cast<double>(S::hsum(block));
+  }
+  for (; i < n; ++i) {
+    if (w[i] >= theta && x[i] >= floor) {
+      ids[count++] = static_cast<int32_t>(i);
+      total += static_cast<double>(w[i]);
+    }
+  }
+  *mass = total;
+  return count;
+}
+
 // out[i] = x[i] as IEEE half (round to nearest even) for i < n.
 template <class S>
 void to_f16(const float* x, int64_t n, uint16_t* out) {

@@ -24,6 +24,10 @@ int64_t argmax_first_avx512(const float* x, int64_t n);
 int64_t argmax_first_avx2(const float* x, int64_t n);
 void exp_scaled_blocks_avx512(const float* x, int64_t n, float shift, float scale, float* out, double* sums);
 void exp_scaled_blocks_avx2(const float* x, int64_t n, float shift, float scale, float* out, double* sums);
+int64_t collect_at_least_avx512(const float* w, const float* x, int64_t n, float theta, float floor, int32_t* ids,
+                                double* mass);
+int64_t collect_at_least_avx2(const float* w, const float* x, int64_t n, float theta, float floor, int32_t* ids,
+                              double* mass);
 void to_f16_avx512(const float* x, int64_t n, uint16_t* out);
 void to_f16_avx2(const float* x, int64_t n, uint16_t* out);
 void to_fp8_e4m3_avx512(const float* x, int64_t n, uint8_t* out);

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 
 #include "backend/cpu/lane_sums.h"
 #include "backend/cpu/vector_math.h"
@@ -64,47 +66,132 @@ size_t running_sum_index(std::span<const float> w, std::span<const double> block
   return 0;
 }
 
+namespace {
+
+// Tokens are first gathered above this weight (relative to the best token's), then each retry below the last.
+constexpr float kFirstThreshold = 0x1p-12f;
+constexpr float kThresholdStep = 0x1p-12f;
+// Below e^-40 (about 2^-57.7): every candidate's weight is above it.
+constexpr float kEveryCandidate = 0x1p-58f;
+// Weights are floats, the cut's probabilities doubles: a set is trusted to hold the cut only with this much room.
+constexpr double kRoom = 1e-5;
+
+// A token's place in the ranking as one integer: larger logit first, then lower id (the logit is finite).
+uint64_t rank_key(float logit, int32_t id) {
+  uint32_t u;
+  std::memcpy(&u, &logit, 4);
+  u = (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+  return static_cast<uint64_t>(u) << 32 | (0xFFFFFFFFu - static_cast<uint32_t>(id));
+}
+int32_t id_of(uint64_t key) { return static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(key)); }
+
+}  // namespace
+
 size_t filtered_candidates(std::span<const float> logits, const SampleRow& row, std::vector<int32_t>& order,
                            std::vector<double>& p) {
-  // Tokens whose tempered probability is below e^-40 of the best one carry < 1e-12 of the mass in any
-  // vocabulary size used in practice; dropping them before sorting keeps full-vocabulary sampling cheap.
-  const float best = *std::max_element(logits.begin(), logits.end());
+  const auto top = static_cast<int32_t>(argmax_first(logits));
+  const float best = logits[static_cast<size_t>(top)];
+  order.clear();
+  p.clear();
+  if (!std::isfinite(best)) {
+    order.push_back(top);
+    p.push_back(1.0);
+    return 1;
+  }
   const float floor = best - 40.0f * row.temperature;
   const float inv_t = 1.0f / row.temperature;
-  order.clear();
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (logits[i] >= floor) order.push_back(static_cast<int32_t>(i));
-  }
-  size_t keep = order.size();
-  if (row.top_k > 0) keep = std::min(keep, static_cast<size_t>(row.top_k));
-  std::partial_sort(order.begin(), order.begin() + static_cast<long>(keep), order.end(), [&](int32_t a, int32_t b) {
-    const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
-    return la > lb || (la == lb && a < b);
-  });
-  p.resize(keep);
-  double total = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    p[i] = std::exp(static_cast<double>((logits[static_cast<size_t>(order[i])] - best) * inv_t));
-    total += p[i];
-  }
-  size_t cut = keep;
-  if (row.top_p < 1.0f) {
-    double cum = 0.0;
-    for (size_t i = 0; i < keep; ++i) {
-      cum += p[i] / total;
-      if (cum >= row.top_p) {
-        cut = i + 1;
-        break;
+  // Weights of the whole vocabulary (as a plain temperature draw computes them) locate the tokens worth sorting.
+  thread_local std::vector<float> weights;
+  thread_local std::vector<double> block_sums;
+  thread_local std::vector<uint64_t> keys;
+  weights.resize(logits.size());
+  block_sums.resize((logits.size() + kSumBlock - 1) / kSumBlock);
+  exp_scaled_blocks(logits, best, inv_t, weights, block_sums);
+  double vocab_mass = 0.0;
+  for (const double b : block_sums) vocab_mass += b;
+
+  // The candidates with weight >= theta, lowering theta until they surely hold every token the cut keeps.
+  float theta = row.top_k <= 0 && row.min_p > 0.0f ? static_cast<float>(row.min_p * (1.0 - kRoom)) : kFirstThreshold;
+  for (;; theta *= kThresholdStep) {
+    const bool all = theta < kEveryCandidate;
+    double gathered = 0.0;
+    order.resize(logits.size());
+    order.resize(collect_at_least(weights, logits, all ? 0.0f : theta, floor, order.data(), &gathered));
+    if (!all) {
+      // Then every token whose logit reaches the lowest gathered one: a prefix of the ranking, whatever ulp the
+      // vector exp rounded a weight by.
+      float lowest = best;
+      for (const int32_t id : order) lowest = std::min(lowest, logits[static_cast<size_t>(id)]);
+      order.resize(logits.size());
+      order.resize(collect_at_least(weights, logits, 0.0f, std::max(floor, lowest), order.data(), &gathered));
+    }
+    // Top-k: the k best candidates have the k largest logits, so they are all gathered once k are.
+    if (row.top_k > 0 && !all && order.size() < static_cast<size_t>(row.top_k)) continue;
+    // Without top-k every candidate is in the running and top-p's mass is the vocabulary's; tokens below theta
+    // are all under min-p's threshold, or too light to be reached before top-p's mass is.
+    const bool holds_min_p = row.top_k <= 0 && row.min_p > 0.0f && theta <= row.min_p * (1.0 - kRoom);
+    const bool holds_top_p = row.top_k <= 0 && row.top_p < 1.0f && gathered >= row.top_p * vocab_mass * (1.0 + kRoom);
+    if (row.top_k <= 0 && !all && !holds_min_p && !holds_top_p) continue;
+
+    keys.resize(order.size());
+    for (size_t i = 0; i < order.size(); ++i) keys[i] = rank_key(logits[static_cast<size_t>(order[i])], order[i]);
+    const auto tempered = [&](uint64_t key) {
+      return std::exp(static_cast<double>((logits[static_cast<size_t>(id_of(key))] - best) * inv_t));
+    };
+    // Ranked a growing prefix at a time, only as far as the cuts look.
+    size_t sorted = 0, chunk = 256;
+    const auto sort_more = [&] {
+      const size_t next = std::min(keys.size(), sorted + chunk);
+      chunk *= 4;
+      const auto first = keys.begin() + static_cast<long>(sorted), mid = keys.begin() + static_cast<long>(next);
+      if (next < keys.size()) std::nth_element(first, mid, keys.end(), std::greater<>());
+      std::sort(first, mid, std::greater<>());
+      for (size_t i = sorted; i < next; ++i) p.push_back(tempered(keys[i]));
+      sorted = next;
+    };
+    size_t limit = keys.size();
+    double total = vocab_mass;
+    if (row.top_k > 0) {
+      // Top-p's mass is the top k's, in rank order.
+      limit = std::min(limit, static_cast<size_t>(row.top_k));
+      std::partial_sort(keys.begin(), keys.begin() + static_cast<long>(limit), keys.end(), std::greater<>());
+      for (size_t i = 0; i < limit; ++i) p.push_back(tempered(keys[i]));
+      sorted = limit;
+      total = 0.0;
+      for (size_t i = 0; i < limit; ++i) total += p[i];
+    }
+    size_t cut = limit;
+    if (row.top_p < 1.0f) {
+      double cum = 0.0;
+      bool reached = false;
+      for (size_t i = 0; i < limit && !reached; ++i) {
+        if (i == sorted) sort_more();
+        cum += p[i] / total;
+        if (cum >= row.top_p) {
+          cut = i + 1;
+          reached = true;
+        }
+      }
+      // Rounding left top-p's cut past the gathered tokens: gather more.
+      if (!reached && row.top_k <= 0 && !all && !holds_min_p) {
+        p.clear();
+        continue;
       }
     }
+    if (row.min_p > 0.0f) {
+      if (sorted == 0) sort_more();
+      const double threshold = row.min_p * p[0];
+      size_t i = 1;
+      for (; i < cut; ++i) {
+        if (i == sorted) sort_more();
+        if (p[i] < threshold) break;
+      }
+      cut = i;
+    }
+    while (sorted < cut) sort_more();
+    for (size_t i = 0; i < cut; ++i) order[i] = id_of(keys[i]);
+    return cut;
   }
-  if (row.min_p > 0.0f) {
-    const double threshold = row.min_p * p[0];
-    size_t i = 1;
-    while (i < cut && p[i] >= threshold) ++i;
-    cut = i;
-  }
-  return cut;
 }
 
 int32_t draw_row(std::span<const float> logits, const SampleRow& row, SampleScratch& scratch) {

@@ -25,9 +25,11 @@ size_t running_sum_index(std::span<const double> w, double r);
 size_t running_sum_index(std::span<const float> w, std::span<const double> block_sums, double r);
 
 // The candidates of filtered sampling (top-k, top-p or min-p set in `row`, temperature > 0): tokens within e^-40 of
-// the best, sorted by logit (ties by id), cut by top-k, then top-p, then min-p on the tempered distribution. Fills
-// `order` (token ids) and `p` (tempered probabilities relative to the best, unnormalised) and returns how many of
-// them are kept.
+// the best, sorted by logit (ties by id), cut by top-k, then top-p, then min-p on the tempered distribution. Top-p's
+// mass is relative to the top-k candidates' total when top-k cuts, else to the whole vocabulary's as a plain
+// temperature draw sums it (exp_scaled_blocks). Fills `order` (token ids; only the first returned are meaningful)
+// and `p` (tempered probabilities relative to the best, unnormalised) and returns how many are kept. Only the
+// tokens that can be kept are sorted. A row whose best logit is NaN or infinite keeps its first best token alone.
 size_t filtered_candidates(std::span<const float> logits, const SampleRow& row, std::vector<int32_t>& order,
                            std::vector<double>& p);
 

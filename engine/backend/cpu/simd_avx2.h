@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -74,11 +75,24 @@ struct Avx2 {
     x = _mm_max_ps(x, _mm_movehl_ps(x, x));
     return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
   }
-  // Bit i set where lane i of a equals lane i of b / where lane i of a is NaN.
+  // Bit i set where lane i of a equals lane i of b / is NaN / is at least lane i of b.
   static uint32_t equal_mask(V a, V b) {
     return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ)));
   }
   static uint32_t nan_mask(V a) { return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q))); }
+  static uint32_t ge_mask(V a, V b) { return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GE_OQ))); }
+  // Lanes of v whose bit is set in `bits`, the others 0.
+  static V zero_unless(uint32_t bits, V v) {
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int>(bits)), bit), bit);
+    return _mm256_and_ps(_mm256_castsi256_ps(set), v);
+  }
+  // base + i for each bit i set in `bits`, in order, to out; returns how many (out has room for 8).
+  static int64_t compress_indices(uint32_t bits, int32_t base, int32_t* out) {
+    int64_t count = 0;
+    for (; bits != 0; bits &= bits - 1) out[count++] = base + std::countr_zero(bits);
+    return count;
+  }
   // lane[l] = the double sum of w[16 * g + l] over g < groups, in g order (lane_sums.h's lanes).
   static void lane_sums(const float* w, int64_t groups, double* lane) {
     __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};

@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 
+#include <bit>
 #include <cstdint>
 
 // GCC 12 reports the undefined pass-through operand inside the AVX-512 shuffle intrinsics as (maybe) uninitialised.
@@ -60,9 +61,20 @@ struct Avx512 {
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static float hsum(V v) { return _mm512_reduce_add_ps(v); }
   static float hmax(V v) { return _mm512_reduce_max_ps(v); }
-  // Bit i set where lane i of a equals lane i of b / where lane i of a is NaN.
+  // Bit i set where lane i of a equals lane i of b / is NaN / is at least lane i of b.
   static uint32_t equal_mask(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
   static uint32_t nan_mask(V a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+  static uint32_t ge_mask(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+  // Lanes of v whose bit is set in `bits`, the others 0.
+  static V zero_unless(uint32_t bits, V v) { return _mm512_maskz_mov_ps(static_cast<__mmask16>(bits), v); }
+  // base + i for each bit i set in `bits`, in order, to out; returns how many. Writes all 16 lanes of out (the
+  // caller has room): a compress into memory is microcoded and slow on Zen 4, one into a register is not.
+  static int64_t compress_indices(uint32_t bits, int32_t base, int32_t* out) {
+    const __m512i lanes = _mm512_add_epi32(_mm512_set1_epi32(base),
+                                           _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    _mm512_storeu_si512(out, _mm512_maskz_compress_epi32(static_cast<__mmask16>(bits), lanes));
+    return std::popcount(bits);
+  }
   // lane[l] = the double sum of w[16 * g + l] over g < groups, in g order (lane_sums.h's lanes).
   static void lane_sums(const float* w, int64_t groups, double* lane) {
     __m512d low = _mm512_setzero_pd(), high = _mm512_setzero_pd();

@@ -62,6 +62,28 @@ void exp_scaled_blocks(std::span<const float> x, float shift, float scale, std::
   }
 }
 
+size_t collect_at_least(std::span<const float> w, std::span<const float> x, float theta, float floor, int32_t* ids,
+                        double* mass) {
+  if (w.size() != x.size()) throw Error(ErrorKind::kInternal, "collect_at_least: w and x differ in size");
+  const auto n = static_cast<int64_t>(x.size());
+  switch (cpu_selected_isa()) {
+    case CpuIsa::kAvx512:
+      return static_cast<size_t>(detail::collect_at_least_avx512(w.data(), x.data(), n, theta, floor, ids, mass));
+    case CpuIsa::kAvx2:
+      return static_cast<size_t>(detail::collect_at_least_avx2(w.data(), x.data(), n, theta, floor, ids, mass));
+    default: break;
+  }
+  size_t count = 0;
+  *mass = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (w[i] >= theta && x[i] >= floor) {
+      ids[count++] = static_cast<int32_t>(i);
+      *mass += static_cast<double>(w[i]);
+    }
+  }
+  return count;
+}
+
 void to_f16(std::span<const float> x, uint16_t* out) {
   const auto n = static_cast<int64_t>(x.size());
   switch (cpu_selected_isa()) {

@@ -21,6 +21,11 @@ int64_t argmax_first(std::span<const float> x);
 void exp_scaled_blocks(std::span<const float> x, float shift, float scale, std::span<float> out,
                        std::span<double> sums);
 
+// The indices i, in order, with w[i] >= theta and x[i] >= floor (w and x of one size), into ids (room for all);
+// returns how many, and in *mass an estimate of their weights' sum (float sums of blocks, added in double).
+size_t collect_at_least(std::span<const float> w, std::span<const float> x, float theta, float floor, int32_t* ids,
+                        double* mass);
+
 // out[i] = x[i] as IEEE half, rounded to nearest even (as f32_to_fp16 in core/half.h).
 void to_f16(std::span<const float> x, uint16_t* out);
 
