@@ -129,6 +129,20 @@ TEST(FilteredCandidates, MatchTheFullSortEverywhere) {
   EXPECT_EQ(checked, 6 * 4 * 6);
 }
 
+// -0 and +0 compare equal, so they rank by id like any tie.
+TEST(FilteredCandidates, SignedZerosTie) {
+  std::vector<int32_t> order;
+  std::vector<double> p;
+  SampleRow row;
+  row.temperature = 1.0f;
+  row.top_k = 3;
+  const std::vector<float> logits = {-1.0f, 0.0f, -0.0f, -0.0f, 0.0f, -2.0f};
+  ASSERT_EQ(filtered_candidates(logits, row, order, p), 3u);
+  EXPECT_EQ(order[0], 1);
+  EXPECT_EQ(order[1], 2);
+  EXPECT_EQ(order[2], 3);
+}
+
 // A best logit that is NaN (std::max_element's answer when the row starts with one) or infinite keeps that token
 // alone; NaN logits elsewhere are never candidates.
 TEST(FilteredCandidates, NonFiniteLogits) {

@@ -76,8 +76,10 @@ constexpr float kEveryCandidate = 0x1p-58f;
 // Weights are floats, the cut's probabilities doubles: a set is trusted to hold the cut only with this much room.
 constexpr double kRoom = 1e-5;
 
-// A token's place in the ranking as one integer: larger logit first, then lower id (the logit is finite).
+// A token's place in the ranking as one integer: larger logit first, then lower id (the logit is finite; -0 and +0
+// tie, as they compare equal).
 uint64_t rank_key(float logit, int32_t id) {
+  if (logit == 0.0f) logit = 0.0f;
   uint32_t u;
   std::memcpy(&u, &logit, 4);
   u = (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
