@@ -18,7 +18,7 @@ constexpr int kBins = 16;  // one 4-bit digit of the order key per pass
 
 // Larger key = larger float (for non-NaN values), so key order is logit order.
 __device__ inline uint32_t order_key(float f) {
-  const uint32_t u = __float_as_uint(f);
+  const uint32_t u = __float_as_uint(f + 0.0f);  // -0 + 0 = +0: the signed zeros tie, as the host's ranking has them
   return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
 }
 __device__ inline float key_value(uint32_t key) {
