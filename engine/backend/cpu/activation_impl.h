@@ -147,8 +147,8 @@ void exp_scaled_blocks(const float* x, int64_t n, float shift, float scale, floa
 }
 
 // The indices i < n, in order, with w[i] >= theta and x[i] >= floor, into ids (room for n; lanes past the count may
-// be written); returns how many, and in *mass their
-// weights' sum (each block of kSumBlock summed in float lanes, the blocks in double: a bound's estimate, not exact).
+// be written); returns how many, and in *mass their weights' sum (each block of kSumBlock summed in float lanes, the
+// blocks in double: a bound's estimate, not exact).
 template <class S>
 int64_t collect_at_least(const float* w, const float* x, int64_t n, float theta, float floor, int32_t* ids,
                          double* mass) {

@@ -26,6 +26,20 @@ double sum_in_lanes_of(std::span<const T> x) {
   return total;
 }
 
+// Weight by weight from i, where r (what is left of the draw) runs out; rounding that leaves r >= 0 at the end picks
+// the last index with any weight.
+template <class T>
+size_t running_sum_index_from(std::span<const T> w, size_t i, double r) {
+  for (; i < w.size(); ++i) {
+    r -= static_cast<double>(w[i]);
+    if (r < 0.0) return i;
+  }
+  for (size_t k = w.size(); k-- > 0;) {
+    if (w[k] > 0) return k;
+  }
+  return 0;
+}
+
 // Whole blocks first (their sums vectorise), then weight by weight inside the block where r runs out.
 template <class T>
 size_t running_sum_index_of(std::span<const T> w, double r) {
@@ -36,14 +50,7 @@ size_t running_sum_index_of(std::span<const T> w, double r) {
     if (r < block) break;
     r -= block;
   }
-  for (; i < w.size(); ++i) {
-    r -= static_cast<double>(w[i]);
-    if (r < 0.0) return i;
-  }
-  for (size_t k = w.size(); k-- > 0;) {
-    if (w[k] > 0) return k;
-  }
-  return 0;
+  return running_sum_index_from(w, i, r);
 }
 
 }  // namespace
@@ -56,14 +63,7 @@ size_t running_sum_index(std::span<const double> w, double r) { return running_s
 size_t running_sum_index(std::span<const float> w, std::span<const double> block_sums, double r) {
   size_t b = 0;
   for (; b < block_sums.size() && r >= block_sums[b]; ++b) r -= block_sums[b];
-  for (size_t i = b * static_cast<size_t>(kSumBlock); i < w.size(); ++i) {
-    r -= static_cast<double>(w[i]);
-    if (r < 0.0) return i;
-  }
-  for (size_t k = w.size(); k-- > 0;) {
-    if (w[k] > 0) return k;
-  }
-  return 0;
+  return running_sum_index_from(w, b * static_cast<size_t>(kSumBlock), r);
 }
 
 namespace {
@@ -75,6 +75,18 @@ constexpr float kThresholdStep = 0x1p-12f;
 constexpr float kEveryCandidate = 0x1p-58f;
 // Weights are floats, the cut's probabilities doubles: a set is trusted to hold the cut only with this much room.
 constexpr double kRoom = 1e-5;
+
+// The tempered weights of every token (e^((logit - best) * inv_t)) and their 256-weight block sums, as
+// exp_scaled_blocks makes them; returns the vocabulary's mass, the blocks' total.
+double vocabulary_weights(std::span<const float> logits, float best, float inv_t, std::vector<float>& weights,
+                          std::vector<double>& block_sums) {
+  weights.resize(logits.size());
+  block_sums.resize((logits.size() + kSumBlock - 1) / kSumBlock);
+  exp_scaled_blocks(logits, best, inv_t, weights, block_sums);
+  double total = 0.0;
+  for (const double b : block_sums) total += b;
+  return total;
+}
 
 // A token's place in the ranking as one integer: larger logit first, then lower id (the logit is finite; -0 and +0
 // tie, as they compare equal).
@@ -106,11 +118,7 @@ size_t filtered_candidates(std::span<const float> logits, const SampleRow& row, 
   thread_local std::vector<float> weights;
   thread_local std::vector<double> block_sums;
   thread_local std::vector<uint64_t> keys;
-  weights.resize(logits.size());
-  block_sums.resize((logits.size() + kSumBlock - 1) / kSumBlock);
-  exp_scaled_blocks(logits, best, inv_t, weights, block_sums);
-  double vocab_mass = 0.0;
-  for (const double b : block_sums) vocab_mass += b;
+  const double vocab_mass = vocabulary_weights(logits, best, inv_t, weights, block_sums);
 
   // The candidates with weight >= theta, lowering theta until they surely hold every token the cut keeps.
   float theta = row.top_k <= 0 && row.min_p > 0.0f ? static_cast<float>(row.min_p * (1.0 - kRoom)) : kFirstThreshold;
@@ -119,6 +127,8 @@ size_t filtered_candidates(std::span<const float> logits, const SampleRow& row, 
     double gathered = 0.0;
     order.resize(logits.size());
     order.resize(collect_at_least(weights, logits, all ? 0.0f : theta, floor, order.data(), &gathered));
+    // Top-k: the k best candidates have the k largest logits, so they are all gathered once k are.
+    if (row.top_k > 0 && !all && order.size() < static_cast<size_t>(row.top_k)) continue;
     if (!all) {
       // Then every token whose logit reaches the lowest gathered one: a prefix of the ranking, whatever ulp the
       // vector exp rounded a weight by.
@@ -127,8 +137,6 @@ size_t filtered_candidates(std::span<const float> logits, const SampleRow& row, 
       order.resize(logits.size());
       order.resize(collect_at_least(weights, logits, 0.0f, std::max(floor, lowest), order.data(), &gathered));
     }
-    // Top-k: the k best candidates have the k largest logits, so they are all gathered once k are.
-    if (row.top_k > 0 && !all && order.size() < static_cast<size_t>(row.top_k)) continue;
     // Without top-k every candidate is in the running and top-p's mass is the vocabulary's; tokens below theta
     // are all under min-p's threshold, or too light to be reached before top-p's mass is.
     const bool holds_min_p = row.top_k <= 0 && row.min_p > 0.0f && theta <= row.min_p * (1.0 - kRoom);
@@ -201,11 +209,8 @@ int32_t draw_row(std::span<const float> logits, const SampleRow& row, SampleScra
   if (row.top_k <= 0 && row.top_p >= 1.0f && row.min_p <= 0.0f) {
     // Plain temperature sampling needs no ordering: one pass for the weights and their block sums (the normaliser is
     // the blocks' total), then a walk over the sums and one block's weights to find the draw.
-    scratch.weights.resize(logits.size());
-    scratch.block_sums.resize((logits.size() + kSumBlock - 1) / kSumBlock);
-    exp_scaled_blocks(logits, max_value(logits), 1.0f / row.temperature, scratch.weights, scratch.block_sums);
-    double total = 0.0;
-    for (const double s : scratch.block_sums) total += s;
+    const double total =
+        vocabulary_weights(logits, max_value(logits), 1.0f / row.temperature, scratch.weights, scratch.block_sums);
     return static_cast<int32_t>(running_sum_index(scratch.weights, scratch.block_sums, row.uniform * total));
   }
   const size_t cut = filtered_candidates(logits, row, scratch.order, scratch.p);
