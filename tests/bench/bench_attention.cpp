@@ -55,9 +55,10 @@ struct AttentionStep {
     }
     for (int64_t l = 0; l < layers; ++l) {
       for (auto* side : {&k, &v}) {
-        side->push_back(backend.allocate(static_cast<size_t>(blocks * block_elems) * elem));
+        const size_t elems = static_cast<size_t>(blocks * block_elems);
+        side->push_back(backend.allocate(elems * elem));
         auto* data = static_cast<uint8_t*>(side->back()->data());
-        for (size_t i = 0; i < side->back()->size() / elem; ++i) {
+        for (size_t i = 0; i < elems; ++i) {
           std::memcpy(data + i * elem, pattern.data() + (i * 7 + static_cast<size_t>(l)) % 4096 * elem, elem);
         }
       }
