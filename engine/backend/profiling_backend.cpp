@@ -43,17 +43,28 @@ void ProfilingBackend::timed(const std::string& op, int64_t n, F&& fn) {
   inner_->synchronize();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mutex_);
-  OpTotals& t = ops_[op];
-  ++t.calls;
-  t.tokens += n;
-  t.seconds += seconds;
+  for (OpTotals* t : {&ops_[op], n > 0 ? &ops_by_size_[{op, tokens_per_call_class(n)}] : nullptr}) {
+    if (t == nullptr) continue;
+    ++t->calls;
+    t->tokens += n;
+    t->seconds += seconds;
+  }
+}
+
+int tokens_per_call_class(int64_t n) { return n <= 1 ? 0 : n <= 16 ? 1 : n <= 64 ? 2 : n <= 512 ? 3 : 4; }
+
+const char* tokens_per_call_label(int size_class) {
+  static const char* const kLabels[] = {"1 token", "2-16 tokens", "17-64 tokens", "65-512 tokens", ">512 tokens"};
+  return kLabels[std::clamp(size_class, 0, 4)];
 }
 
 std::string ProfilingBackend::report() const {
   std::vector<std::pair<std::string, OpTotals>> rows;
+  std::vector<std::pair<std::pair<std::string, int>, OpTotals>> sized;  // in op order, then size class
   {
     std::lock_guard<std::mutex> lock(mutex_);
     rows.assign(ops_.begin(), ops_.end());
+    sized.assign(ops_by_size_.begin(), ops_by_size_.end());
   }
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
   double total = 0.0;
@@ -73,6 +84,17 @@ std::string ProfilingBackend::report() const {
   }
   std::snprintf(line, sizeof line, "%-44s %10s %12s %12.1f\n", "all ops", "", "", total * 1e3);
   out += line;
+  out += "by tokens per call\n";
+  std::snprintf(line, sizeof line, "%-44s %-14s %10s %12s %12s %7s %11s\n", "op", "tokens/call", "calls", "tokens",
+                "total ms", "share", "us/token");
+  out += line;
+  for (const auto& [key, t] : sized) {
+    std::snprintf(line, sizeof line, "%-44s %-14s %10lld %12lld %12.1f %6.1f%% %11.2f\n", key.first.c_str(),
+                  tokens_per_call_label(key.second), static_cast<long long>(t.calls), static_cast<long long>(t.tokens),
+                  t.seconds * 1e3, total > 0.0 ? 100.0 * t.seconds / total : 0.0,
+                  t.seconds * 1e6 / static_cast<double>(t.tokens));
+    out += line;
+  }
   return out;
 }
 

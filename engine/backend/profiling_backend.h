@@ -1,6 +1,7 @@
 // A Backend that forwards every call to another one and records the wall time of each op (synchronizing after
 // it, so a GPU's queued work is charged to the op that issued it); make_backend wraps the backend in one when
-// SERVETUNE_PROFILE_OPS is set, and the table is written when the backend is destroyed.
+// SERVETUNE_PROFILE_OPS is set, and the table is written when the backend is destroyed: every op, then the ops that
+// take tokens again split by tokens per call (decode batches and prompt chunks run different kernels and costs).
 #pragma once
 
 #include <map>
@@ -71,6 +72,11 @@ class ProfilingBackend final : public Backend {
   int instance_ = 0;
   mutable std::mutex mutex_;
   std::map<std::string, OpTotals> ops_;
+  std::map<std::pair<std::string, int>, OpTotals> ops_by_size_;  // (op, size class of tokens_per_call_class)
 };
+
+// The size class of a call with n tokens: 0 for 1, 1 for 2-16, 2 for 17-64, 3 for 65-512, 4 for more; and its label.
+int tokens_per_call_class(int64_t n);
+const char* tokens_per_call_label(int size_class);
 
 }  // namespace servetune

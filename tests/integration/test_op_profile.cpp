@@ -1,5 +1,6 @@
 // SERVETUNE_PROFILE_OPS: an engine on a profiled backend gives the same greedy output as on the plain one, and when
-// it shuts down the table it appends lists the ops a Llama forward pass runs, with their calls and tokens.
+// it shuts down the table it appends lists the ops a Llama forward pass runs, with their calls and tokens, and again
+// split by tokens per call.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <regex>
 #include <sstream>
 
+#include "backend/profiling_backend.h"
 #include "integration/greedy_jobs.h"
 #include "servetune/engine.h"
 #include "test_paths.h"
@@ -37,6 +39,41 @@ std::pair<long, long> row_of(const std::string& table, const std::string& op) {
     }
   }
   return {-1, -1};
+}
+
+// calls and tokens summed over the "by tokens per call" rows of `op`, and how many size classes it has there.
+struct SizedTotals {
+  long calls = 0, tokens = 0, classes = 0;
+};
+SizedTotals sized_rows_of(const std::string& table, const std::string& op) {
+  SizedTotals totals;
+  std::istringstream lines(table);
+  bool in_section = false;
+  const std::regex row(
+      "(.+?) +(1 token|2-16 tokens|17-64 tokens|65-512 tokens|>512 tokens) +([0-9]+) +([0-9]+) +[0-9.]+ +[0-9.]+% "
+      "+[0-9.]+");
+  for (std::string line; std::getline(lines, line);) {
+    if (line == "by tokens per call") in_section = true;
+    std::smatch m;
+    if (in_section && std::regex_match(line, m, row) && m[1] == op) {
+      totals.calls += std::stol(m[3]);
+      totals.tokens += std::stol(m[4]);
+      ++totals.classes;
+    }
+  }
+  return totals;
+}
+
+TEST(OpProfile, TokensPerCallClasses) {
+  EXPECT_EQ(tokens_per_call_class(1), 0);
+  EXPECT_EQ(tokens_per_call_class(2), 1);
+  EXPECT_EQ(tokens_per_call_class(16), 1);
+  EXPECT_EQ(tokens_per_call_class(17), 2);
+  EXPECT_EQ(tokens_per_call_class(64), 2);
+  EXPECT_EQ(tokens_per_call_class(65), 3);
+  EXPECT_EQ(tokens_per_call_class(512), 3);
+  EXPECT_EQ(tokens_per_call_class(513), 4);
+  EXPECT_STREQ(tokens_per_call_label(2), "17-64 tokens");
 }
 
 TEST(OpProfile, SameOutputAndATableOfTheForwardPassOps) {
@@ -68,6 +105,12 @@ TEST(OpProfile, SameOutputAndATableOfTheForwardPassOps) {
   EXPECT_GT(row_of(table.str(), "embed").first, 0);
   EXPECT_GT(row_of(table.str(), "sample").first, 0);
   EXPECT_NE(table.str().find("matmul "), std::string::npos);
+  // The split by tokens per call accounts for every attention call and token, in more than one class (prompt chunks
+  // and single-token decode steps).
+  const SizedTotals sized = sized_rows_of(table.str(), "attention");
+  EXPECT_EQ(sized.calls, attention_calls);
+  EXPECT_EQ(sized.tokens, attention_tokens);
+  EXPECT_GE(sized.classes, 2);
 }
 
 }  // namespace
