@@ -43,29 +43,38 @@ void ProfilingBackend::timed(const std::string& op, int64_t n, F&& fn) {
   inner_->synchronize();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mutex_);
-  for (OpTotals* t : {&ops_[op], n > 0 ? &ops_by_size_[{op, tokens_per_call_class(n)}] : nullptr}) {
-    if (t == nullptr) continue;
-    ++t->calls;
-    t->tokens += n;
-    t->seconds += seconds;
-  }
+  OpStats& stats = ops_[op];
+  stats.all.add(n, seconds);
+  if (n > 0) stats.by_size[tokens_per_call_class(n)].add(n, seconds);
 }
 
-int tokens_per_call_class(int64_t n) { return n <= 1 ? 0 : n <= 16 ? 1 : n <= 64 ? 2 : n <= 512 ? 3 : 4; }
+namespace {
+
+// Each size class's largest token count (the last has none) and its label.
+constexpr int64_t kClassMaxTokens[kTokensPerCallClasses - 1] = {1, 16, 64, 512};
+constexpr const char* kClassLabels[kTokensPerCallClasses] = {"1 token", "2-16 tokens", "17-64 tokens", "65-512 tokens",
+                                                             ">512 tokens"};
+
+}  // namespace
+
+int tokens_per_call_class(int64_t n) {
+  int c = 0;
+  while (c < kTokensPerCallClasses - 1 && n > kClassMaxTokens[c]) ++c;
+  return c;
+}
 
 const char* tokens_per_call_label(int size_class) {
-  static const char* const kLabels[] = {"1 token", "2-16 tokens", "17-64 tokens", "65-512 tokens", ">512 tokens"};
-  return kLabels[std::clamp(size_class, 0, 4)];
+  return kClassLabels[std::clamp(size_class, 0, kTokensPerCallClasses - 1)];
 }
 
 std::string ProfilingBackend::report() const {
-  std::vector<std::pair<std::string, OpTotals>> rows;
-  std::vector<std::pair<std::pair<std::string, int>, OpTotals>> sized;  // in op order, then size class
+  std::vector<std::pair<std::string, OpStats>> by_name;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    rows.assign(ops_.begin(), ops_.end());
-    sized.assign(ops_by_size_.begin(), ops_by_size_.end());
+    by_name.assign(ops_.begin(), ops_.end());
   }
+  std::vector<std::pair<std::string, OpTotals>> rows;
+  for (const auto& [op, stats] : by_name) rows.emplace_back(op, stats.all);
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
   double total = 0.0;
   for (const auto& [op, t] : rows) total += t.seconds;
@@ -88,12 +97,16 @@ std::string ProfilingBackend::report() const {
   std::snprintf(line, sizeof line, "%-44s %-14s %10s %12s %12s %7s %11s\n", "op", "tokens/call", "calls", "tokens",
                 "total ms", "share", "us/token");
   out += line;
-  for (const auto& [key, t] : sized) {
-    std::snprintf(line, sizeof line, "%-44s %-14s %10lld %12lld %12.1f %6.1f%% %11.2f\n", key.first.c_str(),
-                  tokens_per_call_label(key.second), static_cast<long long>(t.calls), static_cast<long long>(t.tokens),
-                  t.seconds * 1e3, total > 0.0 ? 100.0 * t.seconds / total : 0.0,
-                  t.seconds * 1e6 / static_cast<double>(t.tokens));
-    out += line;
+  for (const auto& [op, stats] : by_name) {
+    for (int c = 0; c < kTokensPerCallClasses; ++c) {
+      const OpTotals& t = stats.by_size[c];
+      if (t.calls == 0) continue;
+      std::snprintf(line, sizeof line, "%-44s %-14s %10lld %12lld %12.1f %6.1f%% %11.2f\n", op.c_str(),
+                    tokens_per_call_label(c), static_cast<long long>(t.calls), static_cast<long long>(t.tokens),
+                    t.seconds * 1e3, total > 0.0 ? 100.0 * t.seconds / total : 0.0,
+                    t.seconds * 1e6 / static_cast<double>(t.tokens));
+      out += line;
+    }
   }
   return out;
 }

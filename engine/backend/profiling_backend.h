@@ -13,6 +13,12 @@
 
 namespace servetune {
 
+// The size class of a call with n > 0 tokens: 0 for 1, 1 for 2-16, 2 for 17-64, 3 for 65-512, 4 for more; and its
+// label.
+constexpr int kTokensPerCallClasses = 5;
+int tokens_per_call_class(int64_t n);
+const char* tokens_per_call_label(int size_class);
+
 class ProfilingBackend final : public Backend {
  public:
   // `destination`: "-" for stderr, else a file the table is appended to.
@@ -62,6 +68,16 @@ class ProfilingBackend final : public Backend {
     int64_t calls = 0;
     int64_t tokens = 0;
     double seconds = 0.0;
+    void add(int64_t n, double s) {
+      ++calls;
+      tokens += n;
+      seconds += s;
+    }
+  };
+  // An op's totals, and the same split by the size class of its calls' token counts (calls with tokens only).
+  struct OpStats {
+    OpTotals all;
+    OpTotals by_size[kTokensPerCallClasses];
   };
   // Runs fn, synchronizes, and charges the wall time to `op` (n tokens).
   template <class F>
@@ -71,12 +87,7 @@ class ProfilingBackend final : public Backend {
   std::string destination_;
   int instance_ = 0;
   mutable std::mutex mutex_;
-  std::map<std::string, OpTotals> ops_;
-  std::map<std::pair<std::string, int>, OpTotals> ops_by_size_;  // (op, size class of tokens_per_call_class)
+  std::map<std::string, OpStats> ops_;
 };
-
-// The size class of a call with n tokens: 0 for 1, 1 for 2-16, 2 for 17-64, 3 for 65-512, 4 for more; and its label.
-int tokens_per_call_class(int64_t n);
-const char* tokens_per_call_label(int size_class);
 
 }  // namespace servetune
