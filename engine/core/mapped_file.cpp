@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -53,6 +54,16 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
   }
   return *this;
+}
+
+void MappedFile::drop_pages(const uint8_t* p, size_t n) const {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto map_begin = reinterpret_cast<uintptr_t>(data_), map_end = map_begin + size_;
+  const uintptr_t begin = std::max(reinterpret_cast<uintptr_t>(p), map_begin);
+  const uintptr_t end = std::min(reinterpret_cast<uintptr_t>(p) + n, map_end);
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  // A private, read-only file mapping: MADV_DONTNEED refills the pages from the file on the next touch.
+  if (data_ != nullptr && first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 void MappedFile::release() {

@@ -22,6 +22,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Lets the kernel drop the resident pages that lie wholly inside [p, p + n) (a caller that copied those bytes
+  // no longer needs them in memory); they stay readable: touched again, they are read back from the file. Bytes
+  // outside the mapping are ignored.
+  void drop_pages(const uint8_t* p, size_t n) const;
 
  private:
   void release();

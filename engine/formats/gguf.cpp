@@ -327,6 +327,10 @@ std::optional<std::string> GgufFile::get_string(std::string_view key) const {
   return std::string(*s);
 }
 
+void GgufFile::drop_pages(const uint8_t* p, size_t n) const {
+  if (mapping_ != nullptr) mapping_->drop_pages(p, n);
+}
+
 const GgufTensorInfo* GgufFile::tensor(std::string_view name) const {
   auto it = tensor_index_.find(name);
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];

@@ -99,6 +99,8 @@ class GgufFile {
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* tensor(std::string_view name) const;
+  // MappedFile::drop_pages on the file's mapping; nothing for bytes the caller owns.
+  void drop_pages(const uint8_t* p, size_t n) const;
 
  private:
   void parse(std::span<const uint8_t> bytes);

@@ -154,6 +154,10 @@ SafetensorsFile::SafetensorsFile(std::span<const uint8_t> bytes, const std::stri
   parse(bytes);
 }
 
+void SafetensorsFile::drop_pages(const uint8_t* p, size_t n) const {
+  if (mapping_ != nullptr) mapping_->drop_pages(p, n);
+}
+
 const SafetensorsTensor* SafetensorsFile::tensor(std::string_view name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &tensors_[it->second];

@@ -47,6 +47,8 @@ class SafetensorsFile {
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }  // in data-offset order
   const SafetensorsTensor* tensor(std::string_view name) const;               // nullptr when absent
   const std::map<std::string, std::string, std::less<>>& metadata() const { return metadata_; }
+  // MappedFile::drop_pages on the file's mapping; nothing for bytes the caller owns.
+  void drop_pages(const uint8_t* p, size_t n) const;
 
  private:
   void parse(std::span<const uint8_t> bytes);

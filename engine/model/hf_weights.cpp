@@ -67,6 +67,10 @@ std::string hf_tensor_name(const std::string& name) {
   return "";
 }
 
+void SafetensorsWeightSource::copied(const uint8_t* data, int64_t bytes) const {
+  for (const SafetensorsFile& file : set_.files()) file.drop_pages(data, static_cast<size_t>(bytes));  // its own only
+}
+
 std::optional<TensorRef> SafetensorsWeightSource::find(const std::string& name) const {
   if (name == "output.weight" && tied_) return std::nullopt;
   const std::string hf = hf_tensor_name(name);

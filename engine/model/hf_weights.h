@@ -23,6 +23,7 @@ class SafetensorsWeightSource final : public WeightSource {
       : set_(set), path_(std::move(path)), tied_(tied_embeddings) {}
   const std::string& path() const override { return path_; }
   std::optional<TensorRef> find(const std::string& name) const override;
+  void copied(const uint8_t* data, int64_t bytes) const override;
 
  private:
   const SafetensorsSet& set_;

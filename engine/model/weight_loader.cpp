@@ -32,6 +32,19 @@ TensorRef WeightLoader::require(const std::string& name) const {
 }
 
 const void* WeightLoader::place(const void* host, size_t bytes) {
+  if (backend_.host_memory()) {
+    constexpr size_t kArenaBytes = size_t{64} << 20, kAlign = 64;
+    const size_t padded = (bytes + kAlign - 1) / kAlign * kAlign;
+    if (arena_ == nullptr || arena_->size() - arena_used_ < padded) {
+      buffers_.push_back(backend_.allocate(std::max(padded, kArenaBytes)));
+      arena_ = buffers_.back().get();
+      arena_used_ = 0;
+    }
+    const size_t offset = arena_used_;
+    backend_.upload(*arena_, offset, host, bytes);
+    arena_used_ += padded;
+    return static_cast<const uint8_t*>(arena_->data()) + offset;
+  }
   auto buffer = backend_.allocate(bytes);
   backend_.upload(*buffer, 0, host, bytes);
   const void* p = buffer->data();
@@ -70,13 +83,21 @@ WeightMatrix WeightLoader::place_matrix(const std::string& name, DType type, int
   w.rows = rows;
   w.cols = cols;
   w.row_bytes = *dtype_row_bytes(w.type, cols);
-  if (w.type == type && stride == w.row_bytes && backend_.host_memory()) {
-    w.data = first;
+  if (w.type == type && stride == w.row_bytes) {
+    const int64_t bytes = rows * w.row_bytes;
+    const void*& copy = placed_rows_[{first, bytes}];
+    if (copy == nullptr) {
+      copy = place(first, static_cast<size_t>(bytes));
+      source_.copied(first, bytes);
+    }
+    w.data = copy;
     return w;
   }
   std::vector<uint8_t> bytes;
   append_rows(name, type, rows, cols, first, stride, bytes);
   w.data = place(bytes.data(), bytes.size());
+  // Whole rows (converted): done with them. Column slices (tensor parallelism) leave the other ranks' columns alone.
+  if (stride == *dtype_row_bytes(type, cols)) source_.copied(first, rows * stride);
   return w;
 }
 
@@ -147,6 +168,11 @@ WeightMatrix WeightLoader::stacked_rows(const std::vector<RowPart>& parts) {
   WeightMatrix w{nullptr, backend_.matrix_storage_type(type), rows, cols, 0};
   w.row_bytes = *dtype_row_bytes(w.type, cols);
   w.data = place(bytes.data(), bytes.size());
+  for (const RowPart& part : parts) {
+    const TensorRef t = require(part.name);
+    const int64_t row_bytes = *dtype_row_bytes(t.type, cols);
+    source_.copied(t.data + part.range.begin * row_bytes, part.range.count * row_bytes);
+  }
   return w;
 }
 

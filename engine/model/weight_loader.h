@@ -1,8 +1,10 @@
 // Sharding-aware weight loading: checks each tensor's shape against the config, slices this rank's part
 // (whole rows for column-parallel layers, whole quant blocks of every row for row-parallel ones) and places it in
-// backend memory — in place from the memory map when the backend uses host memory and the part is contiguous.
+// backend memory. Host backends get every matrix copied into a few large buffers (see place()), not used in place
+// from the memory map: the matmuls then stream them through 2 MB pages.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,14 +52,23 @@ class WeightLoader {
   const float* stacked_vectors(const std::vector<VectorPart>& parts);
 
   // Buffers the loaded weights live in; the model keeps them.
-  std::vector<std::unique_ptr<Buffer>> take_buffers() { return std::move(buffers_); }
+  std::vector<std::unique_ptr<Buffer>> take_buffers() {
+    arena_ = nullptr;
+    arena_used_ = 0;
+    placed_rows_.clear();
+    return std::move(buffers_);
+  }
 
  private:
   TensorRef require(const std::string& name) const;
   TensorRef require_matrix(const std::string& name, int64_t rows, int64_t cols) const;
+  // `bytes` from `host` in backend memory. Host backends: bump-allocated (64-byte aligned) from buffers of at least
+  // kArenaBytes, which host backends map on transparent huge pages (2 MB and up), so a matmul streaming its matrix
+  // walks a TLB entry per 2 MB instead of per 4 KB; one buffer per matrix would stay below that size.
   const void* place(const void* host, size_t bytes);
-  // Rows `stride` bytes apart starting at `first`, in the backend's storage type for `type` (in place from the map
-  // when the backend uses host memory and the rows are contiguous; otherwise packed, converted and uploaded).
+  // Rows `stride` bytes apart starting at `first`, in the backend's storage type for `type` (packed, converted and
+  // placed; contiguous rows already in that type are copied once however often they are asked for, as a tied
+  // embedding serves as the token table and the output head).
   WeightMatrix place_matrix(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first, int64_t stride);
   // Appends `rows` rows (`stride` bytes apart from `first`) to `out` in the backend's storage type for `type`.
   void append_rows(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first, int64_t stride,
@@ -69,6 +80,9 @@ class WeightLoader {
   Backend& backend_;
   ParallelContext parallel_;
   std::vector<std::unique_ptr<Buffer>> buffers_;
+  Buffer* arena_ = nullptr;  // the one of buffers_ place() fills on a host backend, up to arena_used_ bytes
+  size_t arena_used_ = 0;
+  std::map<std::pair<const uint8_t*, int64_t>, const void*> placed_rows_;  // place_matrix's copies by source bytes
   const float* host_view_ = nullptr;
 };
 

@@ -27,4 +27,8 @@ std::optional<TensorRef> GgufWeightSource::find(const std::string& name) const {
   return ref;
 }
 
+void GgufWeightSource::copied(const uint8_t* data, int64_t bytes) const {
+  file_.drop_pages(data, static_cast<size_t>(bytes));
+}
+
 }  // namespace servetune

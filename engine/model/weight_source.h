@@ -42,6 +42,9 @@ class WeightSource {
   virtual std::optional<TensorRef> find(const std::string& name) const = 0;
   // The recipe of a random tensor (dummy weights); nullopt for tensors read from files.
   virtual std::optional<RandomRecipe> random_recipe(const std::string& /*name*/) const { return std::nullopt; }
+  // The loader has its own copy of these bytes (part of a tensor find() returned): a source mapping its file may
+  // let the kernel drop their pages; find()'s pointers stay valid (the bytes are read back from the file if touched).
+  virtual void copied(const uint8_t* /*data*/, int64_t /*bytes*/) const {}
 };
 
 // Tensors of a GGUF file, used in place.
@@ -50,6 +53,7 @@ class GgufWeightSource final : public WeightSource {
   explicit GgufWeightSource(const GgufFile& file) : file_(file) {}
   const std::string& path() const override;
   std::optional<TensorRef> find(const std::string& name) const override;
+  void copied(const uint8_t* data, int64_t bytes) const override;
 
  private:
   const GgufFile& file_;

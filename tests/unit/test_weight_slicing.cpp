@@ -1,6 +1,7 @@
 // Tensor-parallel weight slicing: row slices (column-parallel layers) and quant-block column slices (row-parallel
 // layers) of f32 and Q8_0 matrices reassemble to the original bytes; misaligned splits are clear errors; and the
-// head / KV-group / feed-forward / vocabulary partition covers every index once (KV heads replicated when needed).
+// head / KV-group / feed-forward / vocabulary partition covers every index once (KV heads replicated when needed);
+// a host backend gets each matrix copied once into large buffers, and the source hears which bytes were copied.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -33,6 +34,9 @@ class MemorySource final : public WeightSource {
     return it->second;
   }
   const std::vector<uint8_t>& bytes(const std::string& name) const { return data_.at(name); }
+  void copied(const uint8_t* data, int64_t bytes) const override { copied_.emplace_back(data, bytes); }
+  // The ranges the loader said it copied, in order.
+  mutable std::vector<std::pair<const uint8_t*, int64_t>> copied_;
 
  private:
   std::string path_ = "memory";
@@ -91,6 +95,47 @@ TEST(WeightSlicing, RowAndColumnSlicesReassembleTheOriginal) {
     expect_reassembles(source, "q8_0", 6, 128, tp, false);
     expect_reassembles(source, "q4_1", 5, 256, tp, false);
   }
+}
+
+TEST(WeightSlicing, HostBackendsCopyEachMatrixOnceIntoLargeBuffers) {
+  MemorySource source;
+  source.add("embd", DType::kQ8_0, 10, 64, random_values(10 * 64));
+  source.add("q4_1", DType::kQ4_1, 5, 256, random_values(5 * 256));
+  std::unique_ptr<Backend> backend = make_backend("cpu", 1);
+  WeightLoader loader(source, *backend, ParallelContext{0, 1, nullptr});
+  const WeightMatrix table = loader.matrix("embd", 10, 64);
+  const WeightMatrix head = loader.matrix_rows("embd", 10, 64, SliceRange{0, 10});  // a tied output head
+  const WeightMatrix part = loader.matrix_rows("embd", 10, 64, SliceRange{2, 3});
+  const WeightMatrix other = loader.matrix("q4_1", 5, 256);
+  EXPECT_EQ(table.data, head.data) << "the same rows are copied once";
+  const auto& embd = source.bytes("embd");
+  for (const WeightMatrix* w : {&table, &part, &other}) {
+    const auto* p = static_cast<const uint8_t*>(w->data);
+    EXPECT_TRUE(p < embd.data() || p >= embd.data() + embd.size()) << "a copy, not the source's bytes";
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+  }
+  EXPECT_EQ(std::memcmp(table.data, embd.data(), embd.size()), 0);
+  EXPECT_EQ(std::memcmp(part.data, embd.data() + 2 * table.row_bytes, static_cast<size_t>(3 * table.row_bytes)), 0);
+  EXPECT_EQ(std::memcmp(other.data, source.bytes("q4_1").data(), source.bytes("q4_1").size()), 0);
+  // The source heard of each copy once (the tied head is the table's copy): whole table, rows 2-4, the Q4_1 matrix.
+  const std::vector<std::pair<const uint8_t*, int64_t>> expected = {
+      {embd.data(), static_cast<int64_t>(embd.size())},
+      {embd.data() + 2 * table.row_bytes, 3 * table.row_bytes},
+      {source.bytes("q4_1").data(), static_cast<int64_t>(source.bytes("q4_1").size())}};
+  EXPECT_EQ(source.copied_, expected);
+  // A column slice (tensor parallelism) leaves the rows' other columns to the other ranks: not reported.
+  source.copied_.clear();
+  WeightLoader rank(source, *backend, ParallelContext{0, 2, nullptr});
+  const WeightMatrix half = rank.matrix_cols("q4_1", 5, 256, SliceRange{0, 128});
+  EXPECT_EQ(half.cols, 128);
+  EXPECT_TRUE(source.copied_.empty());
+  // All in one buffer, large enough for the host backend's huge pages.
+  const auto buffers = loader.take_buffers();
+  ASSERT_EQ(buffers.size(), 1u);
+  EXPECT_GE(buffers[0]->size(), size_t{2} << 20);
+  const auto* base = static_cast<const uint8_t*>(buffers[0]->data());
+  EXPECT_TRUE(static_cast<const uint8_t*>(other.data) > base &&
+              static_cast<const uint8_t*>(other.data) < base + buffers[0]->size());
 }
 
 TEST(WeightSlicing, BiasSlicesAreThePartOfTheVector) {
