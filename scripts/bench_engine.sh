@@ -12,6 +12,15 @@ LLAMA_BENCH=${LLAMA_BENCH:-/tmp/llama-build/bin/llama-bench}
 ST=./build/cpu/tuner/servetune
 [ -x "$ST" ] || { cmake --preset cpu >/dev/null && cmake --build build/cpu -j "$(nproc)" --target servetune bench_matmul >/dev/null; }
 [ -x "$LLAMA_BENCH" ] || { echo "llama-bench not found at $LLAMA_BENCH (build llama.cpp from the llama-cpp-python sdist; see README)" >&2; exit 2; }
+# The weight count and the bandwidth probe need the gguf and numpy packages: the system Python's or .venv's.
+PY=python3
+if ! "$PY" -c 'import gguf, numpy' 2>/dev/null; then
+  PY=.venv/bin/python
+  [ -x "$PY" ] && "$PY" -c 'import gguf, numpy' 2>/dev/null || {
+    echo "bench_engine: needs the Python packages gguf and numpy (e.g. .venv/bin/pip install gguf numpy)" >&2
+    exit 2
+  }
+fi
 
 # A prompt of exactly 512 tokens for this model (BOS included).
 PROMPT=$(python3 - "$ST" "$MODEL" <<'PY'
@@ -40,7 +49,7 @@ for i in $(seq "$RUNS"); do
 done
 sp=$(printf '%s\n' "${st_pp[@]}" | median); st=$(printf '%s\n' "${st_tg[@]}" | median)
 lp=$(printf '%s\n' "${ll_pp[@]}" | median); lt=$(printf '%s\n' "${ll_tg[@]}" | median)
-weights=$(python3 - "$MODEL" <<'PY'
+weights=$("$PY" - "$MODEL" <<'PY'
 import sys, gguf
 r = gguf.GGUFReader(sys.argv[1])
 names = {t.name for t in r.tensors}
@@ -48,7 +57,7 @@ total = sum(int(t.n_bytes) for t in r.tensors if t.name != "token_embd.weight" o
 print(total)  # every matrix is read once per decoded token (the tied embedding as the output head)
 PY
 )
-bw=$(python3 - "$THREADS" <<'PY'
+bw=$("$PY" - "$THREADS" <<'PY'
 import sys, threading, time
 import numpy as np
 n = int(sys.argv[1])  # one 512 MiB array per thread, summed concurrently (numpy releases the GIL)
