@@ -83,6 +83,10 @@ WeightMatrix WeightLoader::place_matrix(const std::string& name, DType type, int
   w.rows = rows;
   w.cols = cols;
   w.row_bytes = *dtype_row_bytes(w.type, cols);
+  if (w.type == type && stride == w.row_bytes && backend_.host_memory() && !source_.frees_copied()) {
+    w.data = first;
+    return w;
+  }
   if (w.type == type && stride == w.row_bytes) {
     const int64_t bytes = rows * w.row_bytes;
     const void*& copy = placed_rows_[{first, bytes}];

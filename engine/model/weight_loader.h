@@ -1,7 +1,8 @@
 // Sharding-aware weight loading: checks each tensor's shape against the config, slices this rank's part
 // (whole rows for column-parallel layers, whole quant blocks of every row for row-parallel ones) and places it in
-// backend memory. Host backends get every matrix copied into a few large buffers (see place()), not used in place
-// from the memory map: the matmuls then stream them through 2 MB pages.
+// backend memory. Host backends get every matrix of a memory-mapped checkpoint copied into a few large buffers (see
+// place()) and the map's pages dropped, so the matmuls stream them through 2 MB pages; tensors of sources that
+// cannot give their memory back (dummy weights) are used in place.
 #pragma once
 
 #include <map>

@@ -45,6 +45,9 @@ class WeightSource {
   // The loader has its own copy of these bytes (part of a tensor find() returned): a source mapping its file may
   // let the kernel drop their pages; find()'s pointers stay valid (the bytes are read back from the file if touched).
   virtual void copied(const uint8_t* /*data*/, int64_t /*bytes*/) const {}
+  // Whether copied() gives memory back. Host backends copy tensors (onto huge pages) only from such sources; from
+  // others (dummy weights held in memory) a copy would double the memory, so they use the tensors in place.
+  virtual bool frees_copied() const { return false; }
 };
 
 // Tensors of a GGUF file, used in place.
@@ -54,6 +57,7 @@ class GgufWeightSource final : public WeightSource {
   const std::string& path() const override;
   std::optional<TensorRef> find(const std::string& name) const override;
   void copied(const uint8_t* data, int64_t bytes) const override;
+  bool frees_copied() const override { return true; }
 
  private:
   const GgufFile& file_;

@@ -1,7 +1,8 @@
 // Tensor-parallel weight slicing: row slices (column-parallel layers) and quant-block column slices (row-parallel
 // layers) of f32 and Q8_0 matrices reassemble to the original bytes; misaligned splits are clear errors; and the
 // head / KV-group / feed-forward / vocabulary partition covers every index once (KV heads replicated when needed);
-// a host backend gets each matrix copied once into large buffers, and the source hears which bytes were copied.
+// a host backend gets each matrix of a mapped file copied once into large buffers, and the source hears which bytes
+// were copied (sources that cannot give memory back are used in place).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -35,6 +36,8 @@ class MemorySource final : public WeightSource {
   }
   const std::vector<uint8_t>& bytes(const std::string& name) const { return data_.at(name); }
   void copied(const uint8_t* data, int64_t bytes) const override { copied_.emplace_back(data, bytes); }
+  bool frees_copied() const override { return frees_; }
+  bool frees_ = true;  // as a mapped file: host backends copy
   // The ranges the loader said it copied, in order.
   mutable std::vector<std::pair<const uint8_t*, int64_t>> copied_;
 
@@ -136,6 +139,10 @@ TEST(WeightSlicing, HostBackendsCopyEachMatrixOnceIntoLargeBuffers) {
   const auto* base = static_cast<const uint8_t*>(buffers[0]->data());
   EXPECT_TRUE(static_cast<const uint8_t*>(other.data) > base &&
               static_cast<const uint8_t*>(other.data) < base + buffers[0]->size());
+  // A source that cannot give memory back (dummy weights in memory) is used in place: a copy would double it.
+  source.frees_ = false;
+  WeightLoader in_place(source, *backend, ParallelContext{0, 1, nullptr});
+  EXPECT_EQ(in_place.matrix("q4_1", 5, 256).data, source.bytes("q4_1").data());
 }
 
 TEST(WeightSlicing, BiasSlicesAreThePartOfTheVector) {
