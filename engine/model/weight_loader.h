@@ -69,7 +69,8 @@ class WeightLoader {
   const void* place(const void* host, size_t bytes);
   // Rows `stride` bytes apart starting at `first`, in the backend's storage type for `type` (packed, converted and
   // placed; contiguous rows already in that type are copied once however often they are asked for, as a tied
-  // embedding serves as the token table and the output head).
+  // embedding serves as the token table and the output head, or used in place on a host backend when the source
+  // cannot give memory back).
   WeightMatrix place_matrix(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first, int64_t stride);
   // Appends `rows` rows (`stride` bytes apart from `first`) to `out` in the backend's storage type for `type`.
   void append_rows(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first, int64_t stride,
