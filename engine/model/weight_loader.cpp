@@ -83,11 +83,11 @@ WeightMatrix WeightLoader::place_matrix(const std::string& name, DType type, int
   w.rows = rows;
   w.cols = cols;
   w.row_bytes = *dtype_row_bytes(w.type, cols);
-  if (w.type == type && stride == w.row_bytes && backend_.host_memory() && !source_.frees_copied()) {
-    w.data = first;
-    return w;
-  }
   if (w.type == type && stride == w.row_bytes) {
+    if (backend_.host_memory() && !source_.frees_copied()) {
+      w.data = first;
+      return w;
+    }
     const int64_t bytes = rows * w.row_bytes;
     const void*& copy = placed_rows_[{first, bytes}];
     if (copy == nullptr) {
@@ -167,16 +167,13 @@ WeightMatrix WeightLoader::stacked_rows(const std::vector<RowPart>& parts) {
     }
     type = t.type;
     const int64_t row_bytes = *dtype_row_bytes(t.type, cols);
-    append_rows(part.name, t.type, part.range.count, cols, t.data + part.range.begin * row_bytes, row_bytes, bytes);
+    const uint8_t* first = t.data + part.range.begin * row_bytes;
+    append_rows(part.name, t.type, part.range.count, cols, first, row_bytes, bytes);
+    source_.copied(first, part.range.count * row_bytes);  // now in `bytes`
   }
   WeightMatrix w{nullptr, backend_.matrix_storage_type(type), rows, cols, 0};
   w.row_bytes = *dtype_row_bytes(w.type, cols);
   w.data = place(bytes.data(), bytes.size());
-  for (const RowPart& part : parts) {
-    const TensorRef t = require(part.name);
-    const int64_t row_bytes = *dtype_row_bytes(t.type, cols);
-    source_.copied(t.data + part.range.begin * row_bytes, part.range.count * row_bytes);
-  }
   return w;
 }
 

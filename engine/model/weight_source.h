@@ -50,7 +50,7 @@ class WeightSource {
   virtual bool frees_copied() const { return false; }
 };
 
-// Tensors of a GGUF file, used in place.
+// Tensors of a GGUF file, read from its memory map (whose pages copied() drops).
 class GgufWeightSource final : public WeightSource {
  public:
   explicit GgufWeightSource(const GgufFile& file) : file_(file) {}
