@@ -267,6 +267,52 @@ TEST(CpuMatmul, Q4_0MatchesReference) { check_type(DType::kQ4_0, kQuantCases); }
 TEST(CpuMatmul, Q8_0MatchesReference) { check_type(DType::kQ8_0, kQuantCases); }
 TEST(CpuMatmul, Q5_0MatchesReference) { check_type(DType::kQ5_0, kQuantCases); }
 TEST(CpuMatmul, Q5_1MatchesReference) { check_type(DType::kQ5_1, kQuantCases); }
+// Integer sums at their limits: every code at its extreme (Q4 nibbles 15, Q5 codes 31, Q8_0 -128 / 127) against
+// activations that all quantize to +127 or all to -127, over 32 tokens (two token-lane groups). The AVX2 token-lane
+// kernels keep pair sums in 16 bits for several quads; any overflow or saturation shows here as a mismatch.
+TEST(CpuMatmul, ExtremeCodesMatchReference) {
+  const int64_t rows = 18, cols = 256, n_tokens = 32;
+  std::vector<float> x(static_cast<size_t>(n_tokens * cols));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(t * cols + c)] = (t % 2 == 0 ? 1.0f : -1.0f) * 0.5f;
+  }
+  for (DType type : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0}) {
+    SCOPED_TRACE(std::string(dtype_name(type)));
+    const int64_t block_bytes = dtype_info(type).type_size;
+    const int64_t row_bytes = *dtype_row_bytes(type, cols);
+    std::vector<uint8_t> w(static_cast<size_t>(rows * row_bytes));
+    const uint16_t one = f32_to_fp16(1.0f), half = f32_to_fp16(0.5f);
+    for (int64_t off = 0, i = 0; off < static_cast<int64_t>(w.size()); off += block_bytes, ++i) {
+      uint8_t* blk = &w[static_cast<size_t>(off)];
+      std::memcpy(blk, &one, 2);
+      if (type == DType::kQ8_0) {
+        std::memset(blk + 2, i % 2 == 0 ? 0x80 : 0x7F, 32);  // -128 or 127
+        continue;
+      }
+      int64_t qs = 2;
+      if (type == DType::kQ4_1 || type == DType::kQ5_1) {
+        std::memcpy(blk + 2, &half, 2);
+        qs = 4;
+      }
+      if (type == DType::kQ5_0 || type == DType::kQ5_1) {
+        std::memset(blk + qs, 0xFF, 4);
+        qs += 4;
+      }
+      std::memset(blk + qs, 0xFF, 16);
+    }
+    const MatrixView view{w.data(), type, rows, cols, row_bytes};
+    std::vector<float> ref(static_cast<size_t>(n_tokens * rows));
+    matmul_reference(view, x.data(), n_tokens, cols, ref.data(), rows);
+    for (CpuIsa isa : available_isas()) {
+      SCOPED_TRACE(std::string(cpu_isa_name(isa)));
+      ThreadPool pool(2);
+      std::vector<float> y(ref.size());
+      matmul_with_isa(isa, view, x.data(), n_tokens, cols, y.data(), rows, pool);
+      ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)), 0) << "differs from the reference";
+    }
+  }
+}
+
 TEST(CpuMatmul, F32MatchesReference) { check_type(DType::kF32, kFloatCases); }
 TEST(CpuMatmul, F16MatchesReference) { check_type(DType::kF16, kFloatCases); }
 TEST(CpuMatmul, BF16MatchesReference) { check_type(DType::kBF16, kFloatCases); }

@@ -109,6 +109,11 @@ void avx512_round_f16(const float* x, int64_t x_stride, int64_t t0, int64_t t1, 
                       int64_t out_stride);
 void avx512_round_bf16(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, float* out,
                        int64_t out_stride);
+void avx2_pack_token_groups(const Activations& a, int64_t g0, int64_t g1, int8_t* xp, float* dt, float* st,
+                            int32_t* nxs);
+// Token-lane GEMM of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows [r0, r1) for token groups [g0, g1).
+void avx2_tl_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, float* y,
+                   int64_t y_stride);
 RangeKernel avx2_float_kernel_for(DType weight_type);
 void avx2_round_f16(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, float* out,
                     int64_t out_stride);

@@ -1,24 +1,26 @@
 // AVX2 kernels for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights × Q8 activations, plus the activation quantizer (ggml's
-// x86 scheme). Rows decoded once into a panel, then 2×4 (rows × tokens) tiles of vpmaddubsw + vpmaddwd dots (signed
-// weights use the |w|, sign(x, w) trick, so 16-bit pair sums cannot saturate); the eight (row, token) block dots of a
-// tile are reduced together into one vector of exact integer sums, and one fma per block follows the canonical
-// arithmetic of matmul_reference.cpp.
+// x86 scheme). Whole 16-token groups go to the token-lane GEMM (matmul_tl_avx2.cpp); the other tokens (decode of one
+// to 15 sequences) use rows decoded once into a panel, then 2×4 (rows × tokens) tiles of vpmaddubsw + vpmaddwd dots
+// (signed weights use the |w|, sign(x, w) trick, so 16-bit pair sums cannot saturate); the eight (row, token) block
+// dots of a tile are reduced together into one vector of exact integer sums, and one fma per block follows the
+// canonical arithmetic of matmul_reference.cpp.
 #include <immintrin.h>
 
 #include <cstring>
 #include <type_traits>
 
+#include "backend/cpu/matmul_avx2.h"
 #include "backend/cpu/matmul_internal.h"
 #include "core/quant.h"
 
 namespace servetune::cpu::detail {
 namespace {
 
+using namespace avx2;
+
 constexpr int64_t kGroupRows = 16;
 constexpr int kRows = 2;  // register tile: 2 rows × 4 tokens (16 ymm registers)
 constexpr int kTokens = 4;
-
-inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
 inline float f16_round_trip(float v) { return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT)); }
 
@@ -86,15 +88,6 @@ struct Panel {
 };
 
 template <DType kType>
-struct BlockOf {
-  using type = std::conditional_t<
-      kType == DType::kQ4_0, BlockQ4_0,
-      std::conditional_t<kType == DType::kQ4_1, BlockQ4_1,
-                         std::conditional_t<kType == DType::kQ5_0, BlockQ5_0,
-                                            std::conditional_t<kType == DType::kQ5_1, BlockQ5_1, BlockQ8_0>>>>;
-};
-
-template <DType kType>
 constexpr bool has_min() {
   return kType == DType::kQ4_1 || kType == DType::kQ5_1;
 }
@@ -109,38 +102,16 @@ void decode_row(const uint8_t* row, int64_t b0, int64_t nbc, const Panel& p, int
   uint8_t* out = p.q + r * p.q_stride;
   float* dout = p.d + r * p.d_stride;
   float* mout = p.m + r * p.d_stride;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nbc; ++b) {
     // Software prefetch ~6 KB ahead: short weight streams do not give the hardware prefetchers time to ramp up.
-    _mm_prefetch(reinterpret_cast<const char*>(row) + (b0 + b) * sizeof(typename BlockOf<kType>::type) + 6144,
-                 _MM_HINT_T0);
-    __m256i qv;
+    _mm_prefetch(reinterpret_cast<const char*>(row) + (b0 + b) * sizeof(BlockOf<kType>) + 6144, _MM_HINT_T0);
+    const auto* blk = reinterpret_cast<const BlockOf<kType>*>(row) + b0 + b;
+    __m256i qv = block_codes<kType>(blk);
+    if constexpr (kType == DType::kQ4_0) qv = _mm256_sub_epi8(qv, _mm256_set1_epi8(8));
+    if constexpr (kType == DType::kQ5_0) qv = _mm256_sub_epi8(qv, _mm256_set1_epi8(16));
     uint16_t dh = 0, mh = 0;
-    if constexpr (kType == DType::kQ8_0) {
-      const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b0 + b;
-      qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-      std::memcpy(&dh, &blk->d, 2);
-    } else {
-      using Block = typename BlockOf<kType>::type;
-      const auto* blk = reinterpret_cast<const Block*>(row) + b0 + b;
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
-      qv = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(a), _mm_srli_epi16(a, 4), 1), low4);
-      if constexpr (kType == DType::kQ5_0 || kType == DType::kQ5_1) {
-        // Spread qh's 32 bits over the 32 bytes (byte j gets 0x10 when bit j is set).
-        uint32_t qh;
-        std::memcpy(&qh, blk->qh, 4);
-        const __m256i spread =
-            _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
-                                _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-        const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-        qv = _mm256_or_si256(
-            qv, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10)));
-      }
-      std::memcpy(&dh, &blk->d, 2);
-      if constexpr (has_min<kType>()) std::memcpy(&mh, &blk->m, 2);
-      if constexpr (kType == DType::kQ4_0) qv = _mm256_sub_epi8(qv, _mm256_set1_epi8(8));
-      if constexpr (kType == DType::kQ5_0) qv = _mm256_sub_epi8(qv, _mm256_set1_epi8(16));
-    }
+    std::memcpy(&dh, &blk->d, 2);
+    if constexpr (has_min<kType>()) std::memcpy(&mh, &blk->m, 2);
     _mm256_store_si256(reinterpret_cast<__m256i*>(out + b * panel_block_bytes<kType>()), qv);
     if constexpr (!has_min<kType>()) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(out + b * 64 + 32), _mm256_sign_epi8(qv, qv));
@@ -237,6 +208,13 @@ TileFn tile_for_tokens(int T) {
 template <DType kType>
 void quant_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, float* y,
                  int64_t y_stride) {
+  // Whole token groups go to the token-lane GEMM (t0 is a multiple of kTokenGroup); the rest to 2 × 4 tiles.
+  const int64_t group0 = t0 / kTokenGroup, group1 = imin(t1 / kTokenGroup, a.n_groups);
+  if (a.xp != nullptr && group1 > group0) {
+    avx2_tl_range(w, a, r0, r1, group0, group1, y, y_stride);
+    t0 = group1 * kTokenGroup;
+    if (t0 >= t1) return;
+  }
   const int64_t nb = a.nb;
   Panel panel;
   panel.q_stride = nb * panel_block_bytes<kType>();
@@ -293,8 +271,8 @@ RangeKernel kernel_for(DType type) {
 }  // namespace
 
 const IsaKernels& avx2_kernels() {
-  static const IsaKernels kernels{quantize_q8, quantize_q8k_reference, avx2_round_f16, avx2_round_bf16, kernel_for,
-                                  nullptr};
+  static const IsaKernels kernels{quantize_q8, quantize_q8k_reference, avx2_round_f16, avx2_round_bf16,
+                                  kernel_for,  avx2_pack_token_groups};
   return kernels;
 }
 
