@@ -1,9 +1,9 @@
 // AVX2 kernels for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 weights × Q8 activations, plus the activation quantizer (ggml's
 // x86 scheme). Whole 16-token groups go to the token-lane GEMM (matmul_tl_avx2.cpp); the other tokens (decode of one
-// to 15 sequences) use rows decoded once into a panel, then 2×4 (rows × tokens) tiles of vpmaddubsw + vpmaddwd dots
-// (signed weights use the |w|, sign(x, w) trick, so 16-bit pair sums cannot saturate); the eight (row, token) block
-// dots of a tile are reduced together into one vector of exact integer sums, and one fma per block follows the
-// canonical arithmetic of matmul_reference.cpp.
+// to 15 sequences) to row octets: eight rows read in place, one per vector lane, their vpmaddubsw block dots (signed
+// Q8_0 weights through the |w|, sign(x, w) trick, so 16-bit pair sums cannot saturate) reduced across the rows by a
+// tree of horizontal adds into one vector of exact integer sums, then one fma per block and token, the canonical
+// arithmetic of matmul_reference.cpp.
 #include <immintrin.h>
 
 #include <cstring>
@@ -17,10 +17,6 @@ namespace servetune::cpu::detail {
 namespace {
 
 using namespace avx2;
-
-constexpr int64_t kGroupRows = 16;
-constexpr int kRows = 2;  // register tile: 2 rows × 4 tokens (16 ymm registers)
-constexpr int kTokens = 4;
 
 inline float f16_round_trip(float v) { return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT)); }
 
@@ -77,175 +73,141 @@ void quantize_q8(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64
   }
 }
 
-// Decoded rows: per row and block 32 bytes of quants (Q4_1: u8 nibbles; Q4_0, Q8_0: signed values) followed, for
-// signed types, by 32 bytes of their absolute values; f32 scales d and (Q4_1) mins m per block.
-struct Panel {
-  uint8_t* q;
-  float* d;
-  float* m;
-  int64_t q_stride;
-  int64_t d_stride;
-};
-
 template <DType kType>
-constexpr bool has_min() {
-  return kType == DType::kQ4_1 || kType == DType::kQ5_1;
-}
+constexpr bool kHasMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;
 
+// log2 of the u8 offset of signed 4- and 5-bit codes (Q4_0: 8, Q5_0: 16); -1: none.
 template <DType kType>
-constexpr int64_t panel_block_bytes() {
-  return has_min<kType>() ? 32 : 64;
-}
+constexpr int kOffsetShift = kType == DType::kQ4_0   ? 3
+                             : kType == DType::kQ5_0 ? 4
+                                                     : -1;
 
+constexpr int kOctet = 8;                 // rows per tile: one vector lane each
+constexpr int kMaxTileTokens = 4;         // tokens per tile pass (the octet's codes are decoded once per pass)
+constexpr int64_t kPrefetchAhead = 6144;  // bytes: short weight streams do not give the hardware prefetchers time
+
+// The eight rows' f16 d (and m) of the block at byte `off`, widened: one dword from each row's block head.
 template <DType kType>
-void decode_row(const uint8_t* row, int64_t b0, int64_t nbc, const Panel& p, int64_t r) {
-  uint8_t* out = p.q + r * p.q_stride;
-  float* dout = p.d + r * p.d_stride;
-  float* mout = p.m + r * p.d_stride;
-  for (int64_t b = 0; b < nbc; ++b) {
-    // Software prefetch ~6 KB ahead: short weight streams do not give the hardware prefetchers time to ramp up.
-    _mm_prefetch(reinterpret_cast<const char*>(row) + (b0 + b) * sizeof(BlockOf<kType>) + 6144, _MM_HINT_T0);
-    const auto* blk = reinterpret_cast<const BlockOf<kType>*>(row) + b0 + b;
-    __m256i qv = block_codes<kType>(blk);
-    if constexpr (kType == DType::kQ4_0) qv = _mm256_sub_epi8(qv, _mm256_set1_epi8(8));
-    if constexpr (kType == DType::kQ5_0) qv = _mm256_sub_epi8(qv, _mm256_set1_epi8(16));
-    uint16_t dh = 0, mh = 0;
-    std::memcpy(&dh, &blk->d, 2);
-    if constexpr (has_min<kType>()) std::memcpy(&mh, &blk->m, 2);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(out + b * panel_block_bytes<kType>()), qv);
-    if constexpr (!has_min<kType>()) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(out + b * 64 + 32), _mm256_sign_epi8(qv, qv));
-    }
-    dout[b] = _cvtsh_ss(dh);
-    if constexpr (has_min<kType>()) mout[b] = _cvtsh_ss(mh);
-  }
-  for (int64_t b = nbc; b < (nbc + 7) / 8 * 8; ++b) {
-    dout[b] = 0.0f;
-    mout[b] = 0.0f;
-  }
+inline void octet_scales(const uint8_t* const* rows, int64_t off, __m256& d, __m256& m) {
+  int32_t head[kOctet];
+  for (int i = 0; i < kOctet; ++i) std::memcpy(&head[i], rows[i] + off, 4);
+  const __m256i h = _mm256_setr_epi32(head[0], head[1], head[2], head[3], head[4], head[5], head[6], head[7]);
+  // [d0..d3 m0..m3 | d4..d7 m4..m7] -> [d0..d7 | m0..m7]
+  const __m256i packed = _mm256_permute4x64_epi64(
+      _mm256_packus_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(h, 16)),
+      _MM_SHUFFLE(3, 1, 2, 0));
+  d = _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+  if constexpr (kHasMin<kType>) m = _mm256_cvtph_ps(_mm256_extracti128_si256(packed, 1));
 }
 
-struct TileArgs {
-  const uint8_t* pq;
-  const float* pd;
-  const float* pm;
-  int64_t pq_stride, pd_stride;
-  const int8_t* xq;
-  const float* xd;
-  const float* xs;
-  int64_t xq_stride, xd_stride;
-  int64_t blocks;
-  float* y;
-  int64_t y_stride;
-};
-
-// Lane j of the result: the sum of v[j]'s eight lanes (exact integer adds).
-inline __m256i reduce8(const __m256i* v) {
-  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20), _mm256_permute2x128_si256(h0123, h4567, 0x31));
-}
-
-template <DType kType, int R, int T>
-void compute_tile(const TileArgs& g) {
-  static_assert(R <= 2 && T <= 4, "lane r * 4 + t holds row r, token t");
-  constexpr bool kSigned = !has_min<kType>();
-  constexpr int64_t kStep = panel_block_bytes<kType>();
-  __m256 acc = _mm256_setzero_ps();
-  float mins[R][T] = {};
+// Lane i: the exact integer dot of code vector c[i] (block_codes' form; Q8_0: signed codes, a: their absolute values)
+// with the activation block x. 4-bit codes sum their vpmaddubsw pairs in 16 bits through three levels of a row
+// tree (16 · 15 · 127 = 30,480 per half block), 5-bit ones through two (8 · 31 · 127 = 31,496), Q8_0 widens at once.
+template <DType kType>
+inline __m256i octet_dots(const __m256i* c, const __m256i* a, __m256i x) {
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < g.blocks; ++b) {
-    if constexpr (has_min<kType>()) {
-      for (int r = 0; r < R; ++r) {
-        for (int t = 0; t < T; ++t) {
-          mins[r][t] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(g.pm[r * g.pd_stride + b]),
-                                                  _mm_set_ss(g.xs[t * g.xd_stride + b]), _mm_set_ss(mins[r][t])));
-        }
-      }
+  __m256i p[kOctet];
+  if constexpr (kType == DType::kQ8_0) {
+    for (int i = 0; i < kOctet; ++i)
+      p[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(a[i], _mm256_sign_epi8(x, c[i])), ones);
+    const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                            _mm256_permute2x128_si256(h0123, h4567, 0x31));
+  } else {
+    for (int i = 0; i < kOctet; ++i) p[i] = _mm256_maddubs_epi16(c[i], x);
+    // Each 128-bit half holds one half block (elements 0-15, 16-31); hadd keeps the halves apart.
+    const __m256i q0 = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+    const __m256i q1 = _mm256_hadd_epi16(_mm256_hadd_epi16(p[4], p[5]), _mm256_hadd_epi16(p[6], p[7]));
+    if constexpr (kType == DType::kQ5_0 || kType == DType::kQ5_1) {
+      const __m256i m0 = _mm256_madd_epi16(q0, ones);  // [rows 0-3, first half | rows 0-3, second half]
+      const __m256i m1 = _mm256_madd_epi16(q1, ones);
+      return _mm256_add_epi32(_mm256_permute2x128_si256(m0, m1, 0x20), _mm256_permute2x128_si256(m0, m1, 0x31));
+    } else {
+      const __m256i r = _mm256_hadd_epi16(q0, q1);  // [rows 0-7, first half | rows 0-7, second half]
+      return _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(r)),
+                              _mm256_cvtepi16_epi32(_mm256_extracti128_si256(r, 1)));
     }
-    __m256i dots[8];
-    for (auto& v : dots) v = _mm256_setzero_si256();
-    alignas(32) float dw[8] = {}, dx[8] = {};
+  }
+}
+
+// Rows [r, r + n_rows) (n_rows <= 8) × tokens [t0, t0 + T): the eight rows read in place, one per vector lane, so a
+// block's scales, fma and output are one vector per token.
+template <DType kType, int T>
+void octet_tile(const Weights& w, const Activations& a, int64_t r, int n_rows, int64_t t0, float* y, int64_t y_stride) {
+  constexpr int64_t kBlockBytes = sizeof(BlockOf<kType>);
+  const int64_t nb = a.nb;
+  const uint8_t* rows[kOctet];
+  for (int i = 0; i < kOctet; ++i) rows[i] = w.data + (r + (i < n_rows ? i : n_rows - 1)) * w.row_bytes;
+  // The rows are contiguous: the stream ahead of the octet, a few lines per block step.
+  const char* ahead = reinterpret_cast<const char*>(rows[0]) + kPrefetchAhead;
+  const int64_t lines = (kOctet * w.row_bytes / 64 + nb - 1) / nb;
+  __m256 acc[T], mins[T];
+  for (int t = 0; t < T; ++t) acc[t] = mins[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t j = 0; j < lines; ++j) _mm_prefetch(ahead + (b * lines + j) * 64, _MM_HINT_T0);
+    const int64_t off = b * kBlockBytes;
+    __m256i c[kOctet], abs_c[kOctet];
+    for (int i = 0; i < kOctet; ++i) {
+      c[i] = block_codes<kType>(reinterpret_cast<const BlockOf<kType>*>(rows[i] + off));
+      if constexpr (kType == DType::kQ8_0) abs_c[i] = _mm256_sign_epi8(c[i], c[i]);
+    }
+    __m256 dw, mw;
+    octet_scales<kType>(rows, off, dw, mw);
     for (int t = 0; t < T; ++t) {
-      const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(g.xq + t * g.xq_stride + b * 32));
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* wp = g.pq + r * g.pq_stride + b * kStep;
-        const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp));
-        __m256i pairs;
-        if constexpr (kSigned) {
-          const __m256i aw = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 32));
-          pairs = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv));
-        } else {
-          pairs = _mm256_maddubs_epi16(wv, xv);
-        }
-        dots[r * 4 + t] = _mm256_madd_epi16(pairs, ones);
-        dw[r * 4 + t] = g.pd[r * g.pd_stride + b];
-        dx[r * 4 + t] = g.xd[t * g.xd_stride + b];
+      const int8_t* xq = a.q + (t0 + t) * a.q_stride + b * kQBlock;
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+      __m256i isum = octet_dots<kType>(c, abs_c, x);
+      if constexpr (kOffsetShift<kType> >= 0) {  // Σ (w + offset)·x − offset·Σx
+        const __m256i xsum = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), x), _mm256_set1_epi16(1));
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(_mm256_set1_epi32(hsum_i32(xsum)), kOffsetShift<kType>));
+      }
+      const __m256 dx = _mm256_set1_ps(a.d[(t0 + t) * a.d_stride + b]);
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum), acc[t]);
+      if constexpr (kHasMin<kType>) {
+        mins[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.s[(t0 + t) * a.d_stride + b]), mins[t]);
       }
     }
-    const __m256 scale = _mm256_mul_ps(_mm256_load_ps(dw), _mm256_load_ps(dx));
-    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(reduce8(dots)), acc);
   }
-  alignas(32) float out[8];
-  _mm256_store_ps(out, acc);
+  const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   for (int t = 0; t < T; ++t) {
-    for (int r = 0; r < R; ++r) g.y[t * g.y_stride + r] = has_min<kType>() ? out[r * 4 + t] + mins[r][t] : out[r * 4 + t];
+    const __m256 v = kHasMin<kType> ? _mm256_add_ps(acc[t], mins[t]) : acc[t];
+    float* out = y + (t0 + t) * y_stride + r;
+    if (n_rows == kOctet) {
+      _mm256_storeu_ps(out, v);
+    } else {
+      _mm256_maskstore_ps(out, keep, v);
+    }
   }
 }
 
-using TileFn = void (*)(const TileArgs&);
-
-template <DType kType, int R>
-TileFn tile_for_tokens(int T) {
-  return T == 1   ? compute_tile<kType, R, 1>
-         : T == 2 ? compute_tile<kType, R, 2>
-         : T == 3 ? compute_tile<kType, R, 3>
-                  : compute_tile<kType, R, 4>;
-}
-
-// Rows in groups of kGroupRows decoded once (whole rows: the canonical lane sums run over all blocks), then every
-// 2-row × 4-token tile of the token range.
+// Whole 16-token groups go to the token-lane GEMM (t0 is a multiple of kTokenGroup); the other tokens to row octets,
+// up to four tokens per pass.
 template <DType kType>
 void quant_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, float* y,
                  int64_t y_stride) {
-  // Whole token groups go to the token-lane GEMM (t0 is a multiple of kTokenGroup); the rest to 2 × 4 tiles.
   const int64_t group0 = t0 / kTokenGroup, group1 = imin(t1 / kTokenGroup, a.n_groups);
   if (a.xp != nullptr && group1 > group0) {
     avx2_tl_range(w, a, r0, r1, group0, group1, y, y_stride);
     t0 = group1 * kTokenGroup;
     if (t0 >= t1) return;
   }
-  const int64_t nb = a.nb;
-  Panel panel;
-  panel.q_stride = nb * panel_block_bytes<kType>();
-  panel.d_stride = (nb + 15) / 16 * 16;
-  const size_t panel_bytes = static_cast<size_t>(kGroupRows * (panel.q_stride + 2 * panel.d_stride * 4));
-  auto* base = static_cast<uint8_t*>(thread_scratch(ScratchSlot::kPanel, panel_bytes));
-  panel.q = base;
-  panel.d = reinterpret_cast<float*>(base + kGroupRows * panel.q_stride);
-  panel.m = panel.d + kGroupRows * panel.d_stride;
-  for (int64_t g0 = r0; g0 < r1; g0 += kGroupRows) {
-    const int64_t rows = imin(kGroupRows, r1 - g0);
-    for (int64_t r = 0; r < rows; ++r) decode_row<kType>(w.data + (g0 + r) * w.row_bytes, 0, nb, panel, r);
-    TileArgs args;
-    args.pq_stride = panel.q_stride;
-    args.pd_stride = panel.d_stride;
-    args.xq_stride = a.q_stride;
-    args.xd_stride = a.d_stride;
-    args.blocks = nb;
-    args.y_stride = y_stride;
-    for (int64_t t = t0; t < t1; t += kTokens) {
-      const int nt = static_cast<int>(imin(kTokens, t1 - t));
-      args.xq = a.q + t * a.q_stride;
-      args.xd = a.d + t * a.d_stride;
-      args.xs = a.s != nullptr ? a.s + t * a.d_stride : nullptr;
-      for (int64_t r = 0; r < rows; r += kRows) {
-        const int nr = static_cast<int>(imin(kRows, rows - r));
-        args.pq = panel.q + r * panel.q_stride;
-        args.pd = panel.d + r * panel.d_stride;
-        args.pm = panel.m + r * panel.d_stride;
-        args.y = y + t * y_stride + g0 + r;
-        (nr == 1 ? tile_for_tokens<kType, 1>(nt) : tile_for_tokens<kType, 2>(nt))(args);
+  for (int64_t t = t0; t < t1; t += kMaxTileTokens) {
+    const int64_t n = imin(kMaxTileTokens, t1 - t);
+    for (int64_t r = r0; r < r1; r += kOctet) {
+      const int rows = static_cast<int>(imin(kOctet, r1 - r));
+      switch (n) {
+        case 1:
+          octet_tile<kType, 1>(w, a, r, rows, t, y, y_stride);
+          break;
+        case 2:
+          octet_tile<kType, 2>(w, a, r, rows, t, y, y_stride);
+          break;
+        case 3:
+          octet_tile<kType, 3>(w, a, r, rows, t, y, y_stride);
+          break;
+        default:
+          octet_tile<kType, 4>(w, a, r, rows, t, y, y_stride);
       }
     }
   }
