@@ -268,10 +268,11 @@ TEST(CpuMatmul, Q8_0MatchesReference) { check_type(DType::kQ8_0, kQuantCases); }
 TEST(CpuMatmul, Q5_0MatchesReference) { check_type(DType::kQ5_0, kQuantCases); }
 TEST(CpuMatmul, Q5_1MatchesReference) { check_type(DType::kQ5_1, kQuantCases); }
 // Integer sums at their limits: every code at its extreme (Q4 nibbles 15, Q5 codes 31, Q8_0 -128 / 127) against
-// activations that all quantize to +127 or all to -127, over 32 tokens (two token-lane groups). The AVX2 token-lane
-// kernels keep pair sums in 16 bits for several quads; any overflow or saturation shows here as a mismatch.
+// activations that all quantize to +127 or all to -127, over 35 tokens (two token-lane groups and three more). The
+// AVX2 kernels keep pair sums in 16 bits for several quads (token lanes) or tree levels (row octets); any overflow or
+// saturation shows here as a mismatch.
 TEST(CpuMatmul, ExtremeCodesMatchReference) {
-  const int64_t rows = 18, cols = 256, n_tokens = 32;
+  const int64_t rows = 18, cols = 256, n_tokens = 35;
   std::vector<float> x(static_cast<size_t>(n_tokens * cols));
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(t * cols + c)] = (t % 2 == 0 ? 1.0f : -1.0f) * 0.5f;
