@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/dtype.h"
 
@@ -41,6 +42,13 @@ struct BlockQ8_0 {
   uint16_t d;
   int8_t qs[kQK8_0];
 };
+// The block struct of a 32-element quant type (Q4_0, Q4_1, Q5_0, Q5_1; anything else: Q8_0), for kernels templated on it.
+template <DType kType>
+using BlockOf = std::conditional_t<
+    kType == DType::kQ4_0, BlockQ4_0,
+    std::conditional_t<kType == DType::kQ4_1, BlockQ4_1,
+                       std::conditional_t<kType == DType::kQ5_0, BlockQ5_0,
+                                          std::conditional_t<kType == DType::kQ5_1, BlockQ5_1, BlockQ8_0>>>>;
 struct BlockQ2_K {
   uint8_t scales[kQK_K / 16];  // scales and mins, 4 bits each
   uint8_t qs[kQK_K / 4];

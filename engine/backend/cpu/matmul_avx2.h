@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "core/dtype.h"
 #include "core/quant.h"
@@ -15,13 +14,6 @@
 namespace servetune::cpu::detail::avx2 {
 
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-
-template <DType kType>
-using BlockOf = std::conditional_t<
-    kType == DType::kQ4_0, BlockQ4_0,
-    std::conditional_t<kType == DType::kQ4_1, BlockQ4_1,
-                       std::conditional_t<kType == DType::kQ5_0, BlockQ5_0,
-                                          std::conditional_t<kType == DType::kQ5_1, BlockQ5_1, BlockQ8_0>>>>;
 
 // One block's 32 codes in element order as stored: Q4 nibbles and Q5 five-bit codes as u8 (Q4_0 / Q5_0 in their
 // offset form, value + 8 / + 16), Q8_0 as its signed values.

@@ -7,7 +7,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <type_traits>
 
 #include "backend/cpu/matmul_avx2.h"
 #include "backend/cpu/matmul_internal.h"

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <type_traits>
 
 #include "backend/cpu/matmul_avx512.h"
 #include "backend/cpu/matmul_internal.h"
@@ -21,13 +20,6 @@ constexpr int64_t kPrefetchPanels = 2;  // weights are prefetched this many pane
 constexpr int64_t kStreamAhead = 8192;  // and, while a row is decoded, this many bytes ahead in the weight stream
 constexpr int kRows = 4;  // register tile: 4 rows × 16 tokens of one or kGroupsPerTile groups
 constexpr int kGroupsPerTile = 2;
-
-template <DType kType>
-using BlockOf = std::conditional_t<
-    kType == DType::kQ4_0, BlockQ4_0,
-    std::conditional_t<kType == DType::kQ4_1, BlockQ4_1,
-                       std::conditional_t<kType == DType::kQ5_0, BlockQ5_0,
-                                          std::conditional_t<kType == DType::kQ5_1, BlockQ5_1, BlockQ8_0>>>>;
 
 // log2 of the u8 offset of signed weight codes (Q4_0: 8, Q5_0: 16, Q8_0: 128); -1: unsigned codes, no offset.
 template <DType kType>
