@@ -43,6 +43,8 @@ struct MatrixView {
 // matmul_reference bit for bit; the float kernels differ from it only in summation order.
 // Paths (AVX-512, quantized): whole groups of 16 tokens → token-lane VNNI GEMM (prefill, batched decode); other
 // tokens → row-lane kernel over 16-row panels decoded to quad-major order, next panel prefetched (decode).
+// Paths (AVX2, quantized): whole groups of 16 tokens → token-lane vpmaddubsw GEMM; other tokens → row octets read in
+// place (eight rows as the lanes of one vector).
 bool matmul_supports(DType weight_type);
 
 // y[t*y_stride + r] = Σ_c x[t*x_stride + c] * W[r, c]   for t < n_tokens, r < rows. y must not overlap x or W.
