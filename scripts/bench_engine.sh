@@ -2,15 +2,17 @@
 # Single-stream speed of the built-in engine against llama.cpp's llama-bench on the same model and thread count:
 # 512-token prefill tokens/s and 128-token decode tokens/s, median of N alternating runs, plus decode memory-bandwidth
 # utilisation (weight bytes read per token x tokens/s / measured read bandwidth).
-# Usage: scripts/bench_engine.sh [MODEL] [THREADS] [RUNS]   (LLAMA_BENCH=path/to/llama-bench)
+# Usage: scripts/bench_engine.sh [MODEL] [THREADS] [RUNS]   (LLAMA_BENCH=path/to/llama-bench, ST=path/to/servetune
+# to time another build of servetune, e.g. a copy of an earlier commit's binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 THREADS=${2:-2}
 RUNS=${3:-5}
 LLAMA_BENCH=${LLAMA_BENCH:-/tmp/llama-build/bin/llama-bench}
-ST=./build/cpu/tuner/servetune
-[ -x "$ST" ] || { cmake --preset cpu >/dev/null && cmake --build build/cpu -j "$(nproc)" --target servetune bench_matmul >/dev/null; }
+ST=${ST:-./build/cpu/tuner/servetune}
+[ -x "$ST" ] || [ "$ST" != ./build/cpu/tuner/servetune ] || { cmake --preset cpu >/dev/null && cmake --build build/cpu -j "$(nproc)" --target servetune bench_matmul >/dev/null; }
+[ -x "$ST" ] || { echo "bench_engine: servetune binary not found at $ST" >&2; exit 2; }
 [ -x "$LLAMA_BENCH" ] || { echo "llama-bench not found at $LLAMA_BENCH (build llama.cpp from the llama-cpp-python sdist; see README)" >&2; exit 2; }
 # The weight count and the bandwidth probe need the gguf and numpy packages: the system Python's or .venv's.
 PY=python3
