@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # CI performance check: runs configs/ci-perf.yaml on the built-in engine (SmolLM2, CPU) and compares it with the
-# committed baseline in results/ci-perf/baseline using the tolerances in the sweep file (check.tolerances);
-# exits 1 on a regression. --update-baseline records a new baseline instead (after an intended change).
+# committed baseline of this CPU's ISA class in results/ci-perf/baseline-<isa> using the tolerances in the sweep file
+# (check.tolerances); exits 1 on a regression. --update-baseline records a new baseline instead (after an intended
+# change). The engine's kernels differ by ISA (AVX-512 VNNI against AVX2: 3-5x per token at the same calibrated CPU
+# speed), so each class is compared with its own baseline; a class without one is an error, not a pass.
 #   scripts/perf_check.sh [--bin PATH] [--update-baseline]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,11 +19,34 @@ done
 [ -x "$BIN" ] || { echo "perf_check: $BIN is not built (cmake --preset ci && cmake --build build/ci)" >&2; exit 2; }
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 
+# The ISA class the engine's CPU kernels run with: SERVETUNE_CPU_ISA, else the best the CPU offers, by the flags
+# engine/core/cpu_features.cpp requires (/proc/cpuinfo lists only what the OS enables).
+cpu_isa() {
+  if [ -n "${SERVETUNE_CPU_ISA:-}" ]; then echo "$SERVETUNE_CPU_ISA"; return; fi
+  local flags
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+  has() { for f in "$@"; do [[ "$flags" == *" $f "* ]] || return 1; done; }
+  if has avx2 fma f16c avx512f avx512bw avx512vl avx512dq avx512_vnni; then
+    echo avx512
+  elif has avx2 fma f16c; then
+    echo avx2
+  else
+    echo reference
+  fi
+}
+ISA=$(cpu_isa)
+BASE=results/ci-perf/baseline-$ISA
+if [ "$UPDATE" = 0 ] && [ ! -f "$BASE/sweep.json" ]; then
+  echo "perf_check: no committed baseline for CPU ISA '$ISA' ($BASE); record one on such a machine with" \
+    "scripts/perf_check.sh --update-baseline and commit it" >&2
+  exit 1
+fi
+echo "perf_check: CPU ISA $ISA, baseline $BASE"
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/servetune-perf.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 "$BIN" sweep configs/ci-perf.yaml --output "$work/run"
 
-BASE=results/ci-perf/baseline
 if [ "$UPDATE" = 1 ]; then
   rm -rf "$BASE"
   mkdir -p "$BASE"
