@@ -15,6 +15,18 @@ namespace servetune::cpu::detail::avx2 {
 
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// Software prefetch distance of the weight streams: short ones do not give the hardware prefetchers time to ramp up.
+constexpr int64_t kPrefetchAhead = 6144;
+
+template <DType kType>
+constexpr bool kHasMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;
+
+// log2 of the u8 offset of signed 4- and 5-bit codes (Q4_0: 8, Q5_0: 16); -1: no offset (unsigned codes, or Q8_0).
+template <DType kType>
+constexpr int kOffsetShift = kType == DType::kQ4_0   ? 3
+                             : kType == DType::kQ5_0 ? 4
+                                                     : -1;
+
 // One block's 32 codes in element order as stored: Q4 nibbles and Q5 five-bit codes as u8 (Q4_0 / Q5_0 in their
 // offset form, value + 8 / + 16), Q8_0 as its signed values.
 template <DType kType>

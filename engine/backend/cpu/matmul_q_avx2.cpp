@@ -72,18 +72,8 @@ void quantize_q8(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64
   }
 }
 
-template <DType kType>
-constexpr bool kHasMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;
-
-// log2 of the u8 offset of signed 4- and 5-bit codes (Q4_0: 8, Q5_0: 16); -1: none.
-template <DType kType>
-constexpr int kOffsetShift = kType == DType::kQ4_0   ? 3
-                             : kType == DType::kQ5_0 ? 4
-                                                     : -1;
-
 constexpr int kOctet = 8;                 // rows per tile: one vector lane each
 constexpr int kMaxTileTokens = 4;         // tokens per tile pass (the octet's codes are decoded once per pass)
-constexpr int64_t kPrefetchAhead = 6144;  // bytes: short weight streams do not give the hardware prefetchers time
 
 // The eight rows' f16 d (and m) of the block at byte `off`, widened: one dword from each row's block head.
 template <DType kType>

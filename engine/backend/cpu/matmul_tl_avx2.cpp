@@ -18,15 +18,6 @@ using namespace avx2;
 constexpr int64_t kRowsPerPanel = 16;
 constexpr int kRows = 2;  // register tile: 2 rows × 16 tokens (two 8-token halves)
 
-// log2 of the u8 offset of signed 4- and 5-bit codes (Q4_0: 8, Q5_0: 16); -1: no offset (unsigned codes, or Q8_0).
-template <DType kType>
-constexpr int kOffsetShift = kType == DType::kQ4_0   ? 3
-                             : kType == DType::kQ5_0 ? 4
-                                                     : -1;
-
-template <DType kType>
-constexpr bool kHasMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;
-
 // Quads whose vpmaddubsw pair sums can add up in 16-bit lanes without overflow (|x| <= 127): 8 for 4-bit codes
 // (8 · 2 · 15 · 127 = 30,480), 4 for 5-bit ones (4 · 2 · 31 · 127 = 31,496); Q8_0's (up to 2 · 128 · 127) widen at
 // once.
@@ -49,8 +40,7 @@ template <DType kType>
 void decode_row(const uint8_t* row, const Panel& p, int64_t r) {
   for (int64_t b = 0; b < p.nb; ++b) {
     const auto* blk = reinterpret_cast<const BlockOf<kType>*>(row) + b;
-    // Short weight streams do not give the hardware prefetchers time to ramp up.
-    _mm_prefetch(reinterpret_cast<const char*>(blk) + 6144, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchAhead, _MM_HINT_T0);
     const __m256i codes = block_codes<kType>(blk);
     const int64_t at = (r * p.nb + b) * 32;
     _mm256_store_si256(reinterpret_cast<__m256i*>(p.q + at), codes);
