@@ -98,7 +98,10 @@ void tl_tile(const Panel& p, int64_t r, const Activations& a, int64_t group, flo
               isum[i][h] = _mm256_add_epi32(isum[i][h], _mm256_madd_epi16(prod, ones));
             }
           } else {
-            for (int h = 0; h < 2; ++h) pairs[i][h] = _mm256_add_epi16(pairs[i][h], _mm256_maddubs_epi16(wq, xv[h]));
+            for (int h = 0; h < 2; ++h) {
+              pairs[i][h] = _mm256_add_epi16(pairs[i][h], _mm256_maddubs_epi16(wq, xv[h]));
+              keep_in_register(pairs[i][h]);
+            }
           }
         }
       }
