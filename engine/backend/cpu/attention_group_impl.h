@@ -102,22 +102,22 @@ template <class S, int NV, class KvT, int G>
   for (int g = 0; g < G; ++g) S::store(scores + g * stride + j0, S::mul(S::add(even[g], odd[g]), S::set1(scale)));
 }
 
-// out[g] = sum_j p[g, j] * V row j for the G heads of a pass, p[g, j] = probs[g * stride + j].
+// out[g * out_stride + c] = sum_j p[g, j] * V row j's column c, for the NV vectors' worth of columns c that kv.v
+// starts at and the G heads of a pass, p[g, j] = probs[g * stride + j].
 template <class S, int NV, class KvT, int G>
 void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* probs, int64_t stride,
-                float* out) {
+                int64_t out_stride, float* out) {
   using V = typename S::V;
   constexpr int W = S::kWidth;
-  constexpr int64_t kHd = int64_t{NV} * W;
-  const int64_t width = kv.n_kv_heads * kHd;
+  const int64_t width = kv.n_kv_heads * kv.head_dim;
   const KvT* v_base = static_cast<const KvT*>(kv.v);
   V acc[G * NV];
 #pragma GCC unroll 64
   for (int i = 0; i < G * NV; ++i) acc[i] = S::zero();
   SlotWalker values{table, kv.page_size};
-  constexpr int64_t kHeadBytes = kHd * sizeof(KvT);
-  RowPrefetcher value_ahead(table, kv.page_size, v_base, width * sizeof(KvT), kHeadBytes, n_ctx,
-                            prefetch_distance<W>(kHeadBytes));
+  constexpr int64_t kSliceBytes = int64_t{NV} * W * sizeof(KvT);
+  RowPrefetcher value_ahead(table, kv.page_size, v_base, width * sizeof(KvT), kSliceBytes, n_ctx,
+                            prefetch_distance<W>(kSliceBytes));
   for (int64_t j = 0; j < n_ctx; ++j) {
     const KvT* v = v_base + values.next() * width;
     value_ahead.fetch();
@@ -136,10 +136,26 @@ void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, cons
   for (int g = 0; g < G; ++g) {
 #pragma GCC unroll 16
     for (int i = 0; i < NV; ++i) {
-      S::store(out + g * kHd + i * W, kLoadUnit<KvT> == 1.0f ? acc[g * NV + i] : S::mul(acc[g * NV + i], unit));
+      S::store(out + g * out_stride + i * W, kLoadUnit<KvT> == 1.0f ? acc[g * NV + i] : S::mul(acc[g * NV + i], unit));
     }
   }
 }
+
+// How the weighted sums of a head of NV vectors split into passes: when at least two whole heads' accumulators fit
+// in registers, a pass takes whole heads; otherwise (AVX2 at head_dim 64) a pass takes a slice of the columns of up to
+// kAccRegs / slice heads, so each V row is loaded and widened once per slice rather than once per head. Each output
+// element's sum runs over the same positions in the same order either way.
+template <class S, int NV>
+struct ValuePasses {
+  static constexpr bool kWholeHeads = S::kAccRegs / NV >= 2;
+  static constexpr int kSliceVectors = [] {
+    if (kWholeHeads) return NV;
+    int v = std::max(1, S::kAccRegs / 4);
+    while (NV % v != 0) --v;
+    return v;
+  }();
+  static constexpr int kHeadsPerPass = S::kAccRegs / kSliceVectors;
+};
 
 // Heads [head_begin, head_begin + head_count) of one token, whose KV heads are kv_first, kv_first + 1, ...: the
 // task reads each of those KV heads' K columns (keys as lanes) and the stretch of each V row that holds their
@@ -246,21 +262,27 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     for (int64_t j = 0; j < stride; j += W) S::store(s + j, S::mul(S::load(s + j), inv));
   }
 
-  // Weighted sum of values, per KV head, for as many of its heads at a time as the accumulators fit in registers
-  // (the head count of a pass is a template argument, so the accumulators stay in registers).
-  constexpr int kHeadsPerPass = std::max(1, S::kAccRegs / NV);
+  // Weighted sum of values, per KV head and column slice, for as many of its heads at a time as the accumulators fit
+  // in registers (the head count of a pass is a template argument, so the accumulators stay in registers).
+  using Passes = ValuePasses<S, NV>;
+  constexpr int kSlice = Passes::kSliceVectors;
+  constexpr int kHeadsPerPass = Passes::kHeadsPerPass;
   for (int64_t kh = kv_first; kh < kv_end; ++kh) {
     const auto [h0, h1] = heads_of(kh);
-    KvLayerView head_kv = kv;  // V at this KV head's columns; rows stay n_kv_heads * hd apart
-    head_kv.v = const_cast<KvT*>(v_base + (kh - kv_first) * kHd);
-    for (int64_t g0 = h0; g0 < h1; g0 += kHeadsPerPass) {
-      const int gc = static_cast<int>(std::min<int64_t>(kHeadsPerPass, h1 - g0));
-      const float* probs = scores + g0 * stride;
-      float* head_out = out + g0 * kHd;
-      [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
-        ((gc == Gs + 1 && (value_pass<S, NV, KvT, Gs + 1>(head_kv, table, n_ctx, probs, stride, head_out), true)) ||
-         ...);
-      }(std::make_integer_sequence<int, kHeadsPerPass>{});
+    for (int64_t c0 = 0; c0 < kHd; c0 += int64_t{kSlice} * W) {
+      KvLayerView slice_kv = kv;  // V at this KV head's columns c0...; rows stay n_kv_heads * hd apart
+      slice_kv.v = const_cast<KvT*>(v_base + (kh - kv_first) * kHd + c0);
+      for (int64_t g0 = h0; g0 < h1; g0 += kHeadsPerPass) {
+        const int gc = static_cast<int>(std::min<int64_t>(kHeadsPerPass, h1 - g0));
+        const float* probs = scores + g0 * stride;
+        float* slice_out = out + g0 * kHd + c0;
+        [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
+          ((gc == Gs + 1 &&
+            (value_pass<S, kSlice, KvT, Gs + 1>(slice_kv, table, n_ctx, probs, stride, kHd, slice_out), true)) ||
+           ...);
+        }
+        (std::make_integer_sequence<int, kHeadsPerPass>{});
+      }
     }
   }
 }
