@@ -19,33 +19,16 @@ done
 [ -x "$BIN" ] || { echo "perf_check: $BIN is not built (cmake --preset ci && cmake --build build/ci)" >&2; exit 2; }
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 
-# The ISA class the engine's CPU kernels run with: SERVETUNE_CPU_ISA, else the best the CPU offers, by the flags
-# engine/core/cpu_features.cpp requires (/proc/cpuinfo lists only what the OS enables).
-cpu_isa() {
-  if [ -n "${SERVETUNE_CPU_ISA:-}" ]; then echo "$SERVETUNE_CPU_ISA"; return; fi
-  local flags
-  flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
-  has() { for f in "$@"; do [[ "$flags" == *" $f "* ]] || return 1; done; }
-  if has avx2 fma f16c avx512f avx512bw avx512vl avx512dq avx512_vnni; then
-    echo avx512
-  elif has avx2 fma f16c; then
-    echo avx2
-  else
-    echo reference
-  fi
-}
-ISA=$(cpu_isa)
-BASE=results/ci-perf/baseline-$ISA
-if [ "$UPDATE" = 0 ] && [ ! -f "$BASE/sweep.json" ]; then
-  echo "perf_check: no committed baseline for CPU ISA '$ISA' ($BASE); record one on such a machine with" \
-    "scripts/perf_check.sh --update-baseline and commit it" >&2
-  exit 1
-fi
-echo "perf_check: CPU ISA $ISA, baseline $BASE"
-
 work=$(mktemp -d "${TMPDIR:-/tmp}/servetune-perf.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 "$BIN" sweep configs/ci-perf.yaml --output "$work/run"
+
+# The ISA class the engine's CPU kernels ran with, as the engine recorded it (SERVETUNE_CPU_ISA forces one).
+record=$(find "$work/run/records" -name '*.json' | sort | head -1)
+ISA=$(sed -n 's/.*"engine_cpu_isa": *"\([a-z0-9]*\)".*/\1/p' "${record:-/dev/null}" | head -1)
+[ -n "$ISA" ] || { echo "perf_check: the sweep's records do not name the engine's CPU ISA (${record:-no records})" >&2; exit 1; }
+BASE=results/ci-perf/baseline-$ISA
+echo "perf_check: CPU ISA $ISA, baseline $BASE"
 
 if [ "$UPDATE" = 1 ]; then
   rm -rf "$BASE"
@@ -54,5 +37,10 @@ if [ "$UPDATE" = 1 ]; then
         "$work/run/summary.csv" "$work/run/report.md" "$BASE/"
   echo "perf_check: new baseline in $BASE (commit it)"
   exit 0
+fi
+if [ ! -f "$BASE/sweep.json" ]; then
+  echo "perf_check: no committed baseline for CPU ISA '$ISA' ($BASE); record one on such a machine with" \
+    "scripts/perf_check.sh --update-baseline and commit it" >&2
+  exit 1
 fi
 "$BIN" check --baseline "$BASE" --current "$work/run"

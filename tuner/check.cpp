@@ -12,6 +12,29 @@
 #include "tuner/results_table.h"
 
 namespace servetune::tuner {
+namespace {
+
+// The ISA levels the built-in engine's CPU kernels ran with in these records; empty for external engines and for
+// records from before the environment named it.
+std::set<std::string> engine_cpu_isas(const std::vector<nlohmann::ordered_json>& records) {
+  std::set<std::string> isas;
+  for (const auto& r : records) {
+    const auto p = r.find("provenance");
+    if (p == r.end() || !p->contains("environment")) continue;
+    const auto& env = (*p)["environment"];
+    if (env.contains("engine_cpu_isa") && env["engine_cpu_isa"].is_string())
+      isas.insert(env["engine_cpu_isa"].get<std::string>());
+  }
+  return isas;
+}
+
+std::string join(const std::set<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
+  return out;
+}
+
+}  // namespace
 
 const std::vector<std::string>& default_tolerances() {
   static const std::vector<std::string> t = {"completed=0", "failed=+0", "total_output_tokens=0",
@@ -89,10 +112,17 @@ CheckResult run_check(const std::vector<nlohmann::ordered_json>& baseline, const
     }
   }
   if (result.rows.empty()) throw_usage("check: no workload of the baseline has results to compare");
+  const std::set<std::string> base_isa = engine_cpu_isas(baseline), cur_isa = engine_cpu_isas(current);
+  if (!base_isa.empty() && !cur_isa.empty() && base_isa != cur_isa) {
+    result.warning = "the baseline ran the built-in engine's CPU kernels at ISA " + join(base_isa) +
+                     ", the current results at " + join(cur_isa) +
+                     "; their speeds differ by design (compare against a baseline of the same ISA)";
+  }
   return result;
 }
 
 void print_check(std::FILE* out, const CheckResult& r) {
+  if (!r.warning.empty()) std::fprintf(out, "check: warning: %s\n", r.warning.c_str());
   std::fprintf(out, "%-10s %-22s %-30s %14s %14s %9s  %-26s %s\n", "candidate", "workload", "metric", "baseline", "current",
                "change", "tolerance", "verdict");
   for (const auto& row : r.rows) {

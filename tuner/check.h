@@ -38,10 +38,13 @@ struct CheckRow {
 struct CheckResult {
   std::vector<CheckRow> rows;
   size_t regressions = 0;
+  std::string warning;  // "" or why the comparison may not be like for like
 };
 
 // Pairs cells by (candidate, workload); when each side has a single candidate they are paired whatever their ids.
-// Throws Error(kUsage) when a tolerance names a metric the baseline does not have, or nothing pairs up.
+// Throws Error(kUsage) when a tolerance names a metric the baseline does not have, or nothing pairs up. The result
+// warns when the two sides ran the built-in engine's CPU kernels at different ISA levels
+// (provenance.environment.engine_cpu_isa), whose speeds differ several-fold by design.
 CheckResult run_check(const std::vector<nlohmann::ordered_json>& baseline, const std::vector<nlohmann::ordered_json>& current,
                       const std::vector<Tolerance>& tolerances);
 void print_check(std::FILE* out, const CheckResult& result);

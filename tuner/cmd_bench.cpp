@@ -280,6 +280,7 @@ void run_bench(BenchOptions& o) {
   j["process_cpu_s"] = run_cpu_s;  // user + system CPU of this process during the measured run (engine included)
   j["environment"] = loadgen::environment_json(SERVETUNE_VERSION);
   if (builtin) {
+    j["environment"]["engine_cpu_isa"] = engine->cpu_isa();
     nlohmann::json ec;
     to_json(ec, engine->config());
     j["engine_config"] = nlohmann::ordered_json::parse(ec.dump());

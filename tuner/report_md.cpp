@@ -194,9 +194,10 @@ void environment(std::ostringstream& o, const ReportData& d) {
   const auto& e = d.environment;
   if (e.is_object()) {
     auto v = [&](const char* k) { return e.contains(k) && !e[k].is_null() ? (e[k].is_string() ? e[k].get<std::string>() : e[k].dump()) : std::string("-"); };
-    o << "| | |\n|---|---|\n| CPU | " << v("cpu_model") << " (" << v("logical_cpus") << " logical) |\n| OS | " << v("os")
-      << " |\n| servetune | " << v("servetune_version") << " |\n| git commit | " << v("git_commit")
-      << (e.value("git_dirty", false) ? " (with local changes)" : "") << " |\n\n";
+    o << "| | |\n|---|---|\n| CPU | " << v("cpu_model") << " (" << v("logical_cpus") << " logical) |\n";
+    if (e.contains("engine_cpu_isa")) o << "| built-in engine's CPU kernels | " << v("engine_cpu_isa") << " |\n";
+    o << "| OS | " << v("os") << " |\n| servetune | " << v("servetune_version") << " |\n| git commit | "
+      << v("git_commit") << (e.value("git_dirty", false) ? " (with local changes)" : "") << " |\n\n";
   }
 }
 

@@ -188,6 +188,7 @@ nlohmann::ordered_json record_from_bench_json(const nlohmann::ordered_json& j, c
   }
   r["metrics"] = m;
   r["provenance"] = {{"source", "file"}, {"path", path}, {"date", j.value("date", std::string())}};
+  if (j.contains("environment")) r["provenance"]["environment"] = j["environment"];
   return r;
 }
 

@@ -266,7 +266,7 @@ class Driver {
           const WorkloadSpec wr = for_repeat(w, r);
           const RunOutput out = run_workload(session->client(), workload(wr), wr, spec_.percentiles, *tokenizer_, session->engine());
           session->check_alive(out.failed > 0 ? 3.0 : 0.0);
-          write_record(info, w, r, out, t.tag, launch_id);
+          write_record(info, w, r, out, t.tag, launch_id, session->engine());
           progress_.run_finished(run_summary(out));
           ++done;
           if (out.completed == 0) {
@@ -293,7 +293,7 @@ class Driver {
   }
 
   void write_record(const nlohmann::ordered_json& info, const WorkloadSpec& w, int repeat, const RunOutput& out,
-                    const std::string& tag, const std::string& launch_id) {
+                    const std::string& tag, const std::string& launch_id, const Engine* engine) {
     nlohmann::ordered_json r;
     r["schema"] = kRecordSchema;
     r["candidate"] = info;
@@ -309,6 +309,7 @@ class Driver {
     p["launch_id"] = launch_id;
     p["date"] = now_iso8601();
     p["environment"] = environment_;
+    if (engine != nullptr) p["environment"]["engine_cpu_isa"] = engine->cpu_isa();
     r["provenance"] = p;
     const std::string raw = (fs::path(store_.raw_dir(info["id"].get<std::string>())) / (w.name + ".r" + std::to_string(repeat) + ".requests.json")).string();
     write_file_atomic(raw, out.per_request.dump() + "\n");

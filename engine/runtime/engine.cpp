@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "runtime/engine_replica.h"
 #include "runtime/replica_router.h"
@@ -143,6 +144,7 @@ const EngineConfig& Engine::config() const { return impl_->config_; }
 const ModelConfig& Engine::model_config() const { return impl_->replicas_.front()->model_config(); }
 const Tokenizer& Engine::tokenizer() const { return impl_->replicas_.front()->tokenizer(); }
 int64_t Engine::kv_capacity_tokens() const { return impl_->replicas_.front()->kv_capacity_tokens(); }
+std::string Engine::cpu_isa() const { return std::string(cpu_isa_name(cpu_selected_isa())); }
 void Engine::shutdown() {
   if (impl_) impl_->shutdown();
 }

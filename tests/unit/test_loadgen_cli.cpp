@@ -85,6 +85,8 @@ TEST(BenchCli, BuiltinRunSavesVllmKeys) {
   EXPECT_EQ(j["total_output_tokens"].get<int>(), 24);
   EXPECT_EQ(j["prompt_len_mismatches"].get<int>(), 0);
   EXPECT_LE(j["max_concurrent_requests"].get<int>(), 2);
+  const std::string isa = j["environment"].value("engine_cpu_isa", std::string());
+  EXPECT_TRUE(isa == "avx512" || isa == "avx2" || isa == "reference") << isa;
 }
 
 }  // namespace

@@ -41,7 +41,9 @@ nlohmann::ordered_json record(const Candidate& c, const SweepSpec& s, const std:
   r["repeat"] = 0;
   r["metrics"] = {{"completed", 10}, {"failed", 0}, {"total_token_throughput", tps}, {"output_throughput", tps / 4},
                   {"mean_tpot_ms", tpot}, {"p99_tpot_ms", tpot * 1.5}};
-  r["provenance"] = {{"source", "measured"}, {"environment", {{"cpu_model", "Test CPU"}, {"git_commit", "abc123"}}}};
+  r["provenance"] = {
+      {"source", "measured"},
+      {"environment", {{"cpu_model", "Test CPU"}, {"engine_cpu_isa", "avx2"}, {"git_commit", "abc123"}}}};
   return r;
 }
 
@@ -102,6 +104,7 @@ TEST_F(TunerReport, MarkdownLeadsWithTheConclusion) {
   EXPECT_NE(md.find("| batching | max_running_requests | 2 | `" + base_ + "` | `" + best_ + "` | 100 | 150 | +50.0% | +50.0% |"), std::string::npos) << md;
   EXPECT_NE(md.find("tp_size 2 cannot split the model's 9 attention heads"), std::string::npos);  // the skipped candidate's reason
   EXPECT_NE(md.find("Test CPU"), std::string::npos);
+  EXPECT_NE(md.find("| built-in engine's CPU kernels | avx2 |"), std::string::npos);
 }
 
 TEST_F(TunerReport, HtmlIsSelfContainedWithCharts) {

@@ -139,5 +139,19 @@ TEST(TunerCheck, VerdictsPerDirection) {
   EXPECT_THROW(run_check(base, base, {parse_tolerance("nope=1%")}), Error);
 }
 
+TEST(TunerCheck, WarnsOfBaselinesOfAnotherCpuIsa) {
+  auto at_isa = [](const std::string& isa) {
+    nlohmann::ordered_json r = record("c0", "w", 0, {{"tps", 100.0}});
+    if (!isa.empty()) r["provenance"] = {{"source", "measured"}, {"environment", {{"engine_cpu_isa", isa}}}};
+    return std::vector<nlohmann::ordered_json>{r};
+  };
+  const std::vector<Tolerance> tol = {parse_tolerance("tps=-5%")};
+  EXPECT_EQ(run_check(at_isa("avx2"), at_isa("avx2"), tol).warning, "");
+  EXPECT_EQ(run_check(at_isa(""), at_isa("avx512"), tol).warning, "");  // older records do not name it
+  const CheckResult mixed = run_check(at_isa("avx512"), at_isa("avx2"), tol);
+  EXPECT_EQ(mixed.regressions, 0u);
+  EXPECT_NE(mixed.warning.find("ISA 'avx512', the current results at 'avx2'"), std::string::npos) << mixed.warning;
+}
+
 }  // namespace
 }  // namespace servetune::tuner

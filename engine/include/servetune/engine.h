@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "servetune/engine_config.h"
@@ -107,6 +108,8 @@ class Engine {
   const ModelConfig& model_config() const;
   const Tokenizer& tokenizer() const;
   int64_t kv_capacity_tokens() const;  // the most tokens one request can hold (one replica's KV when dp_size > 1)
+  // The instruction-set level the CPU kernels run with ("avx512", "avx2" or "reference"; SERVETUNE_CPU_ISA forces one).
+  std::string cpu_isa() const;
 
   // Stops accepting requests, aborts the ones in flight, joins the engine thread. Idempotent.
   void shutdown();
