@@ -81,14 +81,16 @@ c1, c32 = med("c1", "total_token_throughput"), med("c32", "total_token_throughpu
 print(f"in-process total token throughput: concurrency 1 {c1:.1f} tok/s, concurrency 32 {c32:.1f} tok/s "
       f"-> {c32 / c1:.2f}x (target >= 5x)")
 # Each round's two runs ran back to back, so their ratio is the least exposed to the host's drift.
-paired = [b / a for a, b in zip(rounds("c1", "total_token_throughput"), rounds("c32", "total_token_throughput"))]
-print("  per round: " + ", ".join(f"{r:.2f}x" for r in paired) + f" (median {statistics.median(paired):.2f}x)")
+def per_round(base, name):
+    return [b / a for a, b in zip(rounds(base, "total_token_throughput"), rounds(name, "total_token_throughput"))]
+batching = per_round("c1", "c32")
+print("  per round: " + ", ".join(f"{r:.2f}x" for r in batching) + f" (median {statistics.median(batching):.2f}x)")
 if have_llama:
-    ll = med("llama", "total_token_throughput")
+    llama = rounds("llama", "total_token_throughput")
+    ll = statistics.median(llama)
     print(f"llama-server --parallel 32, concurrency 32: {ll:.1f} tok/s -> servetune/llama.cpp {c32 / ll:.2f}x (target >= 2x)")
-    paired = [b / a for a, b in zip(rounds("llama", "total_token_throughput"), rounds("c32", "total_token_throughput"))]
-    print("  llama-server per round: " + ", ".join(f"{x:.1f}" for x in rounds("llama", "total_token_throughput"))
-          + " tok/s; servetune/llama.cpp per round: " + ", ".join(f"{r:.2f}x" for r in paired))
+    print("  llama-server per round: " + ", ".join(f"{x:.1f}" for x in llama)
+          + " tok/s; servetune/llama.cpp per round: " + ", ".join(f"{r:.2f}x" for r in per_round("llama", "c32")))
 for mode in ("on", "off"):
     print(f"shared prefix, prefix cache {mode:3}: hit rate {med('prefix_' + mode, 'engine_prefix_cache_hit_rate'):.3f}, "
           f"mean TTFT {med('prefix_' + mode, 'mean_ttft_ms'):.1f} ms, "
