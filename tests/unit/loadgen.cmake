@@ -21,7 +21,7 @@ if(TARGET servetune_loadgen)
   if(TARGET servetune)
     servetune_test(test_loadgen_cli LABEL unit
       SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_cli.cpp
-      LIBS nlohmann_json::nlohmann_json)
+      LIBS nlohmann_json::nlohmann_json servetune_core)
     target_compile_definitions(test_loadgen_cli PRIVATE SERVETUNE_BIN="$<TARGET_FILE:servetune>")
     add_dependencies(test_loadgen_cli servetune)
   endif()

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "core/cpu_features.h"
 #include "test_paths.h"
 #include "tuner_cli.h"
 
@@ -54,8 +55,8 @@ TEST(TunerSweep, GridOnStoriesWritesRecordsAndReports) {
   }
   EXPECT_EQ(rec["provenance"]["source"], "measured");
   EXPECT_TRUE(rec["provenance"]["environment"].contains("cpu_model"));
-  const std::set<std::string> isas = {"avx512", "avx2", "reference"};
-  EXPECT_EQ(isas.count(rec["provenance"]["environment"].value("engine_cpu_isa", std::string())), 1u);
+  const std::string isa = rec["provenance"]["environment"].value("engine_cpu_isa", std::string());
+  EXPECT_TRUE(cpu_isa_from_name(isa).has_value()) << isa;
   EXPECT_EQ(read_json(run / "records" / "c2" / "load@c4.r0.json")["workload"]["max_concurrency"], 4);
   EXPECT_NE(read_text(run / "summary.csv").find("c2,\"max_running_requests=8, tp_size=1\",ok"), std::string::npos);
   const std::string md = read_text(run / "report.md");
