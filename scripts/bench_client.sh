@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build/lg}
-SERVETUNE=$BUILD/tuner/servetune
+SERVETUNE=$BUILD/servetune
 MOCK=$BUILD/loadgen/servetune_mock_openai
 PYTHON=${PYTHON:-python3}
 TOKENIZER=tests/data/stories260K.gguf

@@ -7,7 +7,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bench_start() {
   BUILD=${1:-build/cpu}
-  BIN=$BUILD/tuner/servetune
+  BIN=$BUILD/servetune
   MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
   [ -x "$BIN" ] || { echo "$NAME: build $BIN first (cmake --build $BUILD --target servetune)" >&2; exit 2; }
   [ -f "$MODEL" ] || { echo "$NAME: $MODEL not found (scripts/setup.sh fetches it)" >&2; exit 2; }

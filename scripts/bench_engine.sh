@@ -10,8 +10,8 @@ MODEL=${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 THREADS=${2:-2}
 RUNS=${3:-5}
 LLAMA_BENCH=${LLAMA_BENCH:-/tmp/llama-build/bin/llama-bench}
-ST=${ST:-./build/cpu/tuner/servetune}
-[ -x "$ST" ] || [ "$ST" != ./build/cpu/tuner/servetune ] || { cmake --preset cpu >/dev/null && cmake --build build/cpu -j "$(nproc)" --target servetune bench_matmul >/dev/null; }
+ST=${ST:-./build/cpu/servetune}
+[ -x "$ST" ] || [ "$ST" != ./build/cpu/servetune ] || { cmake --preset cpu >/dev/null && cmake --build build/cpu -j "$(nproc)" --target servetune bench_matmul >/dev/null; }
 [ -x "$ST" ] || { echo "bench_engine: servetune binary not found at $ST" >&2; exit 2; }
 [ -x "$LLAMA_BENCH" ] || { echo "llama-bench not found at $LLAMA_BENCH (build llama.cpp from the llama-cpp-python sdist; see README)" >&2; exit 2; }
 # The weight count and the bandwidth probe need the gguf and numpy packages: the system Python's or .venv's.

@@ -17,7 +17,7 @@ THREADS=${2:-2}
 NUM_PROMPTS=${3:-32}
 K=${4:-4}
 OUTPUT_LEN=${5:-128}
-ST=${BUILD:-build/cpu}/tuner/servetune
+ST=${BUILD:-build/cpu}/servetune
 [ -x "$ST" ] || { cmake --preset cpu >/dev/null && cmake --build "${BUILD:-build/cpu}" -j "$(nproc)" --target servetune >/dev/null; }
 DRAFT=${DRAFT:-$MODEL}
 MODES=${MODES:-off ngram draft}

@@ -10,7 +10,7 @@
 # from the GGUF's vocabulary and merges and checked against servetune's token counts on the ShareGPT test slice.
 # Usage: scripts/check_bench_llamacpp.sh [NUM_PROMPTS] [MAX_CONCURRENCY]
 #   env: LLAMA_SERVER (default /tmp/llama-build/bin/llama-server, then /tmp/llama-build-lg/bin/llama-server),
-#        SERVETUNE (default build/lg/tuner/servetune, then build/*/tuner/servetune), PORT (default 18090),
+#        SERVETUNE (default build/lg/servetune, then build/*/servetune), PORT (default 18090),
 #        GUIDELLM_PYTHON (unset: no comparison), ROUNDS (default 2), LLAMA_THREADS (default 1: on 2 shared
 #        cores llama.cpp's spinning worker threads run 2x slower with -t 2 than with -t 1),
 #        SERVER_CPUS / CLIENT_CPUS (taskset CPU lists, default 0 and 1 on a 2-CPU machine, else unset: pinning
@@ -36,7 +36,7 @@ for c in "$LLAMA_SERVER" /tmp/llama-build/bin/llama-server /tmp/llama-build-lg/b
 done
 [ -x "${LLAMA_SERVER:-}" ] || { echo "check: no llama-server found; build it (see the header of $0)" >&2; exit 2; }
 SERVETUNE=${SERVETUNE:-}
-for c in "$SERVETUNE" build/lg/tuner/servetune build/*/tuner/servetune; do
+for c in "$SERVETUNE" build/lg/servetune build/*/servetune; do
   if [ -n "$c" ] && [ -x "$c" ]; then SERVETUNE=$c; break; fi
 done
 [ -x "${SERVETUNE:-}" ] || { echo "check: build servetune first" >&2; exit 2; }

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build/ci}
-BIN=$BUILD/tuner/servetune
+BIN=$BUILD/servetune
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -f "$MODEL" ] || MODEL=tests/data/stories260K.gguf
 PEER_VENV=${PEER_VENV:-${TMPDIR:-/tmp}/servetune-peer-venv}

@@ -25,7 +25,7 @@ cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}"
 
 rm -rf "$OUTDIR"
 mkdir -p "$OUTDIR/bin" "$OUTDIR/lib"
-bins=("$BUILD/tuner/servetune" "$BUILD/tests/unit/test_gpu_ops" "$BUILD/tests/unit/test_gpu_sample"
+bins=("$BUILD/servetune" "$BUILD/tests/unit/test_gpu_ops" "$BUILD/tests/unit/test_gpu_sample"
       "$BUILD/tests/integration/test_gpu_parity")
 for b in "${bins[@]}"; do
   cp "$b" "$OUTDIR/bin/"
@@ -38,6 +38,6 @@ ldd "${bins[@]}" | awk '/=> \//{print $3}' | sort -u | grep -E -v "$system" | wh
 done
 # The test binaries read tests/data through the absolute source path they were built in; the check recreates it.
 pwd > "$OUTDIR/source_dir"
-echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- engine tests tuner loadgen || echo '+changes')" > "$OUTDIR/commit"
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- engine tests cli tuner report importers loadgen datasets || echo '+changes')" > "$OUTDIR/commit"
 du -sh "$OUTDIR"
 echo "bundle for $(cat "$OUTDIR/commit") in $OUTDIR: $(ls "$OUTDIR/bin" | tr '\n' ' ')+ $(ls "$OUTDIR/lib" | wc -l) libraries"

@@ -55,7 +55,7 @@ else
     exit 1
   fi
   row "build (cuda preset, sm_90a)" "ok in $(( $(date +%s) - T0 )) s"
-  BIN=build/cuda/tuner/servetune
+  BIN=build/cuda/servetune
   TESTS=(build/cuda/tests/unit/test_gpu_ops build/cuda/tests/unit/test_gpu_sample build/cuda/tests/integration/test_gpu_parity)
 fi
 

@@ -7,7 +7,7 @@
 #   scripts/perf_check.sh [--bin PATH] [--update-baseline]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=build/ci/tuner/servetune
+BIN=build/ci/servetune
 UPDATE=0
 while [ $# -gt 0 ]; do
   case "$1" in

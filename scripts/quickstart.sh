@@ -9,7 +9,7 @@ cmake --preset cpu >/dev/null
 cmake --build build/cpu -j "$(nproc)" --target servetune
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 run="results/quickstart/$(date +%Y%m%d-%H%M%S)"
-./build/cpu/tuner/servetune sweep configs/quickstart.yaml --output "$run"
+./build/cpu/servetune sweep configs/quickstart.yaml --output "$run"
 echo
-./build/cpu/tuner/servetune report "$run"
+./build/cpu/servetune report "$run"
 echo "Report: $run/report.md and $run/report.html (regenerate: servetune report $run)"

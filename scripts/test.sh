@@ -40,7 +40,7 @@ else
 fi
 
 step "performance check against the committed baseline (configs/ci-perf.yaml)"
-bash scripts/perf_check.sh --bin build/ci/tuner/servetune
+bash scripts/perf_check.sh --bin build/ci/servetune
 
 step "ASan + UBSan build of the unit tests"
 cmake --preset asan >/dev/null

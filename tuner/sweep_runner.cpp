@@ -26,7 +26,6 @@
 #include "tuner/launcher.h"
 #include "tuner/plan.h"
 #include "tuner/progress.h"
-#include "tuner/report.h"
 #include "tuner/results_store.h"
 #include "tuner/server_command.h"
 #include "tuner/server_process.h"
@@ -380,9 +379,7 @@ SweepOutcome run_sweep(const SweepOptions& o) {
   std::fprintf(o.out, "servetune sweep %s: results in %s\n", spec.name.c_str(), store->dir().c_str());
   std::fflush(o.out);
   SweepOutcome outcome = Driver(spec, *store, o).run();
-  write_reports(store->dir());
-  std::fprintf(o.out, "%zu trials run, %zu reused, %zu candidates skipped, %zu failed. Report: %s/report.md\n",
-               outcome.trials_run, outcome.trials_reused, outcome.skipped, outcome.failed, store->dir().c_str());
+  outcome.run_dir = store->dir();
   return outcome;
 }
 

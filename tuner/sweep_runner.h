@@ -1,7 +1,7 @@
 // `servetune sweep`: validates the sweep file and everything it names before anything runs, then drives the
 // strategy: each trial launches its candidate once, runs its workloads x repeats, writes one record per run and a
 // completion marker, and tears the candidate down. --resume replays the strategy over the stored results and runs
-// only the trials without a marker. At the end: summary.csv, report.md and report.html in the run folder.
+// only the trials without a marker. `servetune sweep` then writes the reports (report/report.h).
 #pragma once
 
 #include <cstdio>

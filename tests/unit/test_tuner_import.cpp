@@ -8,12 +8,14 @@
 
 #include "core/error.h"
 #include "test_paths.h"
-#include "tuner/importer.h"
-#include "tuner/report.h"
+#include "importers/importer.h"
+#include "report/report.h"
 #include "tuner/results_store.h"
 
 namespace servetune::tuner {
 namespace {
+using namespace servetune::report;     // reports and the check
+using namespace servetune::importers;  // other tools' results
 namespace fs = std::filesystem;
 
 std::string fixture(const std::string& name) { return testing::data_path("import/" + name); }

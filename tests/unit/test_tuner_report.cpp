@@ -6,13 +6,14 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "tuner/report.h"
+#include "report/report.h"
 #include "tuner/results_store.h"
 #include "tuner/space.h"
-#include "tuner/svg_chart.h"
+#include "report/svg_chart.h"
 
 namespace servetune::tuner {
 namespace {
+using namespace servetune::report;     // reports and the check
 namespace fs = std::filesystem;
 
 const char* kSweep = R"(name: demo

@@ -6,12 +6,13 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "tuner/check.h"
+#include "report/check.h"
 #include "tuner/results_store.h"
 #include "tuner/results_table.h"
 
 namespace servetune::tuner {
 namespace {
+using namespace servetune::report;     // reports and the check
 namespace fs = std::filesystem;
 
 fs::path temp_dir(const std::string& name) {

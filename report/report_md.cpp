@@ -2,9 +2,11 @@
 #include <cmath>
 #include <sstream>
 
-#include "tuner/report.h"
+#include "report/report.h"
 
-namespace servetune::tuner {
+namespace servetune::report {
+
+using namespace tuner;  // records, results tables, specs and command lines are the tuner's
 namespace {
 
 std::string metric_cell(const ReportData& d, const std::string& c, const std::string& w, const std::string& key) {
@@ -216,4 +218,4 @@ std::string render_markdown(const ReportData& d) {
   return o.str();
 }
 
-}  // namespace servetune::tuner
+}  // namespace servetune::report

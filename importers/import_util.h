@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "tuner/importer.h"
+#include "importers/importer.h"
 
-namespace servetune::tuner::import_detail {
+namespace servetune::importers::import_detail {
 
 // "TTFT", "ttft", "E2E Latency", "e2e_latency", "E2EL" ... -> "ttft" / "e2el" ...; "" when unknown.
 std::string latency_name(const std::string& name);
@@ -36,4 +36,4 @@ std::vector<ImportedResult> parse_aiperf(const nlohmann::ordered_json& j, const 
 bool looks_like_guidellm(const nlohmann::ordered_json& j);
 bool looks_like_aiperf(const nlohmann::ordered_json& j);
 
-}  // namespace servetune::tuner::import_detail
+}  // namespace servetune::importers::import_detail

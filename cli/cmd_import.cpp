@@ -3,19 +3,19 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "tuner/importer.h"
-#include "tuner/report.h"
+#include "importers/importer.h"
+#include "report/report.h"
 
 namespace servetune::cli {
 namespace {
 
-void import_command(const tuner::ImportOptions& o) {
-  const tuner::ImportOutcome out = tuner::run_import(o);
+void import_command(const importers::ImportOptions& o) {
+  const importers::ImportOutcome out = importers::run_import(o);
   for (const auto& r : out.records) {
     const auto& p = r["provenance"];
     const auto& m = r["metrics"];
-    const std::string tpot = m.contains("mean_tpot_ms") ? tuner::format_number(m["mean_tpot_ms"].get<double>()) + " ms" : "-";
-    const std::string tps = m.contains("total_token_throughput") ? tuner::format_number(m["total_token_throughput"].get<double>()) : "-";
+    const std::string tpot = m.contains("mean_tpot_ms") ? report::format_number(m["mean_tpot_ms"].get<double>()) + " ms" : "-";
+    const std::string tps = m.contains("total_token_throughput") ? report::format_number(m["total_token_throughput"].get<double>()) : "-";
     const std::string from = p["file"].get<std::string>() + ":" + std::to_string(p["line"].get<int>());
     std::printf("%s %s / %s (repeat %d): %s tok/s total, mean TPOT %s  <- %s (%s)\n", o.dry_run ? "would import" : "imported",
                 r["candidate"]["id"].get<std::string>().c_str(), r["workload"]["name"].get<std::string>().c_str(),
@@ -28,7 +28,7 @@ void import_command(const tuner::ImportOptions& o) {
 }
 
 void add_import_command(CLI::App& app) {
-  auto o = std::make_shared<tuner::ImportOptions>();
+  auto o = std::make_shared<importers::ImportOptions>();
   CLI::App* cmd = app.add_subcommand(
       "import", "Import results of other tools (vllm bench serve / SGLang bench_serving output and JSON, GuideLLM, AIPerf) into a run folder");
   cmd->add_option("files", o->files, "Result files: stdout blocks, --save-result JSON, JSONL, GuideLLM / AIPerf JSON")->required();

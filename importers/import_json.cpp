@@ -6,9 +6,10 @@
 #include <regex>
 
 #include "core/error.h"
-#include "tuner/import_util.h"
+#include "importers/import_util.h"
 
-namespace servetune::tuner::import_detail {
+namespace servetune::importers::import_detail {
+
 namespace {
 
 int line_of_offset(const std::string& text, size_t offset) {
@@ -184,4 +185,4 @@ std::vector<ImportedResult> parse_flat_result(const nlohmann::ordered_json& j, c
   return {r};
 }
 
-}  // namespace servetune::tuner::import_detail
+}  // namespace servetune::importers::import_detail

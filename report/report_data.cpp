@@ -6,13 +6,15 @@
 
 #include "core/error.h"
 #include "tuner/command_line.h"
-#include "tuner/importer.h"
-#include "tuner/report.h"
+#include "importers/importer.h"
+#include "report/report.h"
 #include "tuner/results_store.h"
 #include "tuner/server_command.h"
 #include "tuner/space.h"
 
-namespace servetune::tuner {
+namespace servetune::report {
+
+using namespace tuner;  // records, results tables, specs and command lines are the tuner's
 namespace fs = std::filesystem;
 
 std::string format_number(double v) {
@@ -90,7 +92,7 @@ ReportData load_report(const std::string& run_dir, const std::string& baseline) 
   } else {
     d.title = fs::path(run_dir).filename().string();
     if (d.title.empty()) d.title = run_dir;
-    const ImportManifest imported = read_import_manifest(run_dir);  // a folder built by `servetune import`
+    const importers::ImportManifest imported = importers::read_import_manifest(run_dir);  // a folder built by `servetune import`
     d.table.order_workloads(imported.workloads);
     d.goal.workload = d.table.groups().empty() ? "" : d.table.groups().front();
     if (!d.table.candidates().empty()) d.baseline = d.table.candidates().front().id;
@@ -208,4 +210,4 @@ void write_reports(const std::string& run_dir) {
   write_file_atomic((fs::path(run_dir) / "report.html").string(), render_html(d));
 }
 
-}  // namespace servetune::tuner
+}  // namespace servetune::report

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-namespace servetune::tuner {
+namespace servetune::report {
 
 struct Bar {
   std::string label;
@@ -34,4 +34,4 @@ std::string html_escape(const std::string& s);
 // Axis ticks covering [lo, hi]: about `n` round values (1, 2, 5 x 10^k steps).
 std::vector<double> nice_ticks(double lo, double hi, int n = 5);
 
-}  // namespace servetune::tuner
+}  // namespace servetune::report

@@ -14,16 +14,16 @@
 #include "tuner/strategy.h"
 #include "tuner/sweep_spec.h"
 
-namespace servetune::tuner {
+namespace servetune::report {
 
 struct ReportData {
   std::string run_dir;
   std::string title;
   std::string description;
-  std::optional<SweepSpec> spec;  // absent for a folder of records only
-  ResultsTable table;
-  std::vector<StageSummary> stages;
-  Goal goal;
+  std::optional<tuner::SweepSpec> spec;  // absent for a folder of records only
+  tuner::ResultsTable table;
+  std::vector<tuner::StageSummary> stages;
+  tuner::Goal goal;
   std::string baseline;  // candidate ids; "" when there is none
   std::string best;
   std::vector<std::string> dims;  // settings that differ between candidates (table columns)
@@ -53,4 +53,4 @@ std::string source_mark(const ReportData& data, const std::string& candidate);
 // Command lines that reproduce a candidate on a workload (empty when the data cannot say, e.g. imported records).
 std::vector<std::string> reproduce_commands(const ReportData& data, const std::string& candidate);
 
-}  // namespace servetune::tuner
+}  // namespace servetune::report

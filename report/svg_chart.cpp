@@ -1,14 +1,16 @@
 // SVG charts (see svg_chart.h).
-#include "tuner/svg_chart.h"
+#include "report/svg_chart.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
-#include "tuner/report.h"
+#include "report/report.h"
 
-namespace servetune::tuner {
+namespace servetune::report {
+
+using namespace tuner;  // records, results tables, specs and command lines are the tuner's
 namespace {
 
 constexpr double kWidth = 720, kHeight = 360, kLeft = 70, kRight = 20, kTop = 34, kBottom = 70;
@@ -179,4 +181,4 @@ std::string xy_chart(const std::string& title, const std::string& x_label, const
   return o.str();
 }
 
-}  // namespace servetune::tuner
+}  // namespace servetune::report

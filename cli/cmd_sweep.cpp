@@ -1,5 +1,6 @@
 // `servetune sweep FILE [--output RUN_DIR] [--resume RUN_DIR] [--dry-run]`: the tuner (see tuner/sweep_runner.h).
 #include "commands.h"
+#include "report/report.h"
 #include "tuner/sweep_runner.h"
 
 namespace servetune::cli {
@@ -12,7 +13,13 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--output,-o", o->output_dir, "Run folder (default: results/<name>/<timestamp>)");
   cmd->add_option("--resume", o->resume_dir, "Continue the sweep in this run folder: runs only what is not complete");
   cmd->add_flag("--dry-run", o->dry_run, "Validate the sweep file and print the resolved plan; run nothing");
-  cmd->callback([o] { tuner::run_sweep(*o); });
+  cmd->callback([o] {
+    const tuner::SweepOutcome outcome = tuner::run_sweep(*o);
+    if (o->dry_run) return;
+    report::write_reports(outcome.run_dir);
+    std::fprintf(o->out, "%zu trials run, %zu reused, %zu candidates skipped, %zu failed. Report: %s/report.md\n",
+                 outcome.trials_run, outcome.trials_reused, outcome.skipped, outcome.failed, outcome.run_dir.c_str());
+  });
 }
 
 }  // namespace

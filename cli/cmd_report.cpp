@@ -1,10 +1,10 @@
 // `servetune report RUN_DIR [--baseline CANDIDATE] [--format md|html|csv] [--output FILE]`: regenerates a report
-// from stored results (see tuner/report.h).
+// from stored results (see report/report.h).
 #include <cstdio>
 
 #include "commands.h"
 #include "core/error.h"
-#include "tuner/report.h"
+#include "report/report.h"
 #include "tuner/results_store.h"
 
 namespace servetune::cli {
@@ -19,10 +19,10 @@ struct ReportOptions {
 
 void run_report(const ReportOptions& o) {
   if (o.format != "md" && o.format != "html" && o.format != "csv") throw_usage("--format must be md, html or csv, got '" + o.format + "'");
-  const tuner::ReportData data = tuner::load_report(o.run_dir, o.baseline);
-  const std::string text = o.format == "md" ? tuner::render_markdown(data)
-                           : o.format == "html" ? tuner::render_html(data)
-                                                : tuner::summary_csv(data);
+  const report::ReportData data = report::load_report(o.run_dir, o.baseline);
+  const std::string text = o.format == "md" ? report::render_markdown(data)
+                           : o.format == "html" ? report::render_html(data)
+                                                : report::summary_csv(data);
   if (o.output.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return;

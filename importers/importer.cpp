@@ -1,6 +1,6 @@
 // `servetune import` (see importer.h): format detection, candidate and workload naming, record building, and the
 // all-or-nothing write into the run folder (records/<candidate>/<workload>.r<repeat>.json plus imports.json).
-#include "tuner/importer.h"
+#include "importers/importer.h"
 
 #include <algorithm>
 #include <cctype>
@@ -9,10 +9,12 @@
 #include <set>
 
 #include "core/error.h"
-#include "tuner/import_util.h"
+#include "importers/import_util.h"
 #include "tuner/results_store.h"
 
-namespace servetune::tuner {
+namespace servetune::importers {
+
+using namespace tuner;  // records, results tables, specs and command lines are the tuner's
 namespace fs = std::filesystem;
 using import_detail::number_json;
 using import_detail::parse_number;
@@ -275,4 +277,4 @@ ImportOutcome run_import(const ImportOptions& o) {
   return outcome;
 }
 
-}  // namespace servetune::tuner
+}  // namespace servetune::importers

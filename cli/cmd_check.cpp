@@ -1,11 +1,11 @@
 // `servetune check --baseline FILE|DIR --current FILE|DIR [--tolerance METRIC=[+|-|~]N[%]]...`: the CI regression
-// check (see tuner/check.h). Exit 0 within tolerance, 1 on a regression, 2 for a usage error.
+// check (see report/check.h). Exit 0 within tolerance, 1 on a regression, 2 for a usage error.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
 #include "commands.h"
-#include "tuner/check.h"
+#include "report/check.h"
 #include "tuner/results_store.h"
 
 namespace servetune::cli {
@@ -35,11 +35,11 @@ void run_check(const CheckOptions& o) {
   std::vector<std::string> texts = o.tolerances;
   if (texts.empty()) texts = sweep_tolerances(o.current);
   if (texts.empty()) texts = sweep_tolerances(o.baseline);
-  if (texts.empty()) texts = tuner::default_tolerances();
-  std::vector<tuner::Tolerance> tolerances;
-  for (const auto& t : texts) tolerances.push_back(tuner::parse_tolerance(t));
-  const tuner::CheckResult r = tuner::run_check(tuner::load_records(o.baseline), tuner::load_records(o.current), tolerances);
-  tuner::print_check(stdout, r);
+  if (texts.empty()) texts = report::default_tolerances();
+  std::vector<report::Tolerance> tolerances;
+  for (const auto& t : texts) tolerances.push_back(report::parse_tolerance(t));
+  const report::CheckResult r = report::run_check(tuner::load_records(o.baseline), tuner::load_records(o.current), tolerances);
+  report::print_check(stdout, r);
   if (r.regressions > 0) {
     std::fflush(stdout);
     std::exit(1);

@@ -5,10 +5,12 @@
 #include <map>
 #include <sstream>
 
-#include "tuner/report.h"
-#include "tuner/svg_chart.h"
+#include "report/report.h"
+#include "report/svg_chart.h"
 
-namespace servetune::tuner {
+namespace servetune::report {
+
+using namespace tuner;  // records, results tables, specs and command lines are the tuner's
 namespace {
 
 // Inline Markdown of the report: `code`, **bold**.
@@ -209,4 +211,4 @@ std::string render_html(const ReportData& d) {
   return o.str();
 }
 
-}  // namespace servetune::tuner
+}  // namespace servetune::report

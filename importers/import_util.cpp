@@ -1,5 +1,5 @@
 // Metric-name mapping, number parsing and the final checks shared by the importers (see import_util.h).
-#include "tuner/import_util.h"
+#include "importers/import_util.h"
 
 #include <cctype>
 #include <cmath>
@@ -7,7 +7,8 @@
 
 #include "core/error.h"
 
-namespace servetune::tuner::import_detail {
+namespace servetune::importers::import_detail {
+
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -95,4 +96,4 @@ void finish_result(ImportedResult& r, const std::string& path) {
   if (*num("completed") < 0.0) throw Error(ErrorKind::kFormat, where + "negative number of completed requests");
 }
 
-}  // namespace servetune::tuner::import_detail
+}  // namespace servetune::importers::import_detail

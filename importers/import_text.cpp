@@ -5,9 +5,10 @@
 #include <set>
 
 #include "core/error.h"
-#include "tuner/import_util.h"
+#include "importers/import_util.h"
 
-namespace servetune::tuner::import_detail {
+namespace servetune::importers::import_detail {
+
 namespace {
 
 std::string trim(const std::string& s) {
@@ -217,4 +218,4 @@ std::vector<ImportedResult> parse_text_blocks(const std::string& path, const std
   return out;
 }
 
-}  // namespace servetune::tuner::import_detail
+}  // namespace servetune::importers::import_detail

@@ -1,5 +1,5 @@
 // Regression check (see check.h).
-#include "tuner/check.h"
+#include "report/check.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -8,10 +8,12 @@
 #include <set>
 
 #include "core/error.h"
-#include "tuner/report.h"
+#include "report/report.h"
 #include "tuner/results_table.h"
 
-namespace servetune::tuner {
+namespace servetune::report {
+
+using namespace tuner;  // records, results tables, specs and command lines are the tuner's
 namespace {
 
 // The ISA levels the built-in engine's CPU kernels ran with in these records; empty for external engines and for
@@ -142,4 +144,4 @@ void print_check(std::FILE* out, const CheckResult& r) {
   std::fflush(out);
 }
 
-}  // namespace servetune::tuner
+}  // namespace servetune::report

@@ -4,9 +4,10 @@
 #include <set>
 
 #include "core/error.h"
-#include "tuner/import_util.h"
+#include "importers/import_util.h"
 
-namespace servetune::tuner::import_detail {
+namespace servetune::importers::import_detail {
+
 namespace {
 
 [[noreturn]] void fail(const std::string& path, int line, const std::string& where, const std::string& what) {
@@ -202,4 +203,4 @@ std::vector<ImportedResult> parse_aiperf(const nlohmann::ordered_json& j, const 
   return {r};
 }
 
-}  // namespace servetune::tuner::import_detail
+}  // namespace servetune::importers::import_detail

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace servetune::tuner {
+namespace servetune::report {
 
 struct Tolerance {
   std::string metric;
@@ -52,4 +52,4 @@ void print_check(std::FILE* out, const CheckResult& result);
 // Tolerances used when none are given on the command line nor in the sweep file's check.tolerances.
 const std::vector<std::string>& default_tolerances();
 
-}  // namespace servetune::tuner
+}  // namespace servetune::report

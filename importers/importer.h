@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace servetune::tuner {
+namespace servetune::importers {
 
 // One result found in an input file, already in servetune's metric names (vLLM's JSON keys).
 struct ImportedResult {
@@ -51,4 +51,4 @@ struct ImportManifest {
 };
 ImportManifest read_import_manifest(const std::string& run_dir);
 
-}  // namespace servetune::tuner
+}  // namespace servetune::importers
