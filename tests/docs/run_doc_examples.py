@@ -16,11 +16,13 @@ How a document's fenced blocks are treated:
 The session runs in a scratch folder that mirrors the source tree (symlinks; results/ is a real folder holding links to
 the committed results), with build/cpu/servetune and build/cpu/loadgen/servetune_mock_openai linked to the binaries
 under test and build/cpu on PATH, so `servetune ...` and repo-relative paths work as in a checkout and nothing is
-written into the source tree. Background processes a document starts are stopped when it ends.
+written into the source tree. Background processes a document starts are stopped when it ends. The examples listen
+on fixed ports, so runs on one machine take turns (a lock file in the temp folder).
 Exit status: 0 when every run block succeeded, 1 otherwise (with the failing block and its output), 2 for bad arguments.
 """
 
 import argparse
+import fcntl
 import os
 import re
 import shutil
@@ -36,6 +38,7 @@ FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 ATTR = re.compile(r'([A-Za-z][\w-]*)="([^"]*)"')
 DOC_TIMEOUT_S = 120
 TOTAL_TIMEOUT_S = 240  # below the ctest TIMEOUT, so a hang is reported here and its processes are stopped
+LOCK_WAIT_S = 120      # for another run of the examples on this machine to finish (they share ports)
 
 
 class Block:
@@ -195,6 +198,24 @@ def documents(source, names):
     return docs
 
 
+LOCK_PATH = os.path.join(tempfile.gettempdir(), "servetune-doc-examples.lock")
+
+
+def take_turn(wait_s, path=LOCK_PATH):
+    """Waits until no other run of the examples holds the machine's lock; returns the open lock file, or None."""
+    f = open(path, "a")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return f
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                f.close()
+                return None
+            time.sleep(0.5)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Run the bash examples of the documentation.")
     p.add_argument("--source", required=True, help="source tree (the repository root)")
@@ -203,6 +224,7 @@ def main(argv=None):
     p.add_argument("--keep", action="store_true", help="keep the scratch folders")
     p.add_argument("--timeout", type=float, default=DOC_TIMEOUT_S, help="seconds per document")
     p.add_argument("--total-timeout", type=float, default=TOTAL_TIMEOUT_S, help="seconds for all documents")
+    p.add_argument("--no-lock", action="store_true", help="do not wait for other runs (documents without fixed ports)")
     p.add_argument("docs", nargs="*", help="Markdown files (default: README.md and docs/*.md)")
     a = p.parse_args(argv)
     source = os.path.abspath(a.source)
@@ -211,6 +233,10 @@ def main(argv=None):
         return 2
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    lock = None if a.no_lock else take_turn(LOCK_WAIT_S)
+    if lock is None and not a.no_lock:
+        print(f"run_doc_examples: another run of the examples held the lock for {LOCK_WAIT_S} s", file=sys.stderr)
+        return 1
     scratch = tempfile.mkdtemp(prefix="servetune-docs-")
     failures, skipped, total_run, t0 = [], [], 0, time.monotonic()
     for doc in documents(source, a.docs):

@@ -36,7 +36,8 @@ class DocRunnerTest(unittest.TestCase):
             f.write(text)
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = runner.main(["--source", self.source, "--servetune", self.fake, "--timeout", "20", *args, "doc.md"])
+            code = runner.main(["--source", self.source, "--servetune", self.fake, "--timeout", "20", "--no-lock",
+                                *args, "doc.md"])
         return code, out.getvalue(), err.getvalue()
 
     def test_passing_blocks_share_one_session(self):
@@ -105,6 +106,16 @@ class DocRunnerTest(unittest.TestCase):
         self.assertIn("timed out", err)
         time.sleep(1.5)
         self.assertFalse(os.path.exists(marker), "a background process of the document outlived it")
+
+    def test_runs_take_turns(self):
+        path = os.path.join(self.source, "lock")
+        first = runner.take_turn(0, path)
+        self.assertIsNotNone(first)
+        self.assertIsNone(runner.take_turn(0.2, path))  # held: a second run waits, then gives up
+        first.close()
+        second = runner.take_turn(0, path)
+        self.assertIsNotNone(second)
+        second.close()
 
     def test_nested_fences_and_indented_blocks(self):
         blocks, problems = runner.parse_blocks("d.md", doc(
