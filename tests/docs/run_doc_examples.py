@@ -233,56 +233,62 @@ def main(argv=None):
         return 2
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    lock = None if a.no_lock else take_turn(LOCK_WAIT_S)
+    lock = None if a.no_lock else take_turn(LOCK_WAIT_S)  # held until the process exits
     if lock is None and not a.no_lock:
         print(f"run_doc_examples: another run of the examples held the lock for {LOCK_WAIT_S} s", file=sys.stderr)
         return 1
     scratch = tempfile.mkdtemp(prefix="servetune-docs-")
-    failures, skipped, total_run, t0 = [], [], 0, time.monotonic()
-    for doc in documents(source, a.docs):
-        rel = os.path.relpath(doc, source)
-        try:
-            with open(doc) as f:
-                blocks, problems = parse_blocks(rel, f.read())
-        except OSError as e:
-            failures.append(f"{rel}: cannot read: {e}")
-            continue
-        if problems:
-            failures += problems
-            continue
-        for b in blocks:
-            need = b.attrs.get("requires")
-            if need and "skip" not in b.attrs and not os.path.exists(os.path.join(source, need)):
-                if os.environ.get("SERVETUNE_REQUIRE_MODELS") == "1":
-                    failures.append(f"{b.where()}: needs {need}, which is missing (SERVETUNE_REQUIRE_MODELS=1)")
-                b.attrs["skip"] = f"needs {need} (scripts/setup.sh fetches it)"
-        skipped += [(b.where(), b.attrs["skip"]) for b in blocks if "skip" in b.attrs]
-        to_run = [b for b in blocks if b.lang == RUN_LANG and "skip" not in b.attrs]
-        if not to_run:
-            print(f"{rel}: no blocks to run")
-            continue
-        left = a.total_timeout - (time.monotonic() - t0)
-        if left <= 0:
-            failures.append(f"{rel}: not run: the documents before it used up --total-timeout ({a.total_timeout:g} s)")
-            continue
-        workdir = os.path.join(scratch, re.sub(r"[^\w.-]", "_", rel))
-        bindir = make_workdir(workdir, source, a.servetune, a.mock)
-        ok, seconds, log_text, failed = run_document(blocks, workdir, bindir, min(a.timeout, left))
-        total_run += len(to_run)
-        if ok:
-            print(f"ok   {rel}: {len(to_run)} block(s) in {seconds:.1f} s")
-            continue
-        where = failed.where() if failed else rel
-        text = failed.text if failed else ""
-        failures.append(f"{where}: this block failed:\n{text}--- its output:\n{block_output(log_text, failed)[-6000:]}")
-        print(f"FAIL {rel} ({seconds:.1f} s)")
-    for where, reason in skipped:
-        print(f"skip {where}: {reason}")
-    print(f"{total_run} block(s) run, {len(skipped)} skipped, {time.monotonic() - t0:.1f} s")
-    if not a.keep and not failures:
-        shutil.rmtree(scratch, ignore_errors=True)
-    elif failures:
-        print(f"scratch folders kept in {scratch}")
+    try:
+        failures, skipped, total_run, t0 = [], [], 0, time.monotonic()
+        for doc in documents(source, a.docs):
+            rel = os.path.relpath(doc, source)
+            try:
+                with open(doc) as f:
+                    blocks, problems = parse_blocks(rel, f.read())
+            except OSError as e:
+                failures.append(f"{rel}: cannot read: {e}")
+                continue
+            if problems:
+                failures += problems
+                continue
+            for b in blocks:
+                need = b.attrs.get("requires")
+                if need and "skip" not in b.attrs and not os.path.exists(os.path.join(source, need)):
+                    if os.environ.get("SERVETUNE_REQUIRE_MODELS") == "1":
+                        failures.append(f"{b.where()}: needs {need}, which is missing (SERVETUNE_REQUIRE_MODELS=1)")
+                    b.attrs["skip"] = f"needs {need} (scripts/setup.sh fetches it)"
+            skipped += [(b.where(), b.attrs["skip"]) for b in blocks if "skip" in b.attrs]
+            to_run = [b for b in blocks if b.lang == RUN_LANG and "skip" not in b.attrs]
+            if not to_run:
+                print(f"{rel}: no blocks to run")
+                continue
+            left = a.total_timeout - (time.monotonic() - t0)
+            if left <= 0:
+                failures.append(f"{rel}: not run: the documents before it used up --total-timeout "
+                                f"({a.total_timeout:g} s)")
+                continue
+            workdir = os.path.join(scratch, re.sub(r"[^\w.-]", "_", rel))
+            bindir = make_workdir(workdir, source, a.servetune, a.mock)
+            ok, seconds, log_text, failed = run_document(blocks, workdir, bindir, min(a.timeout, left))
+            total_run += len(to_run)
+            if ok:
+                print(f"ok   {rel}: {len(to_run)} block(s) in {seconds:.1f} s")
+                continue
+            where = failed.where() if failed else rel
+            text = failed.text if failed else ""
+            output = block_output(log_text, failed)[-6000:]
+            failures.append(f"{where}: this block failed:\n{text}--- its output:\n{output}")
+            print(f"FAIL {rel} ({seconds:.1f} s)")
+        for where, reason in skipped:
+            print(f"skip {where}: {reason}")
+        print(f"{total_run} block(s) run, {len(skipped)} skipped, {time.monotonic() - t0:.1f} s")
+    finally:
+        if a.keep:
+            print(f"scratch folders kept in {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if failures and not a.keep:
+        print("(run it again with --keep to keep the scratch folders)")
     for f in failures:
         print(f"\nFAILED {f}", file=sys.stderr)
     return 1 if failures else 0
