@@ -48,6 +48,9 @@ class Session {
   virtual void check_alive(double grace_s = 0.0) { (void)grace_s; }
   // The launch command (external) or "" (built-in).
   virtual std::string command() const { return ""; }
+  // The server's Prometheus endpoint and the bearer key the client sends (external), or "" (built-in).
+  virtual std::string metrics_url() const { return ""; }
+  virtual std::string api_key() const { return ""; }
   // The server log, relative to the run folder; "" when there is none.
   virtual std::string log() const { return ""; }
 };

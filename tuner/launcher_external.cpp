@@ -52,6 +52,8 @@ class ExternalSession : public Session {
     h.api_url = base + (server.endpoint.empty() ? loadgen::default_endpoint(server.backend) : server.endpoint);
     h.model = server.served_model_name.empty() ? spec.target.model : server.served_model_name;
     if (const char* k = std::getenv("OPENAI_API_KEY")) h.api_key = k;
+    api_key_ = h.api_key;
+    metrics_url_ = base + "/metrics";
     h.request_timeout_s = server.request_timeout_s;
     client_ = std::make_unique<loadgen::HttpClient>(h);
   }
@@ -63,6 +65,8 @@ class ExternalSession : public Session {
 
   loadgen::Client& client() override { return *client_; }
   std::string command() const override { return command_; }
+  std::string metrics_url() const override { return metrics_url_; }
+  std::string api_key() const override { return api_key_; }
   std::string log() const override { return log_rel_; }
 
   void check_alive(double grace_s) override {
@@ -86,6 +90,8 @@ class ExternalSession : public Session {
   std::string command_;
   std::string log_path_;
   std::string log_rel_;
+  std::string metrics_url_;
+  std::string api_key_;
   std::unique_ptr<ServerProcess> process_;
   std::unique_ptr<loadgen::HttpClient> client_;
 };

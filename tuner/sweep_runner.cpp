@@ -22,7 +22,7 @@
 #include "loadgen/report.h"
 #include "servetune/engine.h"
 #include "tokenizer/tokenizer.h"
-#include "tuner/bench_runner.h"
+#include "tuner/measurement.h"
 #include "tuner/launcher.h"
 #include "tuner/plan.h"
 #include "tuner/progress.h"
@@ -94,12 +94,48 @@ nlohmann::ordered_json candidate_info(const Candidate& c, const SearchSpace& spa
   return j;
 }
 
-std::string run_summary(const RunOutput& out) {
+std::string run_summary(const Measurement& m) {
   char buf[200];
   std::snprintf(buf, sizeof(buf), "%lld ok, %lld failed, %.1f tok/s total, TPOT %.1f ms",
-                static_cast<long long>(out.completed), static_cast<long long>(out.failed),
-                out.metrics.value("total_token_throughput", 0.0), out.metrics.value("mean_tpot_ms", 0.0));
+                static_cast<long long>(m.metrics.completed), static_cast<long long>(m.metrics.failed),
+                m.metrics.total_token_throughput, m.metrics.tpot_ms.mean);
   return buf;
+}
+
+// The measurement of one run on a launched candidate: the workload's traffic, every percentile metric a sweep's
+// SLO may name, and the parts the session offers: the engine's statistics and this process's CPU time with the
+// calibration (built-in: the engine runs in this process), or the server's /metrics counters (external).
+MeasureOptions measure_options(const WorkloadSpec& w, const std::vector<double>& percentiles, Session& session) {
+  MeasureOptions o;
+  o.request_rate = w.request_rate;
+  o.burstiness = w.burstiness;
+  o.arrival_seed = w.data.seed;
+  o.max_concurrency = w.max_concurrency.value_or(0);
+  o.params.ignore_eos = w.ignore_eos;
+  o.params.temperature = w.temperature;
+  o.num_warmups = w.num_warmups;
+  o.warmups = WarmupRequests::kCycle;
+  o.percentiles = percentiles;
+  o.percentile_metrics = loadgen::percentile_metric_names();
+  o.engine = session.engine();
+  o.server_metrics_url = session.metrics_url();
+  o.api_key = session.api_key();
+  o.calibrate_cpu = o.engine != nullptr;
+  return o;
+}
+
+// A record's metrics: vLLM's keys and servetune's additions without the per-request arrays (but with the
+// per-position acceptance rates), the CPU time and the engine's counters; the arrays go to raw/ (`per_request`).
+void record_metrics(const Measurement& m, nlohmann::ordered_json& metrics, nlohmann::ordered_json& per_request) {
+  metrics = nlohmann::ordered_json::object();
+  per_request = nlohmann::ordered_json::object();
+  const nlohmann::ordered_json all = loadgen::metrics_json(m.metrics, m.run, m.report, false);
+  for (const auto& [k, v] : all.items()) {
+    (v.is_array() && k != "spec_decode_per_position_acceptance_rates" ? per_request : metrics)[k] = v;
+  }
+  per_request["output_lens"] = m.metrics.actual_output_lens;
+  metrics.update(cpu_json(m));
+  metrics.update(engine_stats_json(m));
 }
 
 class Driver {
@@ -263,14 +299,21 @@ class Driver {
         for (int r = 0; r < spec_.repeat; ++r) {
           progress_.run_started(w.name, r);
           const WorkloadSpec wr = for_repeat(w, r);
-          const RunOutput out = run_workload(session->client(), workload(wr), wr, spec_.percentiles, *tokenizer_, session->engine());
-          session->check_alive(out.failed > 0 ? 3.0 : 0.0);
-          write_record(info, w, r, out, t.tag, launch_id, session->engine());
-          progress_.run_finished(run_summary(out));
+          const MeasureOptions options = measure_options(wr, spec_.percentiles, *session);
+          warm_up(session->client(), workload(wr), options);
+          const Measurement m = measure(session->client(), workload(wr), options, *tokenizer_);
+          session->check_alive(m.metrics.failed > 0 ? 3.0 : 0.0);
+          nlohmann::ordered_json metrics, per_request;
+          record_metrics(m, metrics, per_request);
+          write_record(info, w, r, metrics, per_request, t.tag, launch_id, session->engine());
+          progress_.run_finished(run_summary(m));
           ++done;
-          if (out.completed == 0) {
-            throw LaunchFailure(out.first_error.find("imed out") != std::string::npos ? kTimedOut : "requests_failed",
-                                "every request of " + w.name + " failed: " + out.first_error);
+          if (m.metrics.completed == 0) {
+            const loadgen::RequestOutput* first = m.first_failure();
+            const bool timed_out = first != nullptr && first->failure == loadgen::RequestFailure::kTimedOut;
+            throw LaunchFailure(timed_out ? kTimedOut : "requests_failed",
+                                "every request of " + w.name + " failed: " +
+                                    (first != nullptr ? loadgen::failure_reason(first->error) : std::string()));
           }
         }
       }
@@ -291,7 +334,8 @@ class Driver {
     return true;
   }
 
-  void write_record(const nlohmann::ordered_json& info, const WorkloadSpec& w, int repeat, const RunOutput& out,
+  void write_record(const nlohmann::ordered_json& info, const WorkloadSpec& w, int repeat,
+                    const nlohmann::ordered_json& metrics, const nlohmann::ordered_json& per_request,
                     const std::string& tag, const std::string& launch_id, const Engine* engine) {
     nlohmann::ordered_json r;
     r["schema"] = kRecordSchema;
@@ -299,7 +343,7 @@ class Driver {
     r["workload"] = w.to_json();
     r["workload"]["seed_used"] = w.data.seed + static_cast<uint64_t>(repeat);
     r["repeat"] = repeat;
-    r["metrics"] = out.metrics;
+    r["metrics"] = metrics;
     nlohmann::ordered_json p;
     p["source"] = "measured";
     p["tool"] = "servetune sweep";
@@ -311,7 +355,7 @@ class Driver {
     if (engine != nullptr) p["environment"]["engine_cpu_isa"] = engine->cpu_isa();
     r["provenance"] = p;
     const std::string raw = (fs::path(store_.raw_dir(info["id"].get<std::string>())) / (w.name + ".r" + std::to_string(repeat) + ".requests.json")).string();
-    write_file_atomic(raw, out.per_request.dump() + "\n");
+    write_file_atomic(raw, per_request.dump() + "\n");
     store_.write_record(r);
   }
 
