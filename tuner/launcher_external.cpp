@@ -31,7 +31,7 @@ class ExternalSession : public Session {
     for (;;) {
       if (const auto st = process_->poll()) {
         const std::string tail = tail_lines(log_path, 5);
-        throw LaunchFailure(log_shows_oom(log_path) ? kOom : kDidNotStart,
+        throw LaunchFailure(log_shows_oom(log_path) ? TrialFailure::kOom : TrialFailure::kDidNotStart,
                             "the server exited (" + describe_wait_status(*st) + ") before " + server.health +
                                 " answered" + (tail.empty() ? "" : "; its log ends:\n" + tail),
                             log_rel);
@@ -40,7 +40,7 @@ class ExternalSession : public Session {
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (waited > server.startup_timeout_s) {
         process_->stop(server.stop_timeout_s);
-        throw LaunchFailure(kTimedOut,
+        throw LaunchFailure(TrialFailure::kTimedOut,
                             server.health + " did not answer 200 within startup_timeout_s = " +
                                 std::to_string(static_cast<int>(server.startup_timeout_s)) + " s",
                             log_rel);
@@ -79,7 +79,7 @@ class ExternalSession : public Session {
     if (!st) return;
     const bool oom = log_shows_oom(log_path_) || (WIFSIGNALED(*st) && WTERMSIG(*st) == SIGKILL);
     const std::string tail = tail_lines(log_path_, 5);
-    throw LaunchFailure(oom ? kOom : kCrashed,
+    throw LaunchFailure(oom ? TrialFailure::kOom : TrialFailure::kCrashed,
                         "the server died during the benchmark (" + describe_wait_status(*st) + ")" +
                             (tail.empty() ? "" : "; its log ends:\n" + tail),
                         log_rel_);
@@ -104,7 +104,7 @@ class ExternalLauncher : public Launcher {
     const int port = spec_.target.port == 0 ? free_port() : spec_.target.port;
     std::string why;
     const auto cmd = render_launch(spec_, space_.full_settings(candidate), port, why);
-    if (!cmd) throw LaunchFailure(kDidNotStart, why);
+    if (!cmd) throw LaunchFailure(TrialFailure::kDidNotStart, why);
     const std::string rel = "raw/" + candidate.id + "/server." + tag + ".log";
     const std::string path = (std::filesystem::path(run_dir) / rel).string();
     std::error_code ec;
