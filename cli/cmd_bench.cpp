@@ -23,10 +23,9 @@
 #include "loadgen/http_client.h"
 #include "loadgen/inprocess_client.h"
 #include "loadgen/report.h"
-#include "loadgen/server_metrics.h"
 #include "servetune/engine.h"
 #include "tokenizer/tokenizer.h"
-#include "tuner/bench_runner.h"
+#include "tuner/measurement.h"
 
 namespace servetune::cli {
 namespace {
@@ -199,26 +198,34 @@ void run_bench(BenchOptions& o) {
     }
   }
 
-  loadgen::RunSpec spec;
-  spec.max_concurrency = o.max_concurrency.value_or(0);
-  spec.params = {o.ignore_eos, o.temperature, o.top_p, o.top_k};
+  tuner::MeasureOptions mo;
+  mo.request_rate = rate;
+  mo.burstiness = o.burstiness;
+  mo.arrival_seed = o.data.seed;
+  mo.max_concurrency = o.max_concurrency.value_or(0);
+  mo.params = {o.ignore_eos, o.temperature, o.top_p, o.top_k};
+  mo.num_warmups = o.num_warmups;
+  mo.warmups = tuner::WarmupRequests::kFirst;
+  mo.percentiles = percentiles;
+  mo.percentile_metrics = metrics;
+  mo.slo = slo;
+  mo.engine = engine.get();
+  // An HTTP server's speculative-decoding counters, when it exposes vLLM's (servetune serve and vLLM do).
+  if (!builtin) mo.server_metrics_url = server_root + "/metrics";
+  mo.api_key = api_key;
+  // CPU time only: the calibration would add keys to the result JSON, whose keys are vLLM's plus a fixed set.
+  mo.process_cpu = true;
   if (o.num_warmups > 0) {
     std::printf("Warming up with %lld requests...\n", static_cast<long long>(o.num_warmups));
     std::fflush(stdout);
-    loadgen::RunSpec warm = spec;
-    for (int64_t i = 0; i < o.num_warmups; ++i) warm.requests.push_back({&workload.requests[0], 0.0});
-    const loadgen::RunResult wr = client->run(warm);
-    int64_t failed = 0;
-    for (const auto& r : wr.outputs) failed += r.success ? 0 : 1;
-    if (failed > 0) std::fprintf(stderr, "warning: %lld of %lld warm-up requests failed: %s\n", static_cast<long long>(failed),
-                                 static_cast<long long>(o.num_warmups), wr.outputs.front().error.c_str());
+    const tuner::WarmupOutcome w = tuner::warm_up(*client, workload, mo);
+    if (w.failed > 0) {
+      std::fprintf(stderr, "warning: %lld of %lld warm-up requests failed: %s\n", static_cast<long long>(w.failed),
+                   static_cast<long long>(w.sent), w.first_error.c_str());
+    }
     std::printf("Warmup run completed.\n");
   }
 
-  const std::vector<double> arrivals = workload.timed ? std::vector<double>{} : loadgen::arrival_times(n, rate, o.burstiness, o.data.seed);
-  for (size_t i = 0; i < n; ++i) {
-    spec.requests.push_back({&workload.requests[i], workload.timed ? workload.requests[i].arrival_s.value_or(0.0) : arrivals[i]});
-  }
   std::printf("Starting main benchmark run...\n");
   if (workload.timed) {
     std::printf("Replaying the trace's arrival times (time scale %g).\n", o.data.trace_time_scale);
@@ -228,34 +235,9 @@ void run_bench(BenchOptions& o) {
   }
   std::printf("Maximum request concurrency: %s\n", o.max_concurrency ? std::to_string(*o.max_concurrency).c_str() : "None");
   std::fflush(stdout);
-  const double cpu_before = tuner::process_cpu_s();
-  const EngineStats stats_before = builtin ? engine->stats() : EngineStats{};
-  // An HTTP server's speculative-decoding counters, when it exposes vLLM's (servetune serve and vLLM do).
-  const std::string metrics_url = server_root + "/metrics";
-  const auto spec_before = builtin ? std::nullopt : loadgen::scrape_spec_decode(metrics_url, api_key);
-  const loadgen::RunResult run = client->run(spec);
-  const EngineStats stats_after = builtin ? engine->stats() : EngineStats{};
-  const auto spec_after = spec_before ? loadgen::scrape_spec_decode(metrics_url, api_key) : std::nullopt;
-  const double run_cpu_s = tuner::process_cpu_s() - cpu_before;
-
-  const auto count_tokens = [&](const std::string& text) {
-    return static_cast<int64_t>(tokenizer.encode(text, false, false).size());
-  };
-  const loadgen::BenchmarkMetrics m = loadgen::compute_metrics(run.outputs, run.duration_s, percentiles, slo, count_tokens);
-  loadgen::ReportOptions ro;
-  ro.percentile_metrics = metrics;
-  ro.percentiles = percentiles;
-  ro.max_concurrency = o.max_concurrency.value_or(0);
-  ro.request_rate = workload.timed ? std::numeric_limits<double>::infinity() : rate;
-  ro.burstiness = o.burstiness;
-  ro.slo = slo;
-  if (builtin) {
-    ro.spec_decode = tuner::spec_decode_delta(*engine, stats_before, stats_after);
-  } else if (spec_before && spec_after) {
-    ro.spec_decode = loadgen::spec_decode_difference(*spec_after, *spec_before);
-  }
-  loadgen::print_failures(stdout, run, m);
-  loadgen::print_result_block(stdout, m, run.duration_s, ro);
+  const tuner::Measurement m = tuner::measure(*client, workload, mo, tokenizer);
+  loadgen::print_failures(stdout, m.run, m.metrics);
+  loadgen::print_result_block(stdout, m.metrics, m.run.duration_s, m.report);
   std::fflush(stdout);
 
   if (!o.save_result) return;
@@ -272,12 +254,12 @@ void run_bench(BenchOptions& o) {
   j["request_rate"] = std::isinf(rate) ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(rate);
   j["burstiness"] = o.burstiness;
   j["max_concurrency"] = o.max_concurrency ? nlohmann::ordered_json(*o.max_concurrency) : nlohmann::ordered_json();
-  j.update(loadgen::metrics_json(m, run, ro, o.save_detailed));
+  j.update(loadgen::metrics_json(m.metrics, m.run, m.report, o.save_detailed));
   j["dataset_name"] = workload.dataset_name;
   j["dataset_info"] = nlohmann::ordered_json::parse(workload.info.dump());
   j["num_warmups"] = o.num_warmups;
-  if (builtin) tuner::add_engine_deltas(j, stats_before, stats_after);
-  j["process_cpu_s"] = run_cpu_s;  // user + system CPU of this process during the measured run (engine included)
+  j.update(tuner::engine_stats_json(m));  // built-in engine only
+  j.update(tuner::cpu_json(m));           // process_cpu_s: this process during the measured run (engine included)
   j["environment"] = loadgen::environment_json(SERVETUNE_VERSION);
   if (builtin) {
     j["environment"]["engine_cpu_isa"] = engine->cpu_isa();
@@ -290,7 +272,7 @@ void run_bench(BenchOptions& o) {
   std::string file = o.result_filename;
   if (file.empty()) {
     const std::string conc = o.max_concurrency ? "-concurrency" + std::to_string(*o.max_concurrency) : "";
-    file = (o.label.empty() ? o.backend : o.label) + "-" + py_float(ro.request_rate) + "qps" + conc + "-" + base_model + "-" + date + ".json";
+    file = (o.label.empty() ? o.backend : o.label) + "-" + py_float(m.report.request_rate) + "qps" + conc + "-" + base_model + "-" + date + ".json";
   }
   if (!o.result_dir.empty()) {
     std::error_code ec;

@@ -90,6 +90,7 @@ struct Transfer {
   long status = 0;
   std::string error_body;
   std::string error;
+  RequestFailure failure = RequestFailure::kNone;
   bool done = false;
   bool first = false;
   double last_ts = 0.0;
@@ -102,8 +103,14 @@ struct Transfer {
     status = 0;
     error_body.clear();
     error.clear();
+    failure = RequestFailure::kNone;
     done = first = false;
     errbuf[0] = '\0';
+  }
+
+  void fail(RequestFailure kind, std::string message) {
+    failure = kind;
+    error = std::move(message);
   }
 
   void on_event(const SseEvent& ev, double now) {
@@ -113,12 +120,12 @@ struct Transfer {
       out->read_lags.push_back(static_cast<double>(sent_ns_clock() - ev.sent_ns) * 1e-9);
     }
     if (ev.type == "error") {
-      error = "server error event: " + snippet(ev.data);
+      fail(RequestFailure::kServerError, "server error event: " + snippet(ev.data));
       return;
     }
     chunks.parse(ev.data, api, chunk);
     if (!chunk.error.empty()) {
-      error = chunk.error;
+      fail(chunk.server_error ? RequestFailure::kServerError : RequestFailure::kBadResponse, chunk.error);
       return;
     }
     if (chunk.done) {
@@ -155,7 +162,9 @@ size_t on_write(char* ptr, size_t size, size_t nmemb, void* userdata) {
   }
   const double now = t->loop->io_time >= 0.0 ? t->loop->io_time : t->loop->now_s();
   t->sse.feed(std::string_view(ptr, n), [&](const SseEvent& ev) { t->on_event(ev, now); });
-  if (t->error.empty() && t->sse.malformed() > 0) t->error = "malformed SSE: " + snippet(t->sse.first_malformed());
+  if (t->error.empty() && t->sse.malformed() > 0) {
+    t->fail(RequestFailure::kBadResponse, "malformed SSE: " + snippet(t->sse.first_malformed()));
+  }
   return t->error.empty() ? n : 0;  // 0 makes curl abort the transfer
 }
 
@@ -373,23 +382,27 @@ RunResult HttpClient::run(const RunSpec& spec) {
       long status = t->status;
       if (!t->status_known) curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
       if (res == CURLE_OPERATION_TIMEDOUT) {
-        t->error = "request timed out after " + std::to_string(options_.request_timeout_s) + " s";
+        t->fail(RequestFailure::kTimedOut,
+                "request timed out after " + std::to_string(options_.request_timeout_s) + " s");
       } else if (res != CURLE_OK) {
-        t->error = std::string("transport error: ") + (t->errbuf[0] != '\0' ? t->errbuf : curl_easy_strerror(res));
+        t->fail(RequestFailure::kTransport,
+                std::string("transport error: ") + (t->errbuf[0] != '\0' ? t->errbuf : curl_easy_strerror(res)));
       } else if (status != 200) {
-        t->error = "HTTP " + std::to_string(status) + (t->error_body.empty() ? "" : ": " + snippet(t->error_body));
+        t->fail(RequestFailure::kHttpStatus,
+                "HTTP " + std::to_string(status) + (t->error_body.empty() ? "" : ": " + snippet(t->error_body)));
       } else {
         t->sse.finish([&](const SseEvent& ev) { t->on_event(ev, now); });
         if (t->error.empty()) {
           if (!t->first) {
-            t->error = "Never received a valid chunk to calculate TTFT.";
+            t->fail(RequestFailure::kBadResponse, "Never received a valid chunk to calculate TTFT.");
           } else if (!t->done) {
-            t->error = "stream ended without [DONE]";
+            t->fail(RequestFailure::kBadResponse, "stream ended without [DONE]");
           }
         }
       }
     }
     o.success = t->error.empty();
+    o.failure = t->failure;
     o.error = t->error;
     o.latency = t->first ? t->last_ts - o.start_time : 0.0;
     if (spec.max_concurrency > 0 && inflight == spec.max_concurrency) slot_free_s = now;

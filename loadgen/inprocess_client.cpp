@@ -56,14 +56,16 @@ RunResult InProcessClient::run(const RunSpec& spec) {
   double slot_free_s = 0.0;
   const auto can_launch = [&] { return spec.max_concurrency <= 0 || inflight < spec.max_concurrency; };
 
-  const auto complete = [&](size_t i, const std::string& error) {
+  const auto complete = [&](size_t i, RequestFailure failure, const std::string& error) {
     RequestOutput& o = result.outputs[i];
     tracked[i].done = true;
-    o.success = error.empty();
+    o.success = failure == RequestFailure::kNone;
+    o.failure = failure;
     o.error = error;
     o.latency = tracked[i].first ? tracked[i].last_ts - o.start_time : 0.0;
     if (o.success && !tracked[i].first) {
       o.success = false;
+      o.failure = RequestFailure::kBadResponse;
       o.error = "Never received a valid chunk to calculate TTFT.";
     }
     if (spec.max_concurrency > 0 && inflight == spec.max_concurrency) slot_free_s = secs(Clock::now());
@@ -95,7 +97,7 @@ RunResult InProcessClient::run(const RunSpec& spec) {
       try {
         tracked[i].stream = engine_.submit(std::move(req), notify);
       } catch (const Error& e) {
-        complete(i, std::string("rejected by the engine: ") + e.what());
+        complete(i, RequestFailure::kRejected, std::string("rejected by the engine: ") + e.what());
         continue;
       }
       open.push_back(i);
@@ -124,10 +126,13 @@ RunResult InProcessClient::run(const RunSpec& spec) {
       if (e.finish != FinishReason::kNone) {
         o.prompt_len = e.usage.prompt_tokens;
         o.output_tokens = e.usage.completion_tokens;
-        std::string error;
-        if (e.finish == FinishReason::kError) error = "engine error: " + e.error;
-        if (e.finish == FinishReason::kAbort) error = "aborted by the engine";
-        complete(i, error);
+        if (e.finish == FinishReason::kError) {
+          complete(i, RequestFailure::kServerError, "engine error: " + e.error);
+        } else if (e.finish == FinishReason::kAbort) {
+          complete(i, RequestFailure::kAborted, "aborted by the engine");
+        } else {
+          complete(i, RequestFailure::kNone, "");
+        }
         return;
       }
     }

@@ -13,9 +13,22 @@
 
 namespace servetune::loadgen {
 
+// Why a request failed, classified by the client where the failure is seen (the error text has the details).
+enum class RequestFailure {
+  kNone,
+  kTimedOut,     // no complete response within the client's request timeout
+  kTransport,    // the connection could not be made or broke (refused, reset, DNS, ...)
+  kHttpStatus,   // the server answered with a status other than 200
+  kBadResponse,  // a malformed or incomplete stream: bad SSE or JSON, no content chunk, no [DONE]
+  kServerError,  // the server (or the built-in engine) reported an error for the request
+  kRejected,     // the built-in engine refused the request when it was submitted
+  kAborted,      // the built-in engine aborted the request
+};
+
 // What one request produced, measured by a client. Times are seconds on the run's clock (0 = run start).
 struct RequestOutput {
   bool success = false;
+  RequestFailure failure = RequestFailure::kNone;  // why it failed (kNone when it succeeded)
   std::string error;
   int64_t prompt_len = 0;        // the server's usage.prompt_tokens when reported, else the dataset's count
   int64_t dataset_prompt_len = 0;

@@ -362,6 +362,7 @@ void scan_payload(std::string_view data, ApiKind kind, StreamChunk& out, TextSpa
   out.has_usage = false;
   out.prompt_tokens = out.completion_tokens = -1;
   out.error.clear();
+  out.server_error = false;
   if (data == "[DONE]") {
     out.done = true;
     return;
@@ -412,6 +413,7 @@ void scan_payload(std::string_view data, ApiKind kind, StreamChunk& out, TextSpa
   if (!error.empty()) {
     out.has_choices = false;
     out.error = std::move(error);
+    out.server_error = true;
   }
 }
 
@@ -438,6 +440,7 @@ void StreamChunkParser::parse(std::string_view data, ApiKind kind, StreamChunk& 
       out.prompt_tokens = last_fields_.prompt_tokens;
       out.completion_tokens = last_fields_.completion_tokens;
       out.error.clear();
+      out.server_error = false;
       ++fast_path_hits_;
       return;
     }

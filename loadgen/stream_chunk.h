@@ -18,6 +18,7 @@ struct StreamChunk {
   int64_t prompt_tokens = -1;      // -1: not reported
   int64_t completion_tokens = -1;
   std::string error;  // non-empty: malformed payload or an "error" object from the server
+  bool server_error = false;  // the error is the server's own "error" object (else the payload is malformed)
 };
 
 // Parses `data` into `out` (which is reset first).

@@ -1,6 +1,6 @@
 // Launchers start one candidate and hand back a Session to run workloads on; destroying the Session tears the
 // candidate down (built-in: the Engine is shut down and freed; external: the server's process group is stopped)
-// before the next one starts. Failures are classified: did_not_start, crashed, oom, timed_out.
+// before the next one starts. Failures are classified (TrialFailure), where they are seen.
 #pragma once
 
 #include <memory>
@@ -20,20 +20,36 @@ class Tokenizer;
 
 namespace servetune::tuner {
 
-inline constexpr const char* kDidNotStart = "did_not_start";
-inline constexpr const char* kCrashed = "crashed";
-inline constexpr const char* kOom = "oom";
-inline constexpr const char* kTimedOut = "timed_out";
+// Why a candidate failed; trial markers and reports spell it as trial_failure_name() gives.
+enum class TrialFailure {
+  kNone,
+  kDidNotStart,     // did_not_start: the launch command failed or the server exited before it was healthy
+  kCrashed,         // crashed: the server or engine process died
+  kOom,             // oom: out of memory (the server's log says so, or the kernel's OOM killer struck)
+  kTimedOut,        // timed_out: startup, a request or the whole trial ran past its timeout
+  kRequestsFailed,  // requests_failed: the candidate ran, but every request of a workload failed
+};
+constexpr const char* trial_failure_name(TrialFailure failure) {  // "" for kNone
+  switch (failure) {
+    case TrialFailure::kNone: return "";
+    case TrialFailure::kDidNotStart: return "did_not_start";
+    case TrialFailure::kCrashed: return "crashed";
+    case TrialFailure::kOom: return "oom";
+    case TrialFailure::kTimedOut: return "timed_out";
+    case TrialFailure::kRequestsFailed: return "requests_failed";
+  }
+  return "";
+}
 
 class LaunchFailure : public std::runtime_error {
  public:
-  LaunchFailure(std::string kind, const std::string& message, std::string log = "")
-      : std::runtime_error(message), kind_(std::move(kind)), log_(std::move(log)) {}
-  const std::string& kind() const { return kind_; }
+  LaunchFailure(TrialFailure kind, const std::string& message, std::string log = "")
+      : std::runtime_error(message), kind_(kind), log_(std::move(log)) {}
+  TrialFailure kind() const { return kind_; }
   const std::string& log() const { return log_; }  // the server log, relative to the run folder, if any
 
  private:
-  std::string kind_;
+  TrialFailure kind_;
   std::string log_;
 };
 
@@ -48,6 +64,9 @@ class Session {
   virtual void check_alive(double grace_s = 0.0) { (void)grace_s; }
   // The launch command (external) or "" (built-in).
   virtual std::string command() const { return ""; }
+  // The server's Prometheus endpoint and the bearer key the client sends (external), or "" (built-in).
+  virtual std::string metrics_url() const { return ""; }
+  virtual std::string api_key() const { return ""; }
   // The server log, relative to the run folder; "" when there is none.
   virtual std::string log() const { return ""; }
 };

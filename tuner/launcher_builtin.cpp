@@ -30,9 +30,9 @@ class BuiltinLauncher : public Launcher {
     try {
       return std::make_unique<BuiltinSession>(config);
     } catch (const std::bad_alloc&) {
-      throw LaunchFailure(kOom, "the engine ran out of memory while loading " + spec_.target.model);
+      throw LaunchFailure(TrialFailure::kOom, "the engine ran out of memory while loading " + spec_.target.model);
     } catch (const Error& e) {
-      throw LaunchFailure(kDidNotStart, e.what());
+      throw LaunchFailure(TrialFailure::kDidNotStart, e.what());
     }
   }
 

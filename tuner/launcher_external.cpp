@@ -31,7 +31,7 @@ class ExternalSession : public Session {
     for (;;) {
       if (const auto st = process_->poll()) {
         const std::string tail = tail_lines(log_path, 5);
-        throw LaunchFailure(log_shows_oom(log_path) ? kOom : kDidNotStart,
+        throw LaunchFailure(log_shows_oom(log_path) ? TrialFailure::kOom : TrialFailure::kDidNotStart,
                             "the server exited (" + describe_wait_status(*st) + ") before " + server.health +
                                 " answered" + (tail.empty() ? "" : "; its log ends:\n" + tail),
                             log_rel);
@@ -40,7 +40,7 @@ class ExternalSession : public Session {
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (waited > server.startup_timeout_s) {
         process_->stop(server.stop_timeout_s);
-        throw LaunchFailure(kTimedOut,
+        throw LaunchFailure(TrialFailure::kTimedOut,
                             server.health + " did not answer 200 within startup_timeout_s = " +
                                 std::to_string(static_cast<int>(server.startup_timeout_s)) + " s",
                             log_rel);
@@ -52,6 +52,8 @@ class ExternalSession : public Session {
     h.api_url = base + (server.endpoint.empty() ? loadgen::default_endpoint(server.backend) : server.endpoint);
     h.model = server.served_model_name.empty() ? spec.target.model : server.served_model_name;
     if (const char* k = std::getenv("OPENAI_API_KEY")) h.api_key = k;
+    api_key_ = h.api_key;
+    metrics_url_ = base + "/metrics";
     h.request_timeout_s = server.request_timeout_s;
     client_ = std::make_unique<loadgen::HttpClient>(h);
   }
@@ -63,6 +65,8 @@ class ExternalSession : public Session {
 
   loadgen::Client& client() override { return *client_; }
   std::string command() const override { return command_; }
+  std::string metrics_url() const override { return metrics_url_; }
+  std::string api_key() const override { return api_key_; }
   std::string log() const override { return log_rel_; }
 
   void check_alive(double grace_s) override {
@@ -75,7 +79,7 @@ class ExternalSession : public Session {
     if (!st) return;
     const bool oom = log_shows_oom(log_path_) || (WIFSIGNALED(*st) && WTERMSIG(*st) == SIGKILL);
     const std::string tail = tail_lines(log_path_, 5);
-    throw LaunchFailure(oom ? kOom : kCrashed,
+    throw LaunchFailure(oom ? TrialFailure::kOom : TrialFailure::kCrashed,
                         "the server died during the benchmark (" + describe_wait_status(*st) + ")" +
                             (tail.empty() ? "" : "; its log ends:\n" + tail),
                         log_rel_);
@@ -86,6 +90,8 @@ class ExternalSession : public Session {
   std::string command_;
   std::string log_path_;
   std::string log_rel_;
+  std::string metrics_url_;
+  std::string api_key_;
   std::unique_ptr<ServerProcess> process_;
   std::unique_ptr<loadgen::HttpClient> client_;
 };
@@ -98,7 +104,7 @@ class ExternalLauncher : public Launcher {
     const int port = spec_.target.port == 0 ? free_port() : spec_.target.port;
     std::string why;
     const auto cmd = render_launch(spec_, space_.full_settings(candidate), port, why);
-    if (!cmd) throw LaunchFailure(kDidNotStart, why);
+    if (!cmd) throw LaunchFailure(TrialFailure::kDidNotStart, why);
     const std::string rel = "raw/" + candidate.id + "/server." + tag + ".log";
     const std::string path = (std::filesystem::path(run_dir) / rel).string();
     std::error_code ec;

@@ -1,44 +1,28 @@
-// The sweep driver (see sweep_runner.h).
+// The sweep driver: input checks, the run folder, and the strategy loop (see sweep_runner.h); trials run in
+// trial_runner.cpp.
 #include "tuner/sweep_runner.h"
 
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <chrono>
-#include <cmath>
+#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
-#include <thread>
 #include <filesystem>
-#include <map>
 #include <memory>
 
 #include "core/error.h"
 #include "formats/gguf.h"
-#include "loadgen/report.h"
-#include "servetune/engine.h"
 #include "tokenizer/tokenizer.h"
-#include "tuner/bench_runner.h"
 #include "tuner/launcher.h"
 #include "tuner/plan.h"
 #include "tuner/progress.h"
 #include "tuner/results_store.h"
-#include "tuner/server_command.h"
-#include "tuner/server_process.h"
+#include "tuner/results_table.h"
 #include "tuner/space.h"
 #include "tuner/strategy.h"
+#include "tuner/trial_runner.h"
 
 namespace servetune::tuner {
 namespace fs = std::filesystem;
 namespace {
-
-constexpr int kChildFailed = 3;  // the candidate failed and its marker is written
-constexpr int kChildError = 4;   // an error that stops the sweep (printed by the child)
-constexpr int kChildLost = 5;    // the parent was gone before the child started
 
 std::string timestamp() {
   const std::time_t t = std::time(nullptr);
@@ -80,39 +64,19 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   return Tokenizer::from_gguf(gguf);
 }
 
-nlohmann::ordered_json candidate_info(const Candidate& c, const SearchSpace& space, const SweepSpec& spec) {
-  nlohmann::ordered_json j;
-  j["id"] = c.id;
-  j["label"] = c.label;
-  j["settings"] = c.settings;
-  j["full_settings"] = space.full_settings(c);
-  j["engine"] = spec.builtin() ? std::string("builtin") : server_for(spec, space.full_settings(c)).name;
-  if (!spec.builtin()) {
-    const auto& server = server_for(spec, space.full_settings(c));
-    if (!server.version.empty()) j["engine_version"] = server.version;
-  }
-  return j;
-}
-
-std::string run_summary(const RunOutput& out) {
-  char buf[200];
-  std::snprintf(buf, sizeof(buf), "%lld ok, %lld failed, %.1f tok/s total, TPOT %.1f ms",
-                static_cast<long long>(out.completed), static_cast<long long>(out.failed),
-                out.metrics.value("total_token_throughput", 0.0), out.metrics.value("mean_tpot_ms", 0.0));
-  return buf;
-}
-
+// The strategy loop: asks the strategy for the next batch of trials, skips those already complete (--resume) or
+// excluded by the constraints, and runs the rest; the strategy sees every result so far before its next batch.
 class Driver {
  public:
   Driver(const SweepSpec& spec, ResultsStore& store, const SweepOptions& o)
-      : spec_(spec), store_(store), opts_(o), space_(spec), strategy_(Strategy::make(spec, space_)),
+      : spec_(spec), store_(store), space_(spec), strategy_(Strategy::make(spec, space_)),
         launcher_(Launcher::make(spec, space_)), progress_(o.progress, strategy_->planned_runs()),
-        environment_(loadgen::environment_json(SERVETUNE_VERSION)) {}
+        tokenizer_(load_tokenizer(spec.builtin() ? spec.target.model : spec.target.tokenizer)),
+        trials_(spec, space_, store, *launcher_, progress_, *tokenizer_) {}
 
   SweepOutcome run() {
     SweepOutcome outcome;
     outcome.run_dir = store_.dir();
-    tokenizer_ = load_tokenizer(spec_.builtin() ? spec_.target.model : spec_.target.tokenizer);
     ResultsTable table = ResultsTable::build(store_.records(), store_.trials());
     while (auto batch = strategy_->next(table)) {
       progress_.note("== " + batch->stage + ": " + std::to_string(batch->trials.size()) + " candidates");
@@ -124,13 +88,13 @@ class Driver {
           continue;
         }
         if (!t.candidate.skip_reason.empty()) {
-          write_marker(t, "skipped", "", t.candidate.skip_reason, "", "");
+          trials_.skip(t);
           progress_.note(t.candidate.id + " (" + t.candidate.label + "): skipped: " + t.candidate.skip_reason);
           progress_.skip_runs(runs);
           ++outcome.skipped;
           continue;
         }
-        if (!(spec_.builtin() ? run_trial_isolated(t) : run_trial(t))) ++outcome.failed;
+        if (!trials_.run(t)) ++outcome.failed;
         ++outcome.trials_run;
       }
       table = ResultsTable::build(store_.records(), store_.trials());
@@ -139,192 +103,14 @@ class Driver {
   }
 
  private:
-  void write_marker(const Trial& t, const std::string& status, const std::string& failure, const std::string& reason,
-                    const std::string& launch_id, const std::string& log, const std::string& command = "",
-                    const std::string& started = "") {
-    nlohmann::ordered_json m;
-    m["candidate"] = t.candidate.id;
-    m["tag"] = t.tag;
-    nlohmann::ordered_json info = candidate_info(t.candidate, space_, spec_);
-    if (!command.empty()) info["command"] = command;
-    m["candidate_info"] = info;
-    nlohmann::ordered_json ws = nlohmann::ordered_json::array();
-    for (const auto& w : t.workloads) ws.push_back(w.name);
-    m["workloads"] = ws;
-    m["repeat"] = spec_.repeat;
-    m["status"] = status;
-    m["failure"] = failure;
-    m["reason"] = reason;
-    m["launch_id"] = launch_id;
-    m["log"] = log;
-    m["started"] = started;
-    m["finished"] = now_iso8601();
-    store_.write_trial(m);
-  }
-
-  // Repeat r samples with seed + r: repeats measure the same distribution without replaying the same prompts into
-  // the prefix cache of the engine that served them a moment ago.
-  static WorkloadSpec for_repeat(const WorkloadSpec& w, int repeat) {
-    WorkloadSpec out = w;
-    out.data.seed += static_cast<uint64_t>(repeat);
-    return out;
-  }
-
-  const datasets::Workload& workload(const WorkloadSpec& w) {
-    const std::string key = w.name + "#" + std::to_string(w.data.seed);
-    auto it = workloads_.find(key);
-    if (it == workloads_.end()) it = workloads_.emplace(key, datasets::load_workload(w.data, *tokenizer_)).first;
-    return it->second;
-  }
-
-  void load_workloads(const Trial& t) {
-    for (const auto& w : t.workloads) {
-      for (int r = 0; r < spec_.repeat; ++r) workload(for_repeat(w, r));
-    }
-  }
-
-  // A built-in candidate runs in a child process, so an engine that crashes or hangs fails that candidate, not the
-  // sweep. The child writes the records and the marker; the parent writes the marker when the child dies. The
-  // child dies with the parent (PR_SET_PDEATHSIG), so a killed sweep leaves nothing running.
-  bool run_trial_isolated(const Trial& t) {
-    load_workloads(t);
-    const size_t runs = t.workloads.size() * static_cast<size_t>(spec_.repeat);
-    const auto t0 = std::chrono::steady_clock::now();
-    std::fflush(nullptr);
-    progress_.before_fork();
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(kChildLost);
-      progress_.after_fork_child();
-      int code = kChildFailed;
-      try {
-        code = run_trial(t) ? 0 : kChildFailed;
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "servetune: error: %s\n", e.what());
-        code = kChildError;
-      }
-      std::fflush(nullptr);
-      ::_exit(code);
-    }
-    progress_.after_fork_parent();
-    if (pid < 0) throw Error(ErrorKind::kIo, std::string("cannot fork for the candidate: ") + std::strerror(errno));
-    int status = 0;
-    bool timed_out = false;
-    for (;;) {
-      const pid_t r = ::waitpid(pid, &status, WNOHANG);
-      if (r == pid) break;
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (!timed_out && spec_.target.trial_timeout_s > 0 && elapsed > spec_.target.trial_timeout_s) {
-        ::kill(pid, SIGKILL);
-        timed_out = true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    progress_.child_done(runs, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    if (WIFEXITED(status) && WEXITSTATUS(status) == kChildError) throw Error(ErrorKind::kInternal, "the sweep stopped (see the error above)");
-    if (WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == kChildFailed) && store_.trial(t.candidate.id, t.tag)) {
-      return WEXITSTATUS(status) == 0;
-    }
-    std::string kind = kCrashed, why = "the engine process died (" + describe_wait_status(status) + ")";
-    if (timed_out) {
-      kind = kTimedOut;
-      why = "the candidate ran longer than target.trial_timeout_s = " + format_duration(spec_.target.trial_timeout_s);
-    } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
-      kind = kOom;
-      why += "; SIGKILL from outside the sweep is usually the kernel's out-of-memory killer";
-    }
-    progress_.note(t.candidate.id + " (" + t.candidate.label + "): failed (" + kind + "): " + why);
-    write_marker(t, "failed", kind, why, "", "", "", "");
-    return false;
-  }
-
-  // Returns false when the candidate failed (the failure is recorded; the sweep goes on).
-  bool run_trial(const Trial& t) {
-    const std::string launch_id = new_launch_id();
-    const std::string started = now_iso8601();
-    std::vector<std::string> names;
-    for (const auto& w : t.workloads) names.push_back(w.name);
-    store_.discard_partial(t.candidate.id, names);
-    // Datasets first: a bad dataset is the sweep's error, not the candidate's.
-    load_workloads(t);
-    const size_t runs = t.workloads.size() * static_cast<size_t>(spec_.repeat);
-    progress_.trial_started(t.candidate.id, t.candidate.label, runs);
-    std::string log, command;
-    size_t done = 0;
-    try {
-      std::unique_ptr<Session> session = launcher_->start(t.candidate, store_.dir(), t.tag);
-      log = session->log();
-      command = session->command();
-      nlohmann::ordered_json info = candidate_info(t.candidate, space_, spec_);
-      if (!command.empty()) info["command"] = command;
-      for (const auto& w : t.workloads) {
-        for (int r = 0; r < spec_.repeat; ++r) {
-          progress_.run_started(w.name, r);
-          const WorkloadSpec wr = for_repeat(w, r);
-          const RunOutput out = run_workload(session->client(), workload(wr), wr, spec_.percentiles, *tokenizer_, session->engine());
-          session->check_alive(out.failed > 0 ? 3.0 : 0.0);
-          write_record(info, w, r, out, t.tag, launch_id, session->engine());
-          progress_.run_finished(run_summary(out));
-          ++done;
-          if (out.completed == 0) {
-            throw LaunchFailure(out.first_error.find("imed out") != std::string::npos ? kTimedOut : "requests_failed",
-                                "every request of " + w.name + " failed: " + out.first_error);
-          }
-        }
-      }
-      session.reset();
-    } catch (const LaunchFailure& f) {
-      if (log.empty()) log = f.log();
-      progress_.skip_runs(runs - done);
-      progress_.note(t.candidate.id + " (" + t.candidate.label + "): failed (" + f.kind() + "): " + f.what());
-      write_marker(t, "failed", f.kind(), f.what(), launch_id, log, command, started);
-      return false;
-    } catch (const std::bad_alloc&) {
-      progress_.skip_runs(runs - done);
-      progress_.note(t.candidate.id + " (" + t.candidate.label + "): failed (oom)");
-      write_marker(t, "failed", kOom, "out of memory during the benchmark", launch_id, log, command, started);
-      return false;
-    }
-    write_marker(t, "ok", "", "", launch_id, log, command, started);
-    return true;
-  }
-
-  void write_record(const nlohmann::ordered_json& info, const WorkloadSpec& w, int repeat, const RunOutput& out,
-                    const std::string& tag, const std::string& launch_id, const Engine* engine) {
-    nlohmann::ordered_json r;
-    r["schema"] = kRecordSchema;
-    r["candidate"] = info;
-    r["workload"] = w.to_json();
-    r["workload"]["seed_used"] = w.data.seed + static_cast<uint64_t>(repeat);
-    r["repeat"] = repeat;
-    r["metrics"] = out.metrics;
-    nlohmann::ordered_json p;
-    p["source"] = "measured";
-    p["tool"] = "servetune sweep";
-    p["sweep"] = spec_.name;
-    p["trial"] = tag;
-    p["launch_id"] = launch_id;
-    p["date"] = now_iso8601();
-    p["environment"] = environment_;
-    if (engine != nullptr) p["environment"]["engine_cpu_isa"] = engine->cpu_isa();
-    r["provenance"] = p;
-    const std::string raw = (fs::path(store_.raw_dir(info["id"].get<std::string>())) / (w.name + ".r" + std::to_string(repeat) + ".requests.json")).string();
-    write_file_atomic(raw, out.per_request.dump() + "\n");
-    store_.write_record(r);
-  }
-
   const SweepSpec& spec_;
   ResultsStore& store_;
-  const SweepOptions& opts_;
   SearchSpace space_;
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<Launcher> launcher_;
   Progress progress_;
-  nlohmann::ordered_json environment_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::map<std::string, datasets::Workload> workloads_;
+  TrialRunner trials_;
 };
 
 }  // namespace

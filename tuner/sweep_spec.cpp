@@ -306,7 +306,7 @@ bool is_known_metric(const std::string& key) {
       "calibrated_cpu_per_token", "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
       "spec_decode_draft_tokens", "spec_decode_accepted_tokens"};
   if (plain.count(key)) return true;
-  // The summaries a tuner run records (bench_runner.cpp): one per --percentile-metrics name.
+  // The summaries a tuner run records (trial_runner.cpp): one per --percentile-metrics name.
   static const std::regex stat_key(
       "(mean|median|std|p[0-9]+(\\.[0-9]+)?)_(" + join(loadgen::percentile_metric_names(), "|") + ")_ms");
   return std::regex_match(key, stat_key);

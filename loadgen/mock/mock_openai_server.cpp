@@ -9,6 +9,8 @@
 //   no_done      a complete stream without [DONE]  hang         stop sending (the client's timeout fires)
 //   error_event  data: {"error": ...}             quirky       valid but unusual SSE (CRLF, comments,
 //                                                               multi-line data, id/retry fields)
+// GET /metrics is a Prometheus exposition; with --spec-decode-tokens K it has vLLM's speculative-decoding counters
+// of a pretend speculator: each streamed request of N tokens adds N drafts of K tokens whose first token is accepted.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -75,6 +77,8 @@ struct Timer {
 
 int64_t g_itl_us = 0;
 int64_t g_ttft_us = 0;
+int64_t g_spec_tokens = 0;  // --spec-decode-tokens: draft length of the pretend speculator (0: none)
+int64_t g_spec_drafts = 0;  // drafts so far; each accepts its first token only
 bool g_timestamps = true;
 int g_epfd = -1;
 uint64_t g_next_id = 0;
@@ -259,11 +263,28 @@ void respond_status(Conn& c, int code, const std::string& message) {
            std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
+std::string metrics_text() {
+  std::string t = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"mock\"} 0\n";
+  if (g_spec_tokens <= 0) return t;
+  const std::string drafts = std::to_string(g_spec_drafts);
+  const std::string draft_tokens = std::to_string(g_spec_drafts * g_spec_tokens);
+  t += "vllm:spec_decode_num_drafts_total{model_name=\"mock\"} " + drafts + "\n";
+  t += "vllm:spec_decode_num_draft_tokens_total{model_name=\"mock\"} " + draft_tokens + "\n";
+  t += "vllm:spec_decode_num_accepted_tokens_total{model_name=\"mock\"} " + drafts + "\n";
+  for (int64_t p = 0; p < g_spec_tokens; ++p) {
+    t += "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"mock\",position=\"" + std::to_string(p) +
+         "\"} " + (p == 0 ? drafts : "0") + "\n";
+  }
+  return t;
+}
+
 void handle_request(Conn& c, const std::string& method, const std::string& path, const std::string& body) {
-  if (method == "GET" && path == "/v1/models") {
-    const std::string b = R"({"object":"list","data":[{"id":"mock","object":"model","root":"mock"}]})";
-    c.out += "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(b.size()) +
-             "\r\n\r\n" + b;
+  if (method == "GET" && (path == "/v1/models" || path == "/metrics")) {
+    const bool models = path == "/v1/models";
+    const std::string b =
+        models ? R"({"object":"list","data":[{"id":"mock","object":"model","root":"mock"}]})" : metrics_text();
+    c.out += std::string("HTTP/1.1 200 OK\r\nContent-Type: ") + (models ? "application/json" : "text/plain") +
+             "\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
     return;
   }
   const bool chat = path == "/v1/chat/completions";
@@ -305,6 +326,7 @@ void handle_request(Conn& c, const std::string& method, const std::string& path,
   c.out += "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
            "Transfer-Encoding: chunked\r\n\r\n";
   s.active = true;
+  if (s.mode == Mode::kOk || s.mode == Mode::kQuirky) g_spec_drafts += s.total;
   c.stream = s;
   ++c.generation;
   if (g_ttft_us > 0) {
@@ -359,8 +381,11 @@ int main(int argc, char** argv) {
       g_itl_us = std::atoll(argv[i + 1]);
     } else if (a == "--ttft-us") {
       g_ttft_us = std::atoll(argv[i + 1]);
+    } else if (a == "--spec-decode-tokens") {
+      g_spec_tokens = std::atoll(argv[i + 1]);
     } else {
-      std::fprintf(stderr, "usage: %s [--host H] [--port P] [--itl-us N] [--ttft-us N] [--no-timestamps]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--host H] [--port P] [--itl-us N] [--ttft-us N] [--spec-decode-tokens K] "
+                   "[--no-timestamps]\n", argv[0]);
       return 2;
     }
   }

@@ -22,7 +22,8 @@ if(TARGET servetune_loadgen)
     servetune_test(test_loadgen_cli LABEL unit
       SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_cli.cpp
       LIBS nlohmann_json::nlohmann_json servetune_core)
-    target_compile_definitions(test_loadgen_cli PRIVATE SERVETUNE_BIN="$<TARGET_FILE:servetune>")
-    add_dependencies(test_loadgen_cli servetune)
+    target_compile_definitions(test_loadgen_cli PRIVATE SERVETUNE_BIN="$<TARGET_FILE:servetune>"
+                               SERVETUNE_MOCK_SERVER="$<TARGET_FILE:servetune_mock_openai>")
+    add_dependencies(test_loadgen_cli servetune servetune_mock_openai)
   endif()
 endif()

@@ -1,5 +1,6 @@
-// `servetune bench` end to end: a run against the mock server saves vLLM's JSON keys; bad flags and bad dataset
-// files give one clear message naming the input, exit code 2 for usage errors.
+// `servetune bench` end to end: a built-in run saves vLLM's JSON keys plus the engine's; a run against the mock
+// server reports its /metrics speculative-decoding counters; bad flags and bad dataset files give one clear
+// message naming the input, exit code 2 for usage errors.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cpu_features.h"
+#include "mock_server.h"
 #include "test_paths.h"
 
 namespace {
@@ -87,6 +89,31 @@ TEST(BenchCli, BuiltinRunSavesVllmKeys) {
   EXPECT_LE(j["max_concurrent_requests"].get<int>(), 2);
   const std::string isa = j["environment"].value("engine_cpu_isa", std::string());
   EXPECT_TRUE(servetune::cpu_isa_from_name(isa).has_value()) << isa;
+  EXPECT_TRUE(j.contains("engine_steps"));
+  EXPECT_TRUE(j.contains("process_cpu_s"));
+  EXPECT_FALSE(j.contains("calibration_ms"));  // the sweep's CPU calibration is not part of bench's result
+}
+
+TEST(BenchCli, HttpRunReportsTheServersSpeculativeCounters) {
+  const servetune::testing::MockServer server({"--spec-decode-tokens", "2"});
+  const auto dir = std::filesystem::temp_directory_path() / "servetune_cli_results_http";
+  std::filesystem::remove_all(dir);
+  const Result r = run("--model mock --tokenizer " + servetune::testing::stories_path() + " --port " +
+                       std::to_string(server.port()) + " --dataset-name random --random-input-len 16"
+                       " --random-output-len 8 --num-prompts 10 --save-result --result-dir " + dir.string() +
+                       " --result-filename out.json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("---------------Speculative Decoding---------------"), std::string::npos) << r.output;
+  std::ifstream in(dir / "out.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  // The counters' change over the run: 10 x 8 tokens, each one draft of 2 tokens with its first accepted.
+  EXPECT_EQ(j["spec_decode_num_drafts"].get<int>(), 80);
+  EXPECT_EQ(j["spec_decode_draft_tokens"].get<int>(), 160);
+  EXPECT_EQ(j["spec_decode_accepted_tokens"].get<int>(), 80);
+  EXPECT_DOUBLE_EQ(j["spec_decode_acceptance_rate"].get<double>(), 50.0);
+  EXPECT_FALSE(j.contains("engine_steps"));
+  EXPECT_FALSE(j.contains("engine_config"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -2,10 +2,6 @@
 // SSE), and every injected failure counted as a failed request with its reason while the run completes; the
 // client's read lag from the mock's send stamps, and its absence when the mock sends none.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
@@ -17,46 +13,12 @@
 #include "loadgen/http_client.h"
 #include "loadgen/sse_parser.h"
 #include "loadgen/stream_chunk.h"
-
-extern char** environ;
+#include "mock_server.h"
 
 namespace servetune::loadgen {
 namespace {
 
-class MockServer {
- public:
-  explicit MockServer(std::vector<std::string> extra = {}) {
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error("pipe");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    std::vector<std::string> args = {SERVETUNE_MOCK_SERVER, "--port", "0"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) throw std::runtime_error("spawn");
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    FILE* out = fdopen(fds[0], "r");
-    char line[256] = {};
-    if (std::fgets(line, sizeof(line), out) == nullptr) throw std::runtime_error("mock server did not start");
-    std::fclose(out);
-    const std::string s = line;
-    port_ = std::stoi(s.substr(s.rfind(':') + 1));
-  }
-  ~MockServer() {
-    kill(pid_, SIGTERM);
-    waitpid(pid_, nullptr, 0);
-  }
-  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
-
- private:
-  pid_t pid_ = 0;
-  int port_ = 0;
-};
+using servetune::testing::MockServer;
 
 datasets::SampleRequest sample(const std::string& prompt, int64_t out) {
   datasets::SampleRequest r;
@@ -188,26 +150,35 @@ TEST(HttpClient, InjectedFailuresAreCountedWithReasons) {
   HttpClientOptions o;
   o.api_url = server.url("/v1/completions");
   o.request_timeout_s = 1.0;
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"mock:reset:3", "transport error"},
-      {"mock:status:429", "HTTP 429"},
-      {"mock:status:503", "HTTP 503"},
-      {"mock:malformed_sse:2", "malformed SSE"},
-      {"mock:malformed_json:2", "malformed JSON in SSE data"},
-      {"mock:no_done", "stream ended without [DONE]"},
-      {"mock:hang:2", "timed out"},
-      {"mock:error_event:1", "server error in stream: mock failure"},
+  struct Case {
+    std::string prompt;
+    std::string error;
+    RequestFailure failure;
+  };
+  const std::vector<Case> cases = {
+      {"mock:reset:3", "transport error", RequestFailure::kTransport},
+      {"mock:status:429", "HTTP 429", RequestFailure::kHttpStatus},
+      {"mock:status:503", "HTTP 503", RequestFailure::kHttpStatus},
+      {"mock:malformed_sse:2", "malformed SSE", RequestFailure::kBadResponse},
+      {"mock:malformed_json:2", "malformed JSON in SSE data", RequestFailure::kBadResponse},
+      {"mock:no_done", "stream ended without [DONE]", RequestFailure::kBadResponse},
+      {"mock:hang:2", "timed out", RequestFailure::kTimedOut},
+      {"mock:error_event:1", "server error in stream: mock failure", RequestFailure::kServerError},
   };
   std::vector<datasets::SampleRequest> reqs;
-  for (const auto& c : cases) reqs.push_back(sample(c.first, 6));
+  for (const auto& c : cases) reqs.push_back(sample(c.prompt, 6));
   for (int i = 0; i < 5; ++i) reqs.push_back(sample("fine", 4));
   const RunResult r = run_plan(o, reqs, 3);
   for (size_t i = 0; i < cases.size(); ++i) {
-    EXPECT_FALSE(r.outputs[i].success) << cases[i].first;
-    EXPECT_NE(r.outputs[i].error.find(cases[i].second), std::string::npos)
-        << cases[i].first << " gave: " << r.outputs[i].error;
+    EXPECT_FALSE(r.outputs[i].success) << cases[i].prompt;
+    EXPECT_NE(r.outputs[i].error.find(cases[i].error), std::string::npos)
+        << cases[i].prompt << " gave: " << r.outputs[i].error;
+    EXPECT_EQ(r.outputs[i].failure, cases[i].failure) << cases[i].prompt << " gave: " << r.outputs[i].error;
   }
-  for (size_t i = cases.size(); i < reqs.size(); ++i) EXPECT_TRUE(r.outputs[i].success) << r.outputs[i].error;
+  for (size_t i = cases.size(); i < reqs.size(); ++i) {
+    EXPECT_TRUE(r.outputs[i].success) << r.outputs[i].error;
+    EXPECT_EQ(r.outputs[i].failure, RequestFailure::kNone);
+  }
   const BenchmarkMetrics m = compute_metrics(r.outputs, r.duration_s, {99}, {});
   EXPECT_EQ(m.failed, static_cast<int64_t>(cases.size()));
   EXPECT_EQ(m.completed, 5);
@@ -226,6 +197,7 @@ TEST(HttpClient, TimeoutCountsFromEachRequestsOwnStart) {
   const RunResult r = run_plan(o, reqs, 2);
   EXPECT_FALSE(r.outputs[0].success);
   EXPECT_NE(r.outputs[0].error.find("timed out after 1"), std::string::npos) << r.outputs[0].error;
+  EXPECT_EQ(r.outputs[0].failure, RequestFailure::kTimedOut);
   for (size_t i = 1; i < reqs.size(); ++i) {
     ASSERT_TRUE(r.outputs[i].success) << i << ": " << r.outputs[i].error;
     EXPECT_EQ(r.outputs[i].output_tokens, 100);
@@ -282,6 +254,7 @@ TEST(HttpClient, NothingListeningFailsEveryRequest) {
   for (const RequestOutput& out : r.outputs) {
     EXPECT_FALSE(out.success);
     EXPECT_NE(out.error.find("transport error"), std::string::npos) << out.error;
+    EXPECT_EQ(out.failure, RequestFailure::kTransport);
   }
 }
 

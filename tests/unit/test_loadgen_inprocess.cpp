@@ -37,6 +37,7 @@ TEST(InProcessClient, RunsAPlanOnTheEngine) {
   for (size_t i = 0; i + 1 < reqs.size(); ++i) {
     const RequestOutput& o = r.outputs[i];
     ASSERT_TRUE(o.success) << o.error;
+    EXPECT_EQ(o.failure, RequestFailure::kNone);
     EXPECT_EQ(o.output_tokens, reqs[i].output_len);
     EXPECT_EQ(o.prompt_len, reqs[i].prompt_len);  // the engine's usage agrees with the dataset's count
     int64_t chunk_tokens = 0;
@@ -52,6 +53,7 @@ TEST(InProcessClient, RunsAPlanOnTheEngine) {
   }
   EXPECT_FALSE(r.outputs.back().success);
   EXPECT_NE(r.outputs.back().error.find("rejected by the engine"), std::string::npos) << r.outputs.back().error;
+  EXPECT_EQ(r.outputs.back().failure, RequestFailure::kRejected);
   const BenchmarkMetrics m = compute_metrics(r.outputs, r.duration_s, {99}, {});
   EXPECT_LE(m.max_concurrent_requests, 3);
   EXPECT_EQ(m.completed, 12);

@@ -178,12 +178,16 @@ TEST(StreamChunk, CompletionsChatUsageAndErrors) {
   EXPECT_TRUE(c.done);
   parse_stream_chunk("{not json", ApiKind::kCompletions, c);
   EXPECT_NE(c.error.find("malformed JSON"), std::string::npos);
+  EXPECT_FALSE(c.server_error);
   parse_stream_chunk("[1,2]", ApiKind::kCompletions, c);
   EXPECT_NE(c.error.find("not a JSON object"), std::string::npos);
+  EXPECT_FALSE(c.server_error);
   parse_stream_chunk(R"({"error":{"message":"out of memory","code":500}})", ApiKind::kCompletions, c);
   EXPECT_EQ(c.error, "server error in stream: out of memory");
+  EXPECT_TRUE(c.server_error);
   parse_stream_chunk(R"({"choices":[{"text":"a"}],"error":null})", ApiKind::kCompletions, c);
   EXPECT_TRUE(c.error.empty());
+  EXPECT_FALSE(c.server_error);
 }
 
 // What parse_stream_chunk must extract, computed with nlohmann::json's DOM.
@@ -230,6 +234,7 @@ void expect_same(std::string_view data, ApiKind kind) {
   parse_stream_chunk(data, kind, got);
   const StreamChunk want = reference(data, kind);
   SCOPED_TRACE(std::string(data));
+  EXPECT_EQ(got.server_error, want.error == "server error");
   if (want.error == "malformed") {
     EXPECT_NE(got.error.find("malformed JSON"), std::string::npos);
   } else if (want.error == "not an object") {
@@ -302,6 +307,7 @@ TEST(StreamChunk, StreamParserMatchesTheFullScanAfterAnyPayload) {
     EXPECT_EQ(got.prompt_tokens, want.prompt_tokens);
     EXPECT_EQ(got.completion_tokens, want.completion_tokens);
     EXPECT_EQ(got.error, want.error);
+    EXPECT_EQ(got.server_error, want.server_error);
   };
   int fast_path_candidates = 0;
   for (const auto& [first, kind] : kPayloads) {

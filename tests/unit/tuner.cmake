@@ -1,10 +1,11 @@
 # Tuner tests: constraint expressions, sweep-file validation, search space and flag rendering, strategies over
-# synthetic results, results store / table / check / reports. No engine runs here (tests/integration/tuner does).
+# synthetic results, results store / table / check / reports, the measurement against a scripted client. No engine
+# runs here (tests/integration/tuner does).
 if(TARGET servetune_tuner)
   servetune_test(test_tuner LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tuner_expr.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_spec.cpp
             ${CMAKE_CURRENT_LIST_DIR}/test_tuner_space.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_strategy.cpp
             ${CMAKE_CURRENT_LIST_DIR}/test_tuner_results.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_report.cpp
-            ${CMAKE_CURRENT_LIST_DIR}/test_tuner_import.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/test_tuner_import.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_measurement.cpp
     LIBS servetune_tuner servetune_importers servetune_report)
 endif()

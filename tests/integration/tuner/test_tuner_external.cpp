@@ -1,6 +1,7 @@
-// External targets end to end: the mock OpenAI server swept over a flag, and servers that fail in each way the
-// launcher classifies (did not start, out of memory, timed out, crashed); logs land in raw/, the sweep goes on,
-// and no server process outlives its candidate.
+// External targets end to end: the mock OpenAI server swept over a flag, its /metrics speculative-decoding
+// counters in the records, and servers that fail in each way a trial is classified (did not start, out of memory,
+// timed out at startup or per request, crashed, every request failed); logs land in raw/, the sweep goes on, and
+// no server process outlives its candidate.
 #include <chrono>
 #include <map>
 #include <thread>
@@ -50,8 +51,25 @@ target:
       health: /v1/models
       startup_timeout_s: 20
       flags: {itl-us: ""}
+    spec:
+      command: ")" + mock + R"( --port {port} --spec-decode-tokens 3 --itl-us 300"
+      health: /v1/models
+      startup_timeout_s: 20
+      flags: {itl-us: ""}
+    stall:
+      command: ")" + mock + R"( --port {port} --ttft-us 30000000"
+      health: /v1/models
+      startup_timeout_s: 20
+      request_timeout_s: 0.5
+      flags: {itl-us: ""}
+    notfound:
+      command: ")" + mock + R"( --port {port}"
+      health: /v1/models
+      endpoint: /v2/completions
+      startup_timeout_s: 20
+      flags: {itl-us: ""}
 space:
-  server: [ok, nostart, oom, slow, crash]
+  server: [ok, nostart, oom, slow, crash, spec, stall, notfound]
   itl-us: [0, 500]
 constraints: ["server == 'ok' or itl_us == 0"]
 workloads:
@@ -66,7 +84,7 @@ workloads:
     if (m["status"] == "skipped") continue;
     by_server[m["candidate_info"]["settings"]["server"].get<std::string>() + "/" + m["candidate_info"]["settings"]["itl-us"].dump()] = m;
   }
-  ASSERT_EQ(by_server.size(), 6u) << r.output;
+  ASSERT_EQ(by_server.size(), 9u) << r.output;
   EXPECT_EQ(by_server["ok/0"]["status"], "ok");
   EXPECT_EQ(by_server["ok/500"]["status"], "ok");
   EXPECT_NE(by_server["ok/500"]["candidate_info"]["command"].get<std::string>().find("--itl-us 500"), std::string::npos);
@@ -75,6 +93,24 @@ workloads:
   EXPECT_EQ(by_server["oom/0"]["failure"], "oom");
   EXPECT_EQ(by_server["slow/0"]["failure"], "timed_out");
   EXPECT_EQ(by_server["crash/0"]["failure"], "crashed") << by_server["crash/0"].dump();
+  // The client's timeout, known as such by the load generator, against a server that never answers; every request
+  // answered 404 is a candidate that ran but served nothing.
+  EXPECT_EQ(by_server["stall/0"]["failure"], "timed_out") << by_server["stall/0"].dump();
+  EXPECT_NE(by_server["stall/0"]["reason"].get<std::string>().find("every request of w failed"), std::string::npos);
+  EXPECT_EQ(by_server["notfound/0"]["failure"], "requests_failed") << by_server["notfound/0"].dump();
+  EXPECT_NE(by_server["notfound/0"]["reason"].get<std::string>().find("HTTP 404"), std::string::npos);
+  // The speculating server's /metrics counters over the run: each of its 8 x 100 tokens was one draft of 3 tokens,
+  // its first accepted (the mock's pretend speculator).
+  const auto metrics_of = [&](const std::string& key) {
+    return read_json(run / "records" / by_server[key]["candidate"].get<std::string>() / "w.r0.json")["metrics"];
+  };
+  const nlohmann::json spec = metrics_of("spec/0");
+  EXPECT_EQ(spec["spec_decode_num_drafts"], 800) << spec.dump();
+  EXPECT_EQ(spec["spec_decode_draft_tokens"], 2400);
+  EXPECT_EQ(spec["spec_decode_accepted_tokens"], 800);
+  EXPECT_NEAR(spec["spec_decode_acceptance_length"].get<double>(), 2.0, 1e-9);
+  EXPECT_EQ(spec["spec_decode_per_position_acceptance_rates"], nlohmann::json::parse("[1.0, 0.0, 0.0]"));
+  EXPECT_FALSE(metrics_of("ok/0").contains("spec_decode_num_drafts"));  // its /metrics has no such counters
   // Logs are kept per candidate, starting with the command.
   const std::string log = read_text(run / by_server["nostart/0"]["log"].get<std::string>());
   EXPECT_NE(log.find("$ echo starting on"), std::string::npos) << log;

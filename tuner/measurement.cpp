@@ -1,0 +1,154 @@
+// The shared measured run (see measurement.h).
+#include "tuner/measurement.h"
+
+#include <sys/resource.h>
+
+#include <limits>
+
+#include "loadgen/server_metrics.h"
+#include "tokenizer/tokenizer.h"
+#include "tuner/calibration.h"
+
+namespace servetune::tuner {
+namespace {
+
+// User + system CPU seconds this process has used so far.
+double process_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// The engine's speculative-decoding counters over the run; nullopt when it does not speculate.
+std::optional<loadgen::SpecDecodeStats> spec_decode_delta(const Engine& engine, const EngineStats& before,
+                                                          const EngineStats& after) {
+  if (engine.config().speculative_algorithm.empty()) return std::nullopt;
+  const auto counters = [](const EngineStats& s) {
+    return loadgen::SpecDecodeStats{s.spec_num_drafts, s.spec_draft_tokens, s.spec_accepted_tokens, s.spec_accepted_per_position};
+  };
+  return loadgen::spec_decode_difference(counters(after), counters(before));
+}
+
+loadgen::RunSpec base_spec(const MeasureOptions& o) {
+  loadgen::RunSpec spec;
+  spec.max_concurrency = o.max_concurrency;
+  spec.params = o.params;
+  return spec;
+}
+
+}  // namespace
+
+const loadgen::RequestOutput* Measurement::first_failure() const {
+  for (const auto& r : run.outputs) {
+    if (!r.success) return &r;
+  }
+  return nullptr;
+}
+
+WarmupOutcome warm_up(loadgen::Client& client, const datasets::Workload& workload, const MeasureOptions& o) {
+  WarmupOutcome out;
+  const size_t n = workload.requests.size();
+  if (o.num_warmups <= 0 || n == 0) return out;
+  loadgen::RunSpec spec = base_spec(o);
+  for (int64_t i = 0; i < o.num_warmups; ++i) {
+    const size_t pick = o.warmups == WarmupRequests::kFirst ? 0 : static_cast<size_t>(i) % n;
+    spec.requests.push_back({&workload.requests[pick], 0.0});
+  }
+  const loadgen::RunResult run = client.run(spec);
+  out.sent = o.num_warmups;
+  for (const auto& r : run.outputs) {
+    if (r.success) continue;
+    if (out.failed++ == 0) out.first_error = r.error;
+  }
+  return out;
+}
+
+Measurement measure(loadgen::Client& client, const datasets::Workload& workload, const MeasureOptions& o,
+                    const Tokenizer& tokenizer) {
+  loadgen::RunSpec spec = base_spec(o);
+  const size_t n = workload.requests.size();
+  const std::vector<double> arrivals =
+      workload.timed ? std::vector<double>{} : loadgen::arrival_times(n, o.request_rate, o.burstiness, o.arrival_seed);
+  for (size_t i = 0; i < n; ++i) {
+    spec.requests.push_back({&workload.requests[i], workload.timed ? workload.requests[i].arrival_s.value_or(0.0) : arrivals[i]});
+  }
+
+  Measurement m;
+  const bool scrape = o.engine == nullptr && !o.server_metrics_url.empty();
+  const double calib_before = o.calibrate_cpu ? calibration_ms() : 0.0;
+  if (o.engine != nullptr) m.stats_before = o.engine->stats();
+  const auto server_before = scrape ? loadgen::scrape_spec_decode(o.server_metrics_url, o.api_key) : std::nullopt;
+  const double cpu_before = process_cpu_s();
+  m.run = client.run(spec);
+  const double cpu_s = process_cpu_s() - cpu_before;
+  if (o.engine != nullptr) m.stats_after = o.engine->stats();
+  const auto server_after = server_before ? loadgen::scrape_spec_decode(o.server_metrics_url, o.api_key) : std::nullopt;
+  if (o.process_cpu || o.calibrate_cpu) m.process_cpu_s = cpu_s;
+  if (o.calibrate_cpu) m.calibration_ms = 0.5 * (calib_before + calibration_ms());
+
+  const auto count_tokens = [&](const std::string& text) {
+    return static_cast<int64_t>(tokenizer.encode(text, false, false).size());
+  };
+  m.metrics = loadgen::compute_metrics(m.run.outputs, m.run.duration_s, o.percentiles, o.slo, count_tokens);
+  loadgen::ReportOptions& ro = m.report;
+  ro.percentile_metrics = o.percentile_metrics;
+  ro.percentiles = o.percentiles;
+  ro.max_concurrency = o.max_concurrency;
+  ro.request_rate = workload.timed ? std::numeric_limits<double>::infinity() : o.request_rate;
+  ro.burstiness = o.burstiness;
+  ro.slo = o.slo;
+  if (o.engine != nullptr) {
+    ro.spec_decode = spec_decode_delta(*o.engine, *m.stats_before, *m.stats_after);
+  } else if (server_before && server_after) {
+    ro.spec_decode = loadgen::spec_decode_difference(*server_after, *server_before);
+  }
+  return m;
+}
+
+nlohmann::ordered_json engine_stats_json(const Measurement& m) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  if (!m.stats_before || !m.stats_after) return j;
+  const EngineStats& a = *m.stats_before;
+  const EngineStats& b = *m.stats_after;
+  const int64_t steps = b.steps - a.steps;
+  const int64_t batched = b.batched_tokens - a.batched_tokens;
+  const int64_t query = b.prefix_query_tokens - a.prefix_query_tokens;
+  const int64_t hit = b.prefix_hit_tokens - a.prefix_hit_tokens;
+  const double running_sum = b.mean_running * static_cast<double>(b.steps) - a.mean_running * static_cast<double>(a.steps);
+  j["engine_steps"] = steps;
+  j["engine_batched_tokens"] = batched;
+  j["engine_mean_batch_tokens"] = steps > 0 ? static_cast<double>(batched) / static_cast<double>(steps) : 0.0;
+  j["engine_mean_running"] = steps > 0 ? running_sum / static_cast<double>(steps) : 0.0;
+  j["engine_prompt_tokens"] = b.prompt_tokens - a.prompt_tokens;
+  j["engine_generation_tokens"] = b.generation_tokens - a.generation_tokens;
+  j["engine_preemptions"] = b.preemptions - a.preemptions;
+  // Tensor parallelism's communication cost (and waits for slower ranks) against the forward passes' time.
+  const double forward = b.forward_seconds - a.forward_seconds, comm = b.comm_seconds - a.comm_seconds;
+  const double wait = b.comm_wait_seconds - a.comm_wait_seconds;
+  j["engine_forward_seconds"] = forward;
+  j["engine_comm_seconds"] = comm;
+  j["engine_comm_wait_seconds"] = wait;
+  j["engine_comm_ms_per_step"] = steps > 0 ? 1000.0 * comm / static_cast<double>(steps) : 0.0;
+  j["engine_comm_fraction"] = forward > 0 ? comm / forward : 0.0;
+  j["engine_comm_wait_fraction"] = forward > 0 ? wait / forward : 0.0;
+  j["engine_prefix_hit_tokens"] = hit;
+  j["engine_prefix_cache_hit_rate"] = query > 0 ? static_cast<double>(hit) / static_cast<double>(query) : 0.0;
+  return j;
+}
+
+nlohmann::ordered_json cpu_json(const Measurement& m) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  if (!m.process_cpu_s) return j;
+  const double cpu_s = *m.process_cpu_s;
+  j["process_cpu_s"] = cpu_s;
+  if (!m.calibration_ms) return j;
+  const double tokens = static_cast<double>(m.metrics.total_input + m.metrics.total_output);
+  const double calib = *m.calibration_ms;
+  j["cpu_ms_per_token"] = tokens > 0 ? cpu_s * 1000.0 / tokens : 0.0;
+  j["calibration_ms"] = calib;
+  j["calibrated_cpu_per_token"] = tokens > 0 && calib > 0 ? cpu_s * 1000.0 / tokens / calib : 0.0;
+  return j;
+}
+
+}  // namespace servetune::tuner

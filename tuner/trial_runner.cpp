@@ -1,0 +1,305 @@
+// Running one trial (see trial_runner.h).
+#include "tuner/trial_runner.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <new>
+#include <thread>
+
+#include "core/error.h"
+#include "loadgen/report.h"
+#include "servetune/engine.h"
+#include "tuner/measurement.h"
+#include "tuner/server_command.h"
+#include "tuner/server_process.h"
+
+namespace servetune::tuner {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int kChildFailed = 3;  // the candidate failed and its marker is written
+constexpr int kChildError = 4;   // an error that stops the sweep (printed by the child)
+constexpr int kChildLost = 5;    // the parent was gone before the child started
+
+const char* status_name(TrialStatus s) {
+  switch (s) {
+    case TrialStatus::kOk: return "ok";
+    case TrialStatus::kFailed: return "failed";
+    case TrialStatus::kSkipped: return "skipped";
+  }
+  return "";
+}
+
+std::string run_summary(const Measurement& m) {
+  char buf[200];
+  std::snprintf(buf, sizeof(buf), "%lld ok, %lld failed, %.1f tok/s total, TPOT %.1f ms",
+                static_cast<long long>(m.metrics.completed), static_cast<long long>(m.metrics.failed),
+                m.metrics.total_token_throughput, m.metrics.tpot_ms.mean);
+  return buf;
+}
+
+// Repeat r samples with seed + r: repeats measure the same distribution without replaying the same prompts into
+// the prefix cache of the engine that served them a moment ago.
+WorkloadSpec for_repeat(const WorkloadSpec& w, int repeat) {
+  WorkloadSpec out = w;
+  out.data.seed += static_cast<uint64_t>(repeat);
+  return out;
+}
+
+// The measurement of one run on a launched candidate: the workload's traffic, every percentile metric a sweep's
+// SLO may name, and the parts the session offers: the engine's statistics and this process's CPU time with the
+// calibration (built-in: the engine runs in this process), or the server's /metrics counters (external).
+MeasureOptions measure_options(const WorkloadSpec& w, const std::vector<double>& percentiles, Session& session) {
+  MeasureOptions o;
+  o.request_rate = w.request_rate;
+  o.burstiness = w.burstiness;
+  o.arrival_seed = w.data.seed;
+  o.max_concurrency = w.max_concurrency.value_or(0);
+  o.params.ignore_eos = w.ignore_eos;
+  o.params.temperature = w.temperature;
+  o.num_warmups = w.num_warmups;
+  o.warmups = WarmupRequests::kCycle;
+  o.percentiles = percentiles;
+  o.percentile_metrics = loadgen::percentile_metric_names();
+  o.engine = session.engine();
+  o.server_metrics_url = session.metrics_url();
+  o.api_key = session.api_key();
+  o.calibrate_cpu = o.engine != nullptr;
+  return o;
+}
+
+// A record's metrics: vLLM's keys and servetune's additions without the per-request arrays (but with the
+// per-position acceptance rates), the CPU time and the engine's counters; the arrays go to raw/ (`per_request`).
+void record_metrics(const Measurement& m, nlohmann::ordered_json& metrics, nlohmann::ordered_json& per_request) {
+  metrics = nlohmann::ordered_json::object();
+  per_request = nlohmann::ordered_json::object();
+  const nlohmann::ordered_json all = loadgen::metrics_json(m.metrics, m.run, m.report, false);
+  for (const auto& [k, v] : all.items()) {
+    (v.is_array() && k != "spec_decode_per_position_acceptance_rates" ? per_request : metrics)[k] = v;
+  }
+  per_request["output_lens"] = m.metrics.actual_output_lens;
+  metrics.update(cpu_json(m));
+  metrics.update(engine_stats_json(m));
+}
+
+}  // namespace
+
+TrialRunner::TrialRunner(const SweepSpec& spec, const SearchSpace& space, ResultsStore& store, Launcher& launcher,
+                         Progress& progress, const Tokenizer& tokenizer)
+    : spec_(spec), space_(space), store_(store), launcher_(launcher), progress_(progress), tokenizer_(tokenizer),
+      environment_(loadgen::environment_json(SERVETUNE_VERSION)) {}
+
+bool TrialRunner::run(const Trial& t) { return spec_.builtin() ? run_isolated(t) : run_here(t); }
+
+void TrialRunner::skip(const Trial& t) {
+  TrialMarker m;
+  m.status = TrialStatus::kSkipped;
+  m.reason = t.candidate.skip_reason;
+  write_marker(t, m);
+}
+
+nlohmann::ordered_json TrialRunner::candidate_info(const Candidate& c) const {
+  nlohmann::ordered_json j;
+  j["id"] = c.id;
+  j["label"] = c.label;
+  j["settings"] = c.settings;
+  j["full_settings"] = space_.full_settings(c);
+  j["engine"] = spec_.builtin() ? std::string("builtin") : server_for(spec_, space_.full_settings(c)).name;
+  if (!spec_.builtin()) {
+    const auto& server = server_for(spec_, space_.full_settings(c));
+    if (!server.version.empty()) j["engine_version"] = server.version;
+  }
+  return j;
+}
+
+void TrialRunner::write_marker(const Trial& t, const TrialMarker& marker) {
+  nlohmann::ordered_json m;
+  m["candidate"] = t.candidate.id;
+  m["tag"] = t.tag;
+  nlohmann::ordered_json info = candidate_info(t.candidate);
+  if (!marker.command.empty()) info["command"] = marker.command;
+  m["candidate_info"] = info;
+  nlohmann::ordered_json ws = nlohmann::ordered_json::array();
+  for (const auto& w : t.workloads) ws.push_back(w.name);
+  m["workloads"] = ws;
+  m["repeat"] = spec_.repeat;
+  m["status"] = status_name(marker.status);
+  m["failure"] = trial_failure_name(marker.failure);
+  m["reason"] = marker.reason;
+  m["launch_id"] = marker.launch_id;
+  m["log"] = marker.log;
+  m["started"] = marker.started;
+  m["finished"] = now_iso8601();
+  store_.write_trial(m);
+}
+
+const datasets::Workload& TrialRunner::workload(const WorkloadSpec& w) {
+  const std::string key = w.name + "#" + std::to_string(w.data.seed);
+  auto it = workloads_.find(key);
+  if (it == workloads_.end()) it = workloads_.emplace(key, datasets::load_workload(w.data, tokenizer_)).first;
+  return it->second;
+}
+
+void TrialRunner::load_workloads(const Trial& t) {
+  for (const auto& w : t.workloads) {
+    for (int r = 0; r < spec_.repeat; ++r) workload(for_repeat(w, r));
+  }
+}
+
+// A built-in candidate runs in a child process, so an engine that crashes or hangs fails that candidate, not the
+// sweep. The child writes the records and the marker; the parent writes the marker when the child dies. The
+// child dies with the parent (PR_SET_PDEATHSIG), so a killed sweep leaves nothing running.
+bool TrialRunner::run_isolated(const Trial& t) {
+  load_workloads(t);
+  const size_t runs = t.workloads.size() * static_cast<size_t>(spec_.repeat);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::fflush(nullptr);
+  progress_.before_fork();
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(kChildLost);
+    progress_.after_fork_child();
+    int code = kChildFailed;
+    try {
+      code = run_here(t) ? 0 : kChildFailed;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "servetune: error: %s\n", e.what());
+      code = kChildError;
+    }
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
+  progress_.after_fork_parent();
+  if (pid < 0) throw Error(ErrorKind::kIo, std::string("cannot fork for the candidate: ") + std::strerror(errno));
+  int status = 0;
+  bool timed_out = false;
+  for (;;) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!timed_out && spec_.target.trial_timeout_s > 0 && elapsed > spec_.target.trial_timeout_s) {
+      ::kill(pid, SIGKILL);
+      timed_out = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  progress_.child_done(runs, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kChildError) throw Error(ErrorKind::kInternal, "the sweep stopped (see the error above)");
+  if (WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == kChildFailed) && store_.trial(t.candidate.id, t.tag)) {
+    return WEXITSTATUS(status) == 0;
+  }
+  TrialMarker m;
+  m.status = TrialStatus::kFailed;
+  m.failure = TrialFailure::kCrashed;
+  m.reason = "the engine process died (" + describe_wait_status(status) + ")";
+  if (timed_out) {
+    m.failure = TrialFailure::kTimedOut;
+    m.reason =
+        "the candidate ran longer than target.trial_timeout_s = " + format_duration(spec_.target.trial_timeout_s);
+  } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+    m.failure = TrialFailure::kOom;
+    m.reason += "; SIGKILL from outside the sweep is usually the kernel's out-of-memory killer";
+  }
+  progress_.note(t.candidate.id + " (" + t.candidate.label + "): failed (" + trial_failure_name(m.failure) +
+                 "): " + m.reason);
+  write_marker(t, m);
+  return false;
+}
+
+// Returns false when the candidate failed (the failure is recorded; the sweep goes on).
+bool TrialRunner::run_here(const Trial& t) {
+  TrialMarker marker;
+  marker.launch_id = new_launch_id();
+  marker.started = now_iso8601();
+  std::vector<std::string> names;
+  for (const auto& w : t.workloads) names.push_back(w.name);
+  store_.discard_partial(t.candidate.id, names);
+  // Datasets first: a bad dataset is the sweep's error, not the candidate's.
+  load_workloads(t);
+  const size_t runs = t.workloads.size() * static_cast<size_t>(spec_.repeat);
+  progress_.trial_started(t.candidate.id, t.candidate.label, runs);
+  size_t done = 0;
+  const auto fail = [&](TrialFailure kind, const std::string& why) {
+    progress_.skip_runs(runs - done);
+    progress_.note(t.candidate.id + " (" + t.candidate.label + "): failed (" + trial_failure_name(kind) + "): " + why);
+    marker.status = TrialStatus::kFailed;
+    marker.failure = kind;
+    marker.reason = why;
+    write_marker(t, marker);
+    return false;
+  };
+  try {
+    std::unique_ptr<Session> session = launcher_.start(t.candidate, store_.dir(), t.tag);
+    marker.log = session->log();
+    marker.command = session->command();
+    nlohmann::ordered_json info = candidate_info(t.candidate);
+    if (!marker.command.empty()) info["command"] = marker.command;
+    for (const auto& w : t.workloads) {
+      for (int r = 0; r < spec_.repeat; ++r) {
+        progress_.run_started(w.name, r);
+        const WorkloadSpec wr = for_repeat(w, r);
+        const MeasureOptions options = measure_options(wr, spec_.percentiles, *session);
+        warm_up(session->client(), workload(wr), options);
+        const Measurement m = measure(session->client(), workload(wr), options, tokenizer_);
+        session->check_alive(m.metrics.failed > 0 ? 3.0 : 0.0);
+        nlohmann::ordered_json metrics, per_request;
+        record_metrics(m, metrics, per_request);
+        write_record(info, w, r, metrics, per_request, t.tag, marker.launch_id, session->engine());
+        progress_.run_finished(run_summary(m));
+        ++done;
+        if (m.metrics.completed == 0) {
+          const loadgen::RequestOutput* first = m.first_failure();
+          const bool timed_out = first != nullptr && first->failure == loadgen::RequestFailure::kTimedOut;
+          throw LaunchFailure(timed_out ? TrialFailure::kTimedOut : TrialFailure::kRequestsFailed,
+                              "every request of " + w.name + " failed: " +
+                                  (first != nullptr ? loadgen::failure_reason(first->error) : std::string()));
+        }
+      }
+    }
+    session.reset();
+  } catch (const LaunchFailure& f) {
+    if (marker.log.empty()) marker.log = f.log();
+    return fail(f.kind(), f.what());
+  } catch (const std::bad_alloc&) {
+    return fail(TrialFailure::kOom, "out of memory during the benchmark");
+  }
+  write_marker(t, marker);
+  return true;
+}
+
+void TrialRunner::write_record(const nlohmann::ordered_json& info, const WorkloadSpec& w, int repeat,
+                               const nlohmann::ordered_json& metrics, const nlohmann::ordered_json& per_request,
+                               const std::string& tag, const std::string& launch_id, const Engine* engine) {
+  nlohmann::ordered_json r;
+  r["schema"] = kRecordSchema;
+  r["candidate"] = info;
+  r["workload"] = w.to_json();
+  r["workload"]["seed_used"] = w.data.seed + static_cast<uint64_t>(repeat);
+  r["repeat"] = repeat;
+  r["metrics"] = metrics;
+  nlohmann::ordered_json p;
+  p["source"] = "measured";
+  p["tool"] = "servetune sweep";
+  p["sweep"] = spec_.name;
+  p["trial"] = tag;
+  p["launch_id"] = launch_id;
+  p["date"] = now_iso8601();
+  p["environment"] = environment_;
+  if (engine != nullptr) p["environment"]["engine_cpu_isa"] = engine->cpu_isa();
+  r["provenance"] = p;
+  const std::string raw = (fs::path(store_.raw_dir(info["id"].get<std::string>())) / (w.name + ".r" + std::to_string(repeat) + ".requests.json")).string();
+  write_file_atomic(raw, per_request.dump() + "\n");
+  store_.write_record(r);
+}
+
+}  // namespace servetune::tuner
