@@ -4,10 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "core/error.h"
 #include "engine_flags.h"
 #include "servetune/engine.h"
-#include "tokenizer/tokenizer.h"
+#include "servetune/error.h"
+#include "servetune/tokenizer.h"
 
 namespace servetune::cli {
 namespace {

@@ -3,8 +3,8 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "core/error.h"
-#include "model/make_model.h"
+#include "servetune/error.h"
+#include "servetune/make_model.h"
 
 namespace servetune::cli {
 namespace {
@@ -21,10 +21,18 @@ struct MakeModelOptions {
   float init_std = 0.02f;
 };
 
+WeightDType parse_dtype(const std::string& name) {
+  if (name == "f32") return WeightDType::kF32;
+  if (name == "bf16") return WeightDType::kBF16;
+  if (name == "f16") return WeightDType::kF16;
+  throw_usage("--dtype must be f32, f16 or bf16");
+}
+
 void run_make_model(const MakeModelOptions& o) {
-  HfModelConfig c;
+  const WeightDType dtype = parse_dtype(o.dtype);
+  RandomModelSummary written;
   if (!o.preset.empty()) {
-    c = model_preset(o.preset);
+    written = make_random_model(o.preset, o.out, o.seed, dtype, o.init_std);
   } else {
     if (o.layers <= 0 || o.hidden <= 0 || o.heads <= 0 || o.intermediate <= 0 || o.vocab <= 0) {
       throw_usage("give --preset NAME, or all of --layers --hidden --heads --intermediate --vocab");
@@ -33,31 +41,22 @@ void run_make_model(const MakeModelOptions& o) {
     if (o.hidden % o.heads != 0) throw_usage("--hidden must be a multiple of --heads");
     const int64_t kv = o.kv_heads > 0 ? o.kv_heads : o.heads;
     if (o.heads % kv != 0) throw_usage("--heads must be a multiple of --kv-heads");
-    c.model_type = o.arch;
-    c.architecture = o.arch == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
-    c.num_hidden_layers = o.layers;
-    c.hidden_size = o.hidden;
-    c.num_attention_heads = o.heads;
-    c.num_key_value_heads = kv;
-    c.head_dim = o.hidden / o.heads;
-    c.intermediate_size = o.intermediate;
-    c.vocab_size = o.vocab;
-    c.max_position_embeddings = o.context;
-    c.rope_theta = o.rope_theta;
-    c.rms_norm_eps = 1e-5;
-    c.tie_word_embeddings = o.tie;
-    c.attention_bias = o.arch == "qwen2";
-    c.bos_token_id = {1};
-    c.eos_token_id = {2};
+    RandomModelShape shape;
+    shape.arch = o.arch;
+    shape.layers = o.layers;
+    shape.hidden = o.hidden;
+    shape.heads = o.heads;
+    shape.kv_heads = kv;
+    shape.intermediate = o.intermediate;
+    shape.vocab = o.vocab;
+    shape.context = o.context;
+    shape.rope_theta = o.rope_theta;
+    shape.tie_embeddings = o.tie;
+    written = make_random_model(shape, o.out, o.seed, dtype, o.init_std);
   }
-  DType dtype = DType::kF32;
-  if (o.dtype == "bf16") dtype = DType::kBF16;
-  else if (o.dtype == "f16") dtype = DType::kF16;
-  else if (o.dtype != "f32") throw_usage("--dtype must be f32, f16 or bf16");
-  write_random_model(c, o.out, o.seed, dtype, o.init_std);
-  std::printf("wrote %s (%s, %lld layers, hidden %lld, vocab %lld, %s)\n", o.out.c_str(), c.architecture.c_str(),
-              static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
-              static_cast<long long>(c.vocab_size), o.dtype.c_str());
+  std::printf("wrote %s (%s, %lld layers, hidden %lld, vocab %lld, %s)\n", o.out.c_str(), written.architecture.c_str(),
+              static_cast<long long>(written.layers), static_cast<long long>(written.hidden),
+              static_cast<long long>(written.vocab), o.dtype.c_str());
 }
 
 void add_make_model_command(CLI::App& app) {

@@ -3,8 +3,8 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "core/error.h"
 #include "report/report.h"
+#include "servetune/error.h"
 #include "tuner/results_store.h"
 
 namespace servetune::cli {

@@ -6,11 +6,11 @@
 #include <memory>
 
 #include "commands.h"
-#include "core/error.h"
 #include "engine_flags.h"
-#include "runtime/tensor_parallel_worker.h"
 #include "server/server.h"
 #include "servetune/engine.h"
+#include "servetune/error.h"
+#include "servetune/tensor_parallel_worker.h"
 
 namespace servetune::cli {
 namespace {

@@ -6,9 +6,8 @@
 #include <string>
 
 #include "commands.h"
-#include "core/error.h"
-#include "formats/gguf.h"
-#include "tokenizer/tokenizer.h"
+#include "servetune/error.h"
+#include "servetune/tokenizer.h"
 
 namespace servetune::cli {
 namespace {
@@ -20,16 +19,9 @@ struct TokenizeOptions {
   bool parse_special = false;
 };
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
-  namespace fs = std::filesystem;
-  if (!fs::exists(path)) throw_usage("--model " + path + ": no such file or directory");
-  if (fs::is_directory(path)) return Tokenizer::from_hf_dir(path);
-  GgufFile gguf(path);
-  return Tokenizer::from_gguf(gguf);
-}
-
 void run_tokenize(const TokenizeOptions& o) {
-  auto tokenizer = load_tokenizer(o.model);
+  if (!std::filesystem::exists(o.model)) throw_usage("--model " + o.model + ": no such file or directory");
+  const auto tokenizer = Tokenizer::from_path(o.model);
   std::vector<int32_t> ids = tokenizer->encode(o.text, !o.no_special, o.parse_special);
   std::string out = "[";
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -15,9 +15,8 @@
 #include <thread>
 
 #include "commands.h"
-#include "core/error.h"
-#include "runtime/tensor_parallel_worker.h"
-#include "runtime/worker_launcher.h"
+#include "servetune/error.h"
+#include "servetune/tensor_parallel_worker.h"
 
 extern char** environ;
 

@@ -4,7 +4,7 @@
 #include <exception>
 
 #include "commands.h"
-#include "core/error.h"
+#include "servetune/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"servetune: serve, benchmark and autotune LLM inference engines", "servetune"};

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "core/error.h"
+#include "servetune/error.h"
 
 namespace servetune::datasets {
 

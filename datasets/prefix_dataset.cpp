@@ -1,10 +1,10 @@
 // Shared-prefix workload for prefix-cache studies (SGLang's generated-shared-prefix shape): prefix_num_groups
 // system prompts of prefix_system_prompt_len tokens; request i uses group i % groups and its own question of
 // prefix_question_len tokens, joined as "{system}\n\n{question}"; the order is shuffled with the seed.
-#include "core/error.h"
 #include "datasets/dataset.h"
 #include "datasets/token_prompt.h"
-#include "tokenizer/tokenizer.h"
+#include "servetune/error.h"
+#include "servetune/tokenizer.h"
 
 namespace servetune::datasets {
 namespace {

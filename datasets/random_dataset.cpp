@@ -3,10 +3,10 @@
 // made token-stable so the server sees the requested length.
 #include <cmath>
 
-#include "core/error.h"
 #include "datasets/dataset.h"
 #include "datasets/token_prompt.h"
-#include "tokenizer/tokenizer.h"
+#include "servetune/error.h"
+#include "servetune/tokenizer.h"
 
 namespace servetune::datasets {
 namespace {

@@ -8,10 +8,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/error.h"
 #include "datasets/dataset.h"
 #include "datasets/rng.h"
-#include "tokenizer/tokenizer.h"
+#include "servetune/error.h"
+#include "servetune/tokenizer.h"
 
 namespace servetune::datasets {
 namespace {

@@ -1,7 +1,7 @@
 // Token-stable synthetic prompt generation (see token_prompt.h).
 #include "datasets/token_prompt.h"
 
-#include "tokenizer/tokenizer.h"
+#include "servetune/tokenizer.h"
 
 namespace servetune::datasets {
 

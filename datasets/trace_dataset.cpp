@@ -6,10 +6,10 @@
 #include <fstream>
 #include <unordered_map>
 
-#include "core/error.h"
 #include "datasets/dataset.h"
 #include "datasets/token_prompt.h"
-#include "tokenizer/tokenizer.h"
+#include "servetune/error.h"
+#include "servetune/tokenizer.h"
 
 namespace servetune::datasets {
 namespace {

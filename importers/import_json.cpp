@@ -5,8 +5,8 @@
 #include <map>
 #include <regex>
 
-#include "core/error.h"
 #include "importers/import_util.h"
+#include "servetune/error.h"
 
 namespace servetune::importers::import_detail {
 

@@ -4,8 +4,8 @@
 #include <regex>
 #include <set>
 
-#include "core/error.h"
 #include "importers/import_util.h"
+#include "servetune/error.h"
 
 namespace servetune::importers::import_detail {
 

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <set>
 
-#include "core/error.h"
 #include "importers/import_util.h"
+#include "servetune/error.h"
 
 namespace servetune::importers::import_detail {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "core/error.h"
+#include "servetune/error.h"
 
 namespace servetune::importers::import_detail {
 

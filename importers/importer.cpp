@@ -8,8 +8,8 @@
 #include <map>
 #include <set>
 
-#include "core/error.h"
 #include "importers/import_util.h"
+#include "servetune/error.h"
 #include "tuner/results_store.h"
 
 namespace servetune::importers {

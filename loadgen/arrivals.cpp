@@ -1,9 +1,9 @@
 // Request arrival process (see client.h arrival_times).
 #include <cmath>
 
-#include "core/error.h"
 #include "datasets/rng.h"
 #include "loadgen/client.h"
+#include "servetune/error.h"
 
 namespace servetune::loadgen {
 

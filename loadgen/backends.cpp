@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include "servetune/error.h"
 
 namespace servetune::loadgen {
 

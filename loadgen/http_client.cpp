@@ -15,9 +15,9 @@
 #include <deque>
 #include <memory>
 
-#include "core/error.h"
 #include "loadgen/backends.h"
 #include "loadgen/sse_parser.h"
+#include "servetune/error.h"
 
 namespace servetune::loadgen {
 namespace {

@@ -9,8 +9,8 @@
 #include <memory>
 #include <mutex>
 
-#include "core/error.h"
 #include "servetune/engine.h"
+#include "servetune/error.h"
 
 namespace servetune::loadgen {
 namespace {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/error.h"
+#include "servetune/error.h"
 
 namespace servetune::loadgen {
 namespace {

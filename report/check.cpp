@@ -7,8 +7,8 @@
 #include <optional>
 #include <set>
 
-#include "core/error.h"
 #include "report/report.h"
+#include "servetune/error.h"
 #include "tuner/results_table.h"
 
 namespace servetune::report {

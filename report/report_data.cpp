@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <set>
 
-#include "core/error.h"
+#include "servetune/error.h"
 #include "tuner/command_line.h"
 #include "importers/importer.h"
 #include "report/report.h"

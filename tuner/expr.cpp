@@ -6,7 +6,7 @@
 #include <sstream>
 #include <vector>
 
-#include "core/error.h"
+#include "servetune/error.h"
 
 namespace servetune::tuner {
 

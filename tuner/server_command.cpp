@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <regex>
 
-#include "core/error.h"
 #include "loadgen/backends.h"
+#include "servetune/error.h"
 #include "tuner/spec_section.h"
 
 namespace servetune::tuner {

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
+#include "servetune/error.h"
 
 extern char** environ;
 

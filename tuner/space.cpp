@@ -4,9 +4,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "core/error.h"
-#include "model/checkpoint.h"
-#include "model/parallel.h"
+#include "servetune/error.h"
+#include "servetune/model_info.h"
 #include "tuner/server_command.h"
 
 namespace servetune::tuner {
@@ -89,7 +88,7 @@ EngineConfig SearchSpace::engine_config(const Candidate& c) const {
   return config;
 }
 
-const std::optional<ModelConfig>& SearchSpace::model_shape() const {
+const std::optional<ModelInfo>& SearchSpace::model_shape() const {
   if (!model_shape_read_) {
     model_shape_read_ = true;
     try {
@@ -97,7 +96,7 @@ const std::optional<ModelConfig>& SearchSpace::model_shape() const {
       const auto format = spec_.target.settings.contains("load_format") && spec_.target.settings["load_format"].is_string()
                               ? spec_.target.settings["load_format"].get<std::string>()
                               : defaults.load_format;
-      model_shape_ = Checkpoint(spec_.target.model, parse_load_format(format)).config();
+      model_shape_ = read_model_info(spec_.target.model, format);
     } catch (const Error&) {
       model_shape_.reset();
     }
@@ -153,7 +152,7 @@ std::string SearchSpace::check(const Candidate& c) const {
     }
     if (config.tp_size > 1 && model_shape()) {
       try {
-        tensor_parallel_share(*model_shape(), config.tp_size, 0);
+        check_tensor_parallel_split(*model_shape(), config.tp_size);
       } catch (const Error& e) {
         return std::string("the engine rejects it: ") + e.what();
       }

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/model_config.h"
 #include "servetune/engine_config.h"
+#include "servetune/model_info.h"
 #include "tuner/expr.h"
 #include "tuner/sweep_spec.h"
 
@@ -46,14 +46,14 @@ class SearchSpace {
  private:
   std::string check(const Candidate& c) const;
   // The target model's shape, read once; nullopt when it cannot be read here (the launch reports why).
-  const std::optional<ModelConfig>& model_shape() const;
+  const std::optional<ModelInfo>& model_shape() const;
 
   const SweepSpec& spec_;
   std::vector<Expr> constraints_;
   size_t size_ = 1;
   size_t id_width_ = 1;
   mutable bool model_shape_read_ = false;
-  mutable std::optional<ModelConfig> model_shape_;
+  mutable std::optional<ModelInfo> model_shape_;
 };
 
 }  // namespace servetune::tuner

@@ -10,7 +10,7 @@
 #include <limits>
 #include <sstream>
 
-#include "core/error.h"
+#include "servetune/error.h"
 
 namespace servetune::tuner {
 namespace {

@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "core/error.h"
+#include "servetune/error.h"
 
 namespace servetune::tuner {
 namespace {

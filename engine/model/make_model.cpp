@@ -1,4 +1,4 @@
-// Random-weight HF checkpoints (see make_model.h).
+// Random-weight HF checkpoints (see make_model.h and servetune/make_model.h).
 #include "model/make_model.h"
 
 #include <filesystem>
@@ -37,6 +37,21 @@ constexpr Shape kPresets[] = {
     {"llama-3.2-1b", "llama", 128256, 2048, 8192, 16, 32, 8, 131072, 500000.0, 1e-5, true, 32.0, 8192},
     {"qwen2.5-0.5b", "qwen2", 151936, 896, 4864, 24, 14, 2, 32768, 1000000.0, 1e-6, true, 0, 0},
 };
+
+DType to_dtype(WeightDType dtype) {
+  switch (dtype) {
+    case WeightDType::kF16: return DType::kF16;
+    case WeightDType::kBF16: return DType::kBF16;
+    case WeightDType::kF32: break;
+  }
+  return DType::kF32;
+}
+
+RandomModelSummary write_and_summarise(const HfModelConfig& c, const std::string& dir, uint64_t seed, WeightDType dtype,
+                                       float init_std) {
+  write_random_model(c, dir, seed, to_dtype(dtype), init_std);
+  return {c.architecture, c.num_hidden_layers, c.hidden_size, c.vocab_size};
+}
 
 }  // namespace
 
@@ -151,6 +166,49 @@ void write_random_model(const HfModelConfig& config, const std::string& dir, uin
   std::ofstream tok(fs::path(dir) / "tokenizer.json");
   tok << byte_level_tokenizer_json();
   if (!tok) throw_io(dir + "/tokenizer.json", "cannot write");
+}
+
+RandomModelSummary make_random_model(const std::string& preset, const std::string& dir, uint64_t seed,
+                                     WeightDType dtype, float init_std) {
+  return write_and_summarise(model_preset(preset), dir, seed, dtype, init_std);
+}
+
+RandomModelSummary make_random_model(const RandomModelShape& shape, const std::string& dir, uint64_t seed,
+                                     WeightDType dtype, float init_std) {
+  const auto positive = [](const char* field, int64_t v) {
+    if (v <= 0) {
+      throw_usage("random model shape: " + std::string(field) + " must be positive, got " + std::to_string(v));
+    }
+  };
+  positive("layers", shape.layers);
+  positive("hidden", shape.hidden);
+  positive("heads", shape.heads);
+  positive("intermediate", shape.intermediate);
+  positive("vocab", shape.vocab);
+  if (shape.arch != "llama" && shape.arch != "qwen2") {
+    throw_usage("random model shape: arch must be llama or qwen2, got '" + shape.arch + "'");
+  }
+  const int64_t kv = shape.kv_heads > 0 ? shape.kv_heads : shape.heads;
+  if (shape.hidden % shape.heads != 0) throw_usage("random model shape: hidden must be a multiple of heads");
+  if (shape.heads % kv != 0) throw_usage("random model shape: heads must be a multiple of kv_heads");
+  HfModelConfig c;
+  c.model_type = shape.arch;
+  c.architecture = shape.arch == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  c.num_hidden_layers = shape.layers;
+  c.hidden_size = shape.hidden;
+  c.num_attention_heads = shape.heads;
+  c.num_key_value_heads = kv;
+  c.head_dim = shape.hidden / shape.heads;
+  c.intermediate_size = shape.intermediate;
+  c.vocab_size = shape.vocab;
+  c.max_position_embeddings = shape.context;
+  c.rope_theta = shape.rope_theta;
+  c.rms_norm_eps = 1e-5;
+  c.tie_word_embeddings = shape.tie_embeddings;
+  c.attention_bias = shape.arch == "qwen2";
+  c.bos_token_id = {1};
+  c.eos_token_id = {2};
+  return write_and_summarise(c, dir, seed, dtype, init_std);
 }
 
 }  // namespace servetune

@@ -1,5 +1,5 @@
-// `servetune make-model`: named model shapes and writing a random-weight HF checkpoint (config.json, safetensors
-// shards, byte-level tokenizer.json) that servetune, transformers and vLLM can load.
+// Random-weight HF checkpoints (config.json, safetensors shards, byte-level tokenizer.json) that servetune,
+// transformers and vLLM can load: the engine-side forms of servetune/make_model.h, on HfModelConfig and DType.
 #pragma once
 
 #include <cstdint>
@@ -8,11 +8,11 @@
 
 #include "core/dtype.h"
 #include "formats/hf_config.h"
+#include "servetune/make_model.h"
 
 namespace servetune {
 
-// Preset names (tiny, smollm2-135m, llama-3.2-1b, llama-3-8b, ...) and their configs; Error(kUsage) lists them.
-const std::vector<std::string>& model_preset_names();
+// The config of a preset (model_preset_names()); Error(kUsage) lists them.
 HfModelConfig model_preset(const std::string& name);
 
 // Writes the checkpoint into `dir` (created if needed). Weights are deterministic in (config, seed); shards are

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "servetune/model_info.h"
+
 namespace servetune {
 
 enum class RopeKind { kNone, kLinear, kLlama3 };
@@ -38,6 +40,9 @@ struct ModelConfig {
 // Checks internal consistency (positive sizes, heads divisible by KV heads, rope_dim even and <= head_dim);
 // throws Error(kFormat) naming `source` and the offending value.
 void validate_model_config(const ModelConfig& c, const std::string& source);
+
+// The public view of a config (servetune/model_info.h).
+ModelInfo model_info_of(const ModelConfig& c);
 
 // Llama-3 rope frequency factors (rope_dim / 2 values) for kLlama3 scaling; empty otherwise.
 std::vector<float> llama3_rope_freq_factors(const ModelConfig& c);

@@ -8,6 +8,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "model/model_config.h"
 #include "runtime/engine_replica.h"
 #include "runtime/replica_router.h"
 
@@ -142,6 +143,7 @@ bool Engine::abort(uint64_t id) { return impl_->abort(id); }
 EngineStats Engine::stats() const { return impl_->stats(); }
 const EngineConfig& Engine::config() const { return impl_->config_; }
 const ModelConfig& Engine::model_config() const { return impl_->replicas_.front()->model_config(); }
+ModelInfo Engine::model_info() const { return model_info_of(model_config()); }
 const Tokenizer& Engine::tokenizer() const { return impl_->replicas_.front()->tokenizer(); }
 int64_t Engine::kv_capacity_tokens() const { return impl_->replicas_.front()->kv_capacity_tokens(); }
 std::string Engine::cpu_isa() const { return std::string(cpu_isa_name(cpu_selected_isa())); }

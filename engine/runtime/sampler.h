@@ -12,20 +12,9 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/sample_row.h"
-#include "runtime/sampling_params.h"
+#include "servetune/sampling.h"
 
 namespace servetune {
-
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0.0f;
-};
-
-struct SampleResult {
-  int32_t token = 0;
-  float logprob = 0.0f;             // of the sampled token under the raw distribution (when logprobs >= 0)
-  std::vector<TokenLogprob> top;    // top-n of the raw distribution, best first
-};
 
 // The candidates of filtered sampling (top-k, top-p or min-p set): tokens within e^-40 of the best, sorted by logit
 // (ties by id), cut by top-k, then top-p, then min-p on the tempered distribution. Fills `order` (token ids) and `p`

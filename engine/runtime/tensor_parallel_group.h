@@ -1,7 +1,7 @@
 // The tensor-parallel ranks of one engine replica: every rank has its own CPU backend, weight shard and KV cache
 // shard (its KV heads; the block tables are the replica's, shared). Rank 0 runs on the caller's thread (the engine
 // loop). Ranks 1..tp_size-1 are either worker threads joined by a `local` communicator, or worker processes
-// (runtime/tensor_parallel_worker.h) joined by a gloo communicator, to which rank 0 sends each step's Batch
+// (servetune/tensor_parallel_worker.h) joined by a gloo communicator, to which rank 0 sends each step's Batch
 // (runtime/step_channel.h); every rank runs the same Batch in lockstep. A failing rank aborts the communicator, so
 // the step throws on every rank instead of hanging; the group then stays broken and every later step throws.
 #pragma once

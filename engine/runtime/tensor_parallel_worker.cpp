@@ -1,5 +1,5 @@
-// The worker process loop of a multi-process tensor-parallel group (see tensor_parallel_worker.h).
-#include "runtime/tensor_parallel_worker.h"
+// The worker process loop of a multi-process tensor-parallel group (see servetune/tensor_parallel_worker.h).
+#include "servetune/tensor_parallel_worker.h"
 
 #include <algorithm>
 #include <thread>

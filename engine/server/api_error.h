@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/error.h"
+#include "servetune/error.h"
 
 namespace servetune::server {
 

@@ -5,11 +5,11 @@
 #include <chrono>
 #include <random>
 
-#include "core/error.h"
 #include "server/api_error.h"
 #include "server/openai_response.h"
 #include "server/prometheus.h"
 #include "servetune/engine.h"
+#include "servetune/error.h"
 
 namespace servetune::server {
 

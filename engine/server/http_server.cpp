@@ -7,8 +7,8 @@
 
 #include <thread>
 
-#include "core/error.h"
 #include "server/http_connection.h"
+#include "servetune/error.h"
 
 namespace servetune::server {
 namespace detail {

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
 #include "server/api_error.h"
+#include "servetune/error.h"
 
 namespace servetune::server {
 namespace {

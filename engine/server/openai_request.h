@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/sampling_params.h"
-#include "tokenizer/tokenizer.h"
+#include "servetune/sampling.h"
+#include "servetune/tokenizer.h"
 
 namespace servetune::server {
 

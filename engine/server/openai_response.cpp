@@ -5,7 +5,7 @@
 
 #include "server/api_error.h"
 #include "server/json_text.h"
-#include "tokenizer/tokenizer.h"
+#include "servetune/tokenizer.h"
 
 namespace servetune::server {
 

@@ -9,15 +9,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "model/model_config.h"
 #include "server/api_error.h"
 #include "server/generation.h"
 #include "server/json_text.h"
 #include "server/openai_request.h"
 #include "server/prometheus.h"
 #include "servetune/engine.h"
-#include "tokenizer/tokenizer.h"
+#include "servetune/error.h"
+#include "servetune/model_info.h"
+#include "servetune/tokenizer.h"
 
 namespace servetune::server {
 namespace {
@@ -61,7 +61,7 @@ class Server::Impl : public HttpApp {
       if (name.empty()) throw_usage("--served-model-name must not be empty");
     }
     if (options_.max_queued_requests < 0) throw_usage("--max-queued-requests must be >= 0");
-    context_length_ = engine.config().context_length.value_or(engine.model_config().context_length);
+    context_length_ = engine.config().context_length.value_or(engine.model_info().context_length);
     http_ = std::make_unique<HttpServer>(options_.http, *this, metrics_);
   }
 
@@ -146,7 +146,7 @@ class Server::Impl : public HttpApp {
       ids = tokenizer_.encode(*r.prompt_text, r.add_special_tokens, /*parse_special=*/true);
     } else {
       ids = r.prompt_ids;
-      const int64_t vocab = engine_.model_config().vocab;
+      const int64_t vocab = engine_.model_info().vocab;
       for (int32_t id : ids) {
         if (id >= vocab) throw_bad_request("prompt token id " + std::to_string(id) + " is outside the vocabulary (0.." +
                                                std::to_string(vocab - 1) + ")", param);

@@ -1,6 +1,8 @@
 // Tokenizer::from_gguf: reads tokenizer.ggml.* metadata (model, pre, tokens, scores, token_type, merges,
-// special ids, add_bos/add_eos/add_space_prefix, chat template) with llama.cpp's defaults per model type.
+// special ids, add_bos/add_eos/add_space_prefix, chat template) with llama.cpp's defaults per model type; and
+// Tokenizer::from_path, which picks this loader or the HF one by what the path is.
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -169,6 +171,16 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& gguf) {
   t->chat_template = gguf.get_string("tokenizer.chat_template").value_or("");
   t->finalize();
   return std::make_unique<Tokenizer>(std::move(t));
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(path)) {
+    throw_usage(path + ": no such file or directory (a .gguf file or an HF directory with tokenizer.json)");
+  }
+  if (fs::is_directory(path)) return from_hf_dir(path);
+  const GgufFile gguf(path);
+  return from_gguf(gguf);
 }
 
 }  // namespace servetune

@@ -22,8 +22,8 @@
 #include "integration/tuner/tuner_cli.h"
 #endif
 #include "model/checkpoint.h"
-#include "runtime/tensor_parallel_worker.h"
 #include "servetune/engine.h"
+#include "servetune/tensor_parallel_worker.h"
 #include "test_paths.h"
 
 namespace servetune {

@@ -9,10 +9,10 @@ if(TARGET servetune_loadgen)
   servetune_test(test_loadgen LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_metrics.cpp ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_sse.cpp
       ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_server_metrics.cpp ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_backends.cpp
-    LIBS servetune_loadgen_core)
+    LIBS servetune_loadgen_core servetune_core)
   servetune_test(test_loadgen_http LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_http.cpp
-    LIBS servetune_loadgen_core)
+    LIBS servetune_loadgen_core servetune_core)
   target_compile_definitions(test_loadgen_http PRIVATE SERVETUNE_MOCK_SERVER="$<TARGET_FILE:servetune_mock_openai>")
   add_dependencies(test_loadgen_http servetune_mock_openai)
   servetune_test(test_loadgen_inprocess LABEL unit

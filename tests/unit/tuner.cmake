@@ -7,5 +7,5 @@ if(TARGET servetune_tuner)
             ${CMAKE_CURRENT_LIST_DIR}/test_tuner_space.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_strategy.cpp
             ${CMAKE_CURRENT_LIST_DIR}/test_tuner_results.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_report.cpp
             ${CMAKE_CURRENT_LIST_DIR}/test_tuner_import.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_measurement.cpp
-    LIBS servetune_tuner servetune_importers servetune_report)
+    LIBS servetune_tuner servetune_importers servetune_report servetune_core)
 endif()

@@ -14,12 +14,13 @@
 #include <vector>
 
 #include "servetune/engine_config.h"
+#include "servetune/model_info.h"
 #include "servetune/request.h"
 
 namespace servetune {
 
-class Tokenizer;
-struct ModelConfig;
+class Tokenizer;     // servetune/tokenizer.h
+struct ModelConfig;  // engine-internal (model/model_config.h); API users read model_info()
 
 // The events of one request, in order; the last one has finish != kNone. One consumer.
 class RequestStream {
@@ -106,6 +107,7 @@ class Engine {
 
   const EngineConfig& config() const;
   const ModelConfig& model_config() const;
+  ModelInfo model_info() const;  // the model's shape (servetune/model_info.h)
   const Tokenizer& tokenizer() const;
   int64_t kv_capacity_tokens() const;  // the most tokens one request can hold (one replica's KV when dp_size > 1)
   // The instruction-set level the CPU kernels run with ("avx512", "avx2" or "reference"; SERVETUNE_CPU_ISA forces one).

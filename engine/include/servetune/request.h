@@ -8,8 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/sampling_params.h"
-#include "runtime/sampler.h"
+#include "servetune/sampling.h"
 
 namespace servetune {
 

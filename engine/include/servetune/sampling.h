@@ -1,4 +1,5 @@
-// Per-request sampling settings (OpenAI / vLLM semantics) and their validation.
+// Per-request sampling settings (OpenAI / vLLM semantics), their validation, and what one draw returns (the token and,
+// when asked for, its log-probability and the top alternatives). Public API: plain data, no engine internals.
 #pragma once
 
 #include <cstdint>
@@ -29,5 +30,16 @@ struct SamplingParams {
 
 // Throws Error(kInvalidRequest) naming the first bad field.
 void validate_sampling_params(const SamplingParams& p);
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  float logprob = 0.0f;             // of the sampled token under the raw distribution (when logprobs >= 0)
+  std::vector<TokenLogprob> top;    // top-n of the raw distribution, best first
+};
 
 }  // namespace servetune

@@ -1,0 +1,31 @@
+// What an API user may know of a model without loading its weights (public API): its shape as the engine reads it,
+// and whether the engine can split it over a tensor-parallel group. The engine's own ModelConfig stays internal.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace servetune {
+
+struct ModelInfo {
+  std::string architecture;    // the engine's name of the family: "llama" or "qwen2"
+  int64_t n_layers = 0;
+  int64_t hidden = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t ffn = 0;             // feed-forward (intermediate) dimension
+  int64_t vocab = 0;
+  int64_t context_length = 0;  // the model's own, before any context_length setting
+};
+
+// The shape of the model at `path` as the engine opens it with `load_format` ("auto", "gguf", "safetensors",
+// "dummy"); the weights are mapped, not read. Throws the engine's Error for a bad load format, path or file.
+ModelInfo read_model_info(const std::string& path, const std::string& load_format = "auto");
+
+// Throws Error(kUsage) naming the numbers when the engine cannot split `model` over `tp_size` tensor-parallel ranks
+// (tp_size below 1, KV heads that neither cover nor divide the ranks, query heads or the feed-forward dimension that
+// do not divide); returns when it can.
+void check_tensor_parallel_split(const ModelInfo& model, int tp_size);
+
+}  // namespace servetune

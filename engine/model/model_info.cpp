@@ -1,0 +1,49 @@
+// The public model information (servetune/model_info.h) on top of the checkpoint reader and the tensor-parallel
+// partition, so API users learn a model's shape and splits exactly as the engine computes them.
+#include "servetune/model_info.h"
+
+#include "core/error.h"
+#include "model/checkpoint.h"
+#include "model/model_config.h"
+#include "model/parallel.h"
+
+namespace servetune {
+
+ModelInfo model_info_of(const ModelConfig& c) {
+  ModelInfo info;
+  info.architecture = c.architecture;
+  info.n_layers = c.n_layers;
+  info.hidden = c.hidden;
+  info.n_heads = c.n_heads;
+  info.n_kv_heads = c.n_kv_heads;
+  info.head_dim = c.head_dim;
+  info.ffn = c.ffn;
+  info.vocab = c.vocab;
+  info.context_length = c.context_length;
+  return info;
+}
+
+ModelInfo read_model_info(const std::string& path, const std::string& load_format) {
+  return model_info_of(Checkpoint(path, parse_load_format(load_format)).config());
+}
+
+void check_tensor_parallel_split(const ModelInfo& model, int tp_size) {
+  if (tp_size < 1) throw_usage("tp_size must be at least 1, got " + std::to_string(tp_size));
+  if (model.n_heads <= 0 || model.n_kv_heads <= 0 || model.ffn <= 0) {
+    throw_usage("a model shape without attention heads, KV heads or feed-forward dimension cannot be split");
+  }
+  // tensor_parallel_share reads the heads, the feed-forward dimension and the vocabulary; ModelInfo carries them all.
+  ModelConfig c;
+  c.architecture = model.architecture;
+  c.n_layers = model.n_layers;
+  c.hidden = model.hidden;
+  c.n_heads = model.n_heads;
+  c.n_kv_heads = model.n_kv_heads;
+  c.head_dim = model.head_dim;
+  c.ffn = model.ffn;
+  c.vocab = model.vocab;
+  c.context_length = model.context_length;
+  tensor_parallel_share(c, tp_size, 0);
+}
+
+}  // namespace servetune
