@@ -15,16 +15,15 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "core/error.h"
 #include "datasets/dataset.h"
 #include "engine_flags.h"
-#include "formats/gguf.h"
 #include "loadgen/backends.h"
 #include "loadgen/http_client.h"
 #include "loadgen/inprocess_client.h"
 #include "loadgen/report.h"
 #include "servetune/engine.h"
-#include "tokenizer/tokenizer.h"
+#include "servetune/error.h"
+#include "servetune/tokenizer.h"
 #include "tuner/measurement.h"
 
 namespace servetune::cli {
@@ -87,9 +86,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::st
     throw_usage(flag + " " + path + ": no such file or directory (a .gguf file or an HF directory with tokenizer.json;"
                 " give --tokenizer PATH when --model is a served model name)");
   }
-  if (fs::is_directory(path)) return Tokenizer::from_hf_dir(path);
-  GgufFile gguf(path);
-  return Tokenizer::from_gguf(gguf);
+  return Tokenizer::from_path(path);
 }
 
 void check_flag_use(const BenchOptions& o) {

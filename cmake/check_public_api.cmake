@@ -10,13 +10,6 @@ cmake_minimum_required(VERSION 3.25)
 
 set(kApiUserDirs cli tuner report importers loadgen datasets engine/server)
 
-# Files that still include engine internals; each entry goes away when its file is switched to the public headers
-# (issue #36: these files were being rewritten by another change when the check was added).
-set(kAllowed
-  "^cli/cmd_bench\\.cpp$" "^cli/engine_flags\\." "^tuner/bench_runner\\." "^tuner/sweep_runner\\."
-  "^tuner/calibration\\." "^tuner/results_store\\." "^tuner/launcher" "^tuner/command_line\\." "^tuner/sweep_spec\\."
-  "^tuner/spec_section\\." "^tuner/plan\\." "^tuner/workload_spec\\.cpp$")
-
 set(kInternal "engine-internal, use the public servetune/ headers")
 set(kPublicOnly "a public header includes only servetune/ headers")
 set(kServerOnly "the server's own headers are for engine/server/ and cli/ only")
@@ -65,8 +58,8 @@ function(check_file root rel internal_modules out_var)
   set(${out_var} ${found} PARENT_SCOPE)
 endfunction()
 
-# Sets `out_var` to the violations under `root`, skipping files matched by the regexes in `allowed`.
-function(public_api_violations root allowed out_var)
+# Sets `out_var` to the violations under `root`.
+function(public_api_violations root out_var)
   file(GLOB engine_entries RELATIVE "${root}/engine" "${root}/engine/*")
   set(internal_modules "")
   foreach(entry IN LISTS engine_entries)
@@ -83,15 +76,7 @@ function(public_api_violations root allowed out_var)
   list(SORT files)
   set(found "")
   foreach(rel IN LISTS files)
-    set(skip OFF)
-    foreach(pattern IN LISTS allowed)
-      if(rel MATCHES "${pattern}")
-        set(skip ON)
-      endif()
-    endforeach()
-    if(NOT skip)
-      check_file("${root}" "${rel}" "${internal_modules}" found)
-    endif()
+    check_file("${root}" "${rel}" "${internal_modules}" found)
   endforeach()
   set(${out_var} ${found} PARENT_SCOPE)
 endfunction()
@@ -112,7 +97,7 @@ if(SELF_TEST)
        "#include \"engine/core/error.h\"\n#include \"server/server.h\"\n")
   file(WRITE "${root}/loadgen/mock/mock.cpp"
        "#include \"../../engine/core/error.h\"\n#include \"../x.h\"\n#include \"engine/include/servetune/ok.h\"\n")
-  file(WRITE "${root}/cli/cmd_bench.cpp" "#include \"core/error.h\"\n")  # allowed, for now
+  file(WRITE "${root}/cli/cmd_bench.cpp" "#include \"core/error.h\"\n")
   set(expected
     "cli/cmd_bench.cpp:1: #include \"core/error.h\" (${kInternal})"
     "engine/include/servetune/leaky.h:4: #include \"runtime/sampler.h\" (${kPublicOnly})"
@@ -121,30 +106,21 @@ if(SELF_TEST)
     "tuner/space.cpp:3: #include \"runtime/sampler.h\" (${kInternal})"
     "tuner/space.cpp:4: #include \"engine/core/error.h\" (${kInternal})"
     "tuner/space.cpp:5: #include \"server/server.h\" (${kServerOnly})")
-  set(expected_allowed ${expected})
-  list(REMOVE_AT expected_allowed 0)
-  public_api_violations("${root}" "" all)
-  public_api_violations("${root}" "${kAllowed}" with_allow_list)
-  foreach(result all with_allow_list)
-    set(want expected)
-    if(result STREQUAL "with_allow_list")
-      set(want expected_allowed)
-    endif()
-    string(JOIN "\n" got_text ${${result}})
-    string(JOIN "\n" want_text ${${want}})
-    if(NOT got_text STREQUAL want_text)
-      message(NOTICE "expected:\n${want_text}\ngot:\n${got_text}")
-      message(FATAL_ERROR "check_public_api.cmake self-test (${result}): other violations than the expected ones")
-    endif()
-  endforeach()
-  message(STATUS "check_public_api.cmake self-test: the known violations are reported, the allowed file is skipped")
+  public_api_violations("${root}" found)
+  string(JOIN "\n" got_text ${found})
+  string(JOIN "\n" want_text ${expected})
+  if(NOT got_text STREQUAL want_text)
+    message(NOTICE "expected:\n${want_text}\ngot:\n${got_text}")
+    message(FATAL_ERROR "check_public_api.cmake self-test: other violations than the expected ones")
+  endif()
+  message(STATUS "check_public_api.cmake self-test: exactly the known violations are reported")
   return()
 endif()
 
 if(NOT SOURCE_DIR)
   message(FATAL_ERROR "check_public_api.cmake: give -DSOURCE_DIR=<repository root>")
 endif()
-public_api_violations("${SOURCE_DIR}" "${kAllowed}" found)
+public_api_violations("${SOURCE_DIR}" found)
 if(found)
   list(LENGTH found count)
   string(JOIN "\n" report ${found})

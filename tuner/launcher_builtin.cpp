@@ -1,9 +1,9 @@
 // Built-in launcher: a fresh in-process Engine per candidate, shut down and freed when the Session goes.
 #include <new>
 
-#include "core/error.h"
 #include "loadgen/inprocess_client.h"
 #include "servetune/engine.h"
+#include "servetune/error.h"
 #include "tuner/launcher.h"
 
 namespace servetune::tuner {

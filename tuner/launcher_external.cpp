@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <thread>
 
-#include "core/error.h"
 #include "loadgen/backends.h"
 #include "loadgen/http_client.h"
 #include "loadgen/server_metrics.h"
+#include "servetune/error.h"
 #include "tuner/launcher.h"
 #include "tuner/server_command.h"
 #include "tuner/server_process.h"

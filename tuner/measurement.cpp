@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "loadgen/server_metrics.h"
-#include "tokenizer/tokenizer.h"
+#include "servetune/tokenizer.h"
 #include "tuner/calibration.h"
 
 namespace servetune::tuner {

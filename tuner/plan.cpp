@@ -4,7 +4,7 @@
 #include <cmath>
 #include <map>
 
-#include "core/error.h"
+#include "servetune/error.h"
 #include "tuner/command_line.h"
 #include "tuner/results_table.h"
 #include "tuner/server_command.h"

@@ -14,7 +14,7 @@
 #include <random>
 #include <sstream>
 
-#include "core/error.h"
+#include "servetune/error.h"
 
 namespace servetune::tuner {
 namespace fs = std::filesystem;

@@ -8,9 +8,8 @@
 #include <filesystem>
 #include <memory>
 
-#include "core/error.h"
-#include "formats/gguf.h"
-#include "tokenizer/tokenizer.h"
+#include "servetune/error.h"
+#include "servetune/tokenizer.h"
 #include "tuner/launcher.h"
 #include "tuner/plan.h"
 #include "tuner/progress.h"
@@ -58,12 +57,6 @@ void check_inputs(const SweepSpec& spec) {
   }
 }
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
-  if (fs::is_directory(path)) return Tokenizer::from_hf_dir(path);
-  GgufFile gguf(path);
-  return Tokenizer::from_gguf(gguf);
-}
-
 // The strategy loop: asks the strategy for the next batch of trials, skips those already complete (--resume) or
 // excluded by the constraints, and runs the rest; the strategy sees every result so far before its next batch.
 class Driver {
@@ -71,7 +64,7 @@ class Driver {
   Driver(const SweepSpec& spec, ResultsStore& store, const SweepOptions& o)
       : spec_(spec), store_(store), space_(spec), strategy_(Strategy::make(spec, space_)),
         launcher_(Launcher::make(spec, space_)), progress_(o.progress, strategy_->planned_runs()),
-        tokenizer_(load_tokenizer(spec.builtin() ? spec.target.model : spec.target.tokenizer)),
+        tokenizer_(Tokenizer::from_path(spec.builtin() ? spec.target.model : spec.target.tokenizer)),
         trials_(spec, space_, store, *launcher_, progress_, *tokenizer_) {}
 
   SweepOutcome run() {

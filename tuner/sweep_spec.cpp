@@ -9,9 +9,9 @@
 #include <regex>
 #include <set>
 
-#include "core/error.h"
 #include "loadgen/report.h"
 #include "servetune/engine_config.h"
+#include "servetune/error.h"
 #include "tuner/expr.h"
 #include "tuner/spec_section.h"
 

@@ -14,9 +14,9 @@
 #include <new>
 #include <thread>
 
-#include "core/error.h"
 #include "loadgen/report.h"
 #include "servetune/engine.h"
+#include "servetune/error.h"
 #include "tuner/measurement.h"
 #include "tuner/server_command.h"
 #include "tuner/server_process.h"

@@ -7,9 +7,8 @@
 #include <limits>
 #include <memory>
 
-#include "formats/gguf.h"
+#include "servetune/tokenizer.h"
 #include "test_paths.h"
-#include "tokenizer/tokenizer.h"
 #include "tuner/measurement.h"
 
 namespace servetune::tuner {
@@ -55,8 +54,7 @@ datasets::Workload workload(const std::vector<std::string>& prompts) {
 }
 
 std::unique_ptr<Tokenizer> stories_tokenizer() {
-  GgufFile gguf(servetune::testing::stories_path());
-  return Tokenizer::from_gguf(gguf);
+  return Tokenizer::from_path(servetune::testing::stories_path());
 }
 
 TEST(Measurement, WarmupsSendTheFirstRequestOrCycle) {
