@@ -533,15 +533,12 @@ class EngineReplica::Impl {
     s.kv_blocks_free = blocks_->num_free_blocks();
     s.kv_blocks_used = blocks_->num_used_blocks();
     s.page_size = blocks_->page_size();
-    s.kv_usage = static_cast<double>(s.kv_blocks_used) / static_cast<double>(s.kv_blocks_total);
     s.prefix_query_tokens = blocks_->prefix_query_tokens();
     s.prefix_hit_tokens = blocks_->prefix_hit_tokens();
-    s.prefix_cache_hit_rate = s.prefix_query_tokens > 0 ? static_cast<double>(s.prefix_hit_tokens) / static_cast<double>(s.prefix_query_tokens) : 0.0;
     s.steps = steps_;
     s.batched_tokens = batched_tokens_;
     s.max_batch_tokens = max_batch_;
-    s.mean_batch_tokens = steps_ > 0 ? static_cast<double>(batched_tokens_) / static_cast<double>(steps_) : 0.0;
-    s.mean_running = steps_ > 0 ? static_cast<double>(running_sum_) / static_cast<double>(steps_) : 0.0;
+    s.batched_seqs = running_sum_;
     s.prompt_tokens = prompt_tokens_;
     s.generation_tokens = generation_tokens_;
     s.requests_finished = finished_;
@@ -554,9 +551,7 @@ class EngineReplica::Impl {
     s.spec_draft_tokens = spec_draft_tokens_;
     s.spec_accepted_tokens = spec_accepted_tokens_;
     s.spec_accepted_per_position = spec_accepted_per_position_;
-    s.spec_acceptance_rate = spec_draft_tokens_ > 0 ? static_cast<double>(spec_accepted_tokens_) / static_cast<double>(spec_draft_tokens_) : 0.0;
     s.spec_draft_kv_blocks_used = speculator_ ? speculator_->kv_blocks_used() : 0;
-    s.spec_mean_accepted_length = spec_num_drafts_ > 0 ? 1.0 + static_cast<double>(spec_accepted_tokens_) / static_cast<double>(spec_num_drafts_) : 0.0;
     std::lock_guard lock(stats_mutex_);
     stats_ = s;
   }
