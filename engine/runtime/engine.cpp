@@ -9,6 +9,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "runtime/engine_replica.h"
+#include "runtime/kv_plan.h"
 #include "runtime/replica_router.h"
 
 namespace servetune {
