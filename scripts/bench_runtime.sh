@@ -5,8 +5,8 @@
 # (hit rate and mean TTFT). Runs alternate REPEAT times and medians are reported, so load from other processes
 # on a shared machine hits every side alike. The built-in engine stores its KV cache in f16 (KV_DTYPE), the type
 # llama-server uses by default, so both engines read the same cache bytes per token. Warm-up requests repeat the
-# workload's first prompt (vLLM's convention), so the measured run's first request finds its prompt cached: with
-# 8 prompts at concurrency 1 that is 1/8 of its prefills (1/4 with the earlier 4, flattering concurrency 1 by ~2%).
+# workload's first prompt (vLLM's convention), so the measured run's first request finds its prompt cached; enough
+# prompts at concurrency 1 keep that one skipped prefill from flattering it.
 # Usage: scripts/bench_runtime.sh [BUILD_DIR]   env: MODEL THREADS REPEAT PROMPTS_C1 PROMPTS_C32 KV_DTYPE LLAMA_SERVER OUT
 source "$(dirname "$0")/bench_common.sh"  # strict mode, repository root, bench_start
 NAME=bench_runtime
@@ -36,8 +36,8 @@ else
   echo "bench_runtime: $LLAMA_SERVER not found; skipping the llama-server comparison (see README to build it)" >&2
 fi
 # A fresh llama-server for each round, as each built-in run is a fresh engine: a server kept across rounds answers
-# the next round's prompts (the same seed) from its slots' prompt cache, skipping their prefill (measured: 193 of 288
-# requests evaluated one prompt token, and rounds 2-3 ran 1.7x round 1's throughput).
+# the next round's prompts (the same seed) from its slots' prompt cache, skipping their prefill, and later rounds
+# would look faster than the first.
 start_llama_server() {  # ROUND
   # 32 slots of 256 tokens each (128 in + 128 out).
   "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -tb "$THREADS" --parallel 32 -c 8192 --cont-batching --port "$PORT" \

@@ -109,31 +109,24 @@ Measurement measure(loadgen::Client& client, const datasets::Workload& workload,
 nlohmann::ordered_json engine_stats_json(const Measurement& m) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   if (!m.stats_before || !m.stats_after) return j;
-  const EngineStats& a = *m.stats_before;
-  const EngineStats& b = *m.stats_after;
-  const int64_t steps = b.steps - a.steps;
-  const int64_t batched = b.batched_tokens - a.batched_tokens;
-  const int64_t query = b.prefix_query_tokens - a.prefix_query_tokens;
-  const int64_t hit = b.prefix_hit_tokens - a.prefix_hit_tokens;
-  const double running_sum = b.mean_running * static_cast<double>(b.steps) - a.mean_running * static_cast<double>(a.steps);
-  j["engine_steps"] = steps;
-  j["engine_batched_tokens"] = batched;
-  j["engine_mean_batch_tokens"] = steps > 0 ? static_cast<double>(batched) / static_cast<double>(steps) : 0.0;
-  j["engine_mean_running"] = steps > 0 ? running_sum / static_cast<double>(steps) : 0.0;
-  j["engine_prompt_tokens"] = b.prompt_tokens - a.prompt_tokens;
-  j["engine_generation_tokens"] = b.generation_tokens - a.generation_tokens;
-  j["engine_preemptions"] = b.preemptions - a.preemptions;
+  const EngineStats d = m.stats_after->since(*m.stats_before);
+  j["engine_steps"] = d.steps;
+  j["engine_batched_tokens"] = d.batched_tokens;
+  j["engine_mean_batch_tokens"] = d.mean_batch_tokens();
+  j["engine_mean_running"] = d.mean_running();
+  j["engine_prompt_tokens"] = d.prompt_tokens;
+  j["engine_generation_tokens"] = d.generation_tokens;
+  j["engine_preemptions"] = d.preemptions;
   // Tensor parallelism's communication cost (and waits for slower ranks) against the forward passes' time.
-  const double forward = b.forward_seconds - a.forward_seconds, comm = b.comm_seconds - a.comm_seconds;
-  const double wait = b.comm_wait_seconds - a.comm_wait_seconds;
+  const double forward = d.forward_seconds, comm = d.comm_seconds, wait = d.comm_wait_seconds;
   j["engine_forward_seconds"] = forward;
   j["engine_comm_seconds"] = comm;
   j["engine_comm_wait_seconds"] = wait;
-  j["engine_comm_ms_per_step"] = steps > 0 ? 1000.0 * comm / static_cast<double>(steps) : 0.0;
+  j["engine_comm_ms_per_step"] = d.steps > 0 ? 1000.0 * comm / static_cast<double>(d.steps) : 0.0;
   j["engine_comm_fraction"] = forward > 0 ? comm / forward : 0.0;
   j["engine_comm_wait_fraction"] = forward > 0 ? wait / forward : 0.0;
-  j["engine_prefix_hit_tokens"] = hit;
-  j["engine_prefix_cache_hit_rate"] = query > 0 ? static_cast<double>(hit) / static_cast<double>(query) : 0.0;
+  j["engine_prefix_hit_tokens"] = d.prefix_hit_tokens;
+  j["engine_prefix_cache_hit_rate"] = d.prefix_cache_hit_rate();
   return j;
 }
 

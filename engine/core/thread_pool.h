@@ -1,5 +1,5 @@
-// Fixed-size fork-join thread pool for the CPU kernels: run() wakes the workers (spin, then futex sleep) in ~1 us.
-// The calling thread is thread 0; run() is blocking, type-erased without allocation, and rethrows the first exception.
+// Fixed-size fork-join thread pool for the CPU kernels (idle workers spin, then sleep on a futex). The calling thread
+// is thread 0; run() is blocking, type-erased without allocation, and rethrows the first exception.
 #pragma once
 
 #include <atomic>

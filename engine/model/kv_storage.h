@@ -3,7 +3,7 @@
 // (runtime/block_manager.h); the last one, scratch_block(), is nobody's: padding tokens of graph replays write there.
 // All of it is made resident at construction, as GPU engines and llama.cpp hold their KV cache: the block manager
 // hands out never-used blocks before it evicts cached ones, so otherwise a fresh server pays a page fault (and the
-// kernel's zeroing) on the first write to every block, ~4% of a 32-request benchmark's time on this project's VMs.
+// kernel's zeroing) on the first write to every block, inside the requests it is timed on.
 #pragma once
 
 #include <memory>

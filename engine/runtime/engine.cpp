@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "model/model_config.h"
 #include "runtime/engine_replica.h"
+#include "runtime/kv_plan.h"
 #include "runtime/replica_router.h"
 
 namespace servetune {
@@ -37,50 +38,6 @@ EngineConfig validated(const EngineConfig& config) {
                 "`servetune serve ... --node-rank " + std::to_string(config.node_rank) + "` (node_rank 0 runs the engine)");
   }
   return config;
-}
-
-// Sums counters, takes the max of maxima and recomputes ratios from the sums.
-EngineStats aggregate(const std::vector<EngineStats>& all) {
-  EngineStats s;
-  double running_sum = 0;
-  for (const auto& r : all) {
-    s.running += r.running;
-    s.waiting += r.waiting;
-    s.kv_blocks_total += r.kv_blocks_total;
-    s.kv_blocks_used += r.kv_blocks_used;
-    s.kv_blocks_free += r.kv_blocks_free;
-    s.page_size = r.page_size;
-    s.prefix_query_tokens += r.prefix_query_tokens;
-    s.prefix_hit_tokens += r.prefix_hit_tokens;
-    s.steps += r.steps;
-    s.batched_tokens += r.batched_tokens;
-    s.max_batch_tokens = std::max(s.max_batch_tokens, r.max_batch_tokens);
-    running_sum += r.mean_running * static_cast<double>(r.steps);
-    s.prompt_tokens += r.prompt_tokens;
-    s.generation_tokens += r.generation_tokens;
-    s.requests_finished += r.requests_finished;
-    s.requests_aborted += r.requests_aborted;
-    s.preemptions += r.preemptions;
-    s.forward_seconds += r.forward_seconds;
-    s.comm_seconds += r.comm_seconds;
-    s.comm_wait_seconds += r.comm_wait_seconds;
-    s.spec_num_drafts += r.spec_num_drafts;
-    s.spec_draft_tokens += r.spec_draft_tokens;
-    s.spec_accepted_tokens += r.spec_accepted_tokens;
-    s.spec_draft_kv_blocks_used += r.spec_draft_kv_blocks_used;
-    if (s.spec_accepted_per_position.size() < r.spec_accepted_per_position.size()) {
-      s.spec_accepted_per_position.resize(r.spec_accepted_per_position.size(), 0);
-    }
-    for (size_t i = 0; i < r.spec_accepted_per_position.size(); ++i) s.spec_accepted_per_position[i] += r.spec_accepted_per_position[i];
-  }
-  const auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-  s.kv_usage = ratio(static_cast<double>(s.kv_blocks_used), static_cast<double>(s.kv_blocks_total));
-  s.prefix_cache_hit_rate = ratio(static_cast<double>(s.prefix_hit_tokens), static_cast<double>(s.prefix_query_tokens));
-  s.mean_batch_tokens = ratio(static_cast<double>(s.batched_tokens), static_cast<double>(s.steps));
-  s.mean_running = ratio(running_sum, static_cast<double>(s.steps));
-  s.spec_acceptance_rate = ratio(static_cast<double>(s.spec_accepted_tokens), static_cast<double>(s.spec_draft_tokens));
-  s.spec_mean_accepted_length = s.spec_num_drafts > 0 ? 1.0 + ratio(static_cast<double>(s.spec_accepted_tokens), static_cast<double>(s.spec_num_drafts)) : 0.0;
-  return s;
 }
 
 }  // namespace
@@ -116,9 +73,9 @@ class Engine::Impl {
 
   EngineStats stats() const {
     if (replicas_.size() == 1) return replicas_.front()->stats();
-    std::vector<EngineStats> all;
-    for (const auto& r : replicas_) all.push_back(r->stats());
-    return aggregate(all);
+    EngineStats sum;
+    for (const auto& r : replicas_) sum.add_replica(r->stats());
+    return sum;
   }
 
   void shutdown() {

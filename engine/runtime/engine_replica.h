@@ -11,11 +11,6 @@
 
 namespace servetune {
 
-// KV memory on CPU when mem_fraction_static is 0: this fraction of RAM (shared by all replicas).
-constexpr double kCpuDefaultMemFraction = 0.1;
-// Device memory for weights plus KV cache on a GPU when mem_fraction_static is 0 (SGLang's meaning of the setting).
-constexpr double kGpuDefaultMemFraction = 0.88;
-
 // A request checked and tokenized, ready to be queued on any replica of the same model.
 struct PreparedRequest {
   std::vector<int32_t> prompt_ids;

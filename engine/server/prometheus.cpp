@@ -99,7 +99,7 @@ std::string render_metrics(const ServerMetrics& m, const EngineStats& s, const s
   header(out, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
   sample(out, "vllm:num_requests_waiting", labels, s.waiting);
   header(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.");
-  sample(out, "vllm:kv_cache_usage_perc", labels, s.kv_usage);
+  sample(out, "vllm:kv_cache_usage_perc", labels, s.kv_usage());
   header(out, "vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.");
   sample(out, "vllm:prefix_cache_queries_total", labels, s.prefix_query_tokens);
   header(out, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.");

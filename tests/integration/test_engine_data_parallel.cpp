@@ -58,7 +58,7 @@ TEST(EngineDataParallel, GreedyOutputsIdenticalToOneReplicaUnderBothMethods) {
     EXPECT_EQ(s.kv_blocks_free, s.kv_blocks_total) << method;
     EXPECT_EQ(s.running + s.waiting, 0) << method;
     EXPECT_GT(s.steps, 0) << method;
-    EXPECT_GT(s.mean_running, 0.0) << method;
+    EXPECT_GT(s.mean_running(), 0.0) << method;
   }
 }
 

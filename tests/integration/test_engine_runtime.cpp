@@ -123,7 +123,7 @@ void check_model(const std::string& model, const std::string& kv = "auto") {
     EXPECT_EQ(s.running, 0);
     EXPECT_EQ(s.kv_blocks_used, 0) << v.name;
     if (!v.config.disable_radix_cache) {
-      EXPECT_GT(s.prefix_cache_hit_rate, 0.0) << v.name;
+      EXPECT_GT(s.prefix_cache_hit_rate(), 0.0) << v.name;
     }
     if (v.config.max_total_tokens == 512) {
       EXPECT_GT(s.preemptions, 0) << v.name;

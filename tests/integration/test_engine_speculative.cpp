@@ -181,18 +181,18 @@ void check_model(const std::string& model, const std::vector<std::string>& texts
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_EQ(s.spec_draft_kv_blocks_used, 0);
   EXPECT_EQ(s.running, 0);
-  EXPECT_GE(s.spec_acceptance_rate, spec.min_acceptance);
+  EXPECT_GE(s.spec_acceptance_rate(), spec.min_acceptance);
   EXPECT_GT(s.spec_num_drafts, 0);
   EXPECT_GT(s.spec_accepted_tokens, 0);
   EXPECT_LE(s.spec_accepted_tokens, s.spec_draft_tokens);
-  EXPECT_GT(s.spec_acceptance_rate, 0.0);
-  EXPECT_GT(s.spec_mean_accepted_length, 1.0);
+  EXPECT_GT(s.spec_acceptance_rate(), 0.0);
+  EXPECT_GT(s.spec_mean_accepted_length(), 1.0);
   ASSERT_FALSE(s.spec_accepted_per_position.empty());
   EXPECT_LE(s.spec_accepted_per_position[0], s.spec_num_drafts);
-  EXPECT_GT(s.prefix_cache_hit_rate, 0.0);
+  EXPECT_GT(s.prefix_cache_hit_rate(), 0.0);
   std::printf("%s, %s: %lld drafts, %lld draft tokens, %lld accepted (%.1f%%), mean accepted length %.2f\n", model.c_str(),
               spec.algorithm.c_str(), static_cast<long long>(s.spec_num_drafts), static_cast<long long>(s.spec_draft_tokens),
-              static_cast<long long>(s.spec_accepted_tokens), 100.0 * s.spec_acceptance_rate, s.spec_mean_accepted_length);
+              static_cast<long long>(s.spec_accepted_tokens), 100.0 * s.spec_acceptance_rate(), s.spec_mean_accepted_length());
 }
 
 const std::vector<std::string> kStoriesTexts = {
@@ -258,8 +258,8 @@ std::vector<std::vector<int32_t>> sample_many(const Spec& spec, int n, int len) 
     const EngineStats s = engine.stats();
     EXPECT_EQ(s.spec_draft_kv_blocks_used, 0);
     EXPECT_GT(s.spec_accepted_tokens, 0);
-    std::printf("sampling: acceptance %.1f%%, mean accepted length %.2f\n", 100.0 * s.spec_acceptance_rate,
-                s.spec_mean_accepted_length);
+    std::printf("sampling: acceptance %.1f%%, mean accepted length %.2f\n", 100.0 * s.spec_acceptance_rate(),
+                s.spec_mean_accepted_length());
   }
   return outs;
 }

@@ -19,3 +19,6 @@ servetune_test(test_cpu_sample LABEL unit
 servetune_test(test_filtered_candidates LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_filtered_candidates.cpp
   LIBS servetune_runtime)
+servetune_test(test_replica_parts LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kv_plan.cpp ${CMAKE_CURRENT_LIST_DIR}/test_engine_stats.cpp
+  LIBS servetune_runtime)

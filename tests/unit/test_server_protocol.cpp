@@ -354,7 +354,8 @@ TEST(ServerMetricsText, PrometheusFormat) {
   EngineStats s;
   s.running = 2;
   s.waiting = 1;
-  s.kv_usage = 0.25;
+  s.kv_blocks_used = 1;
+  s.kv_blocks_total = 4;
   s.generation_tokens = 42;
   s.spec_num_drafts = 5;
   s.spec_draft_tokens = 20;

@@ -179,9 +179,9 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
   };
 
   // V rows `distance` positions ahead are prefetched one KV head's stretch at a time, between the key blocks in use
-  // (bursts of whole-row prefetches stall on the core's miss buffers; spread out they measured 20% faster), into L2,
-  // not L1: a DRAM line prefetched into L1 holds one of the core's few L1 miss buffers for the whole trip (Zen 4:
-  // ~1.5 KB in flight, ~10 GB/s per core), while L2 keeps several times as many misses outstanding. V goes early so
+  // (bursts of whole-row prefetches stall on the core's miss buffers; spread out they do not), into L2, not L1: a
+  // DRAM line prefetched into L1 holds one of the core's few L1 miss buffers for the whole trip, which caps one
+  // core's bandwidth, while L2 keeps several times as many misses outstanding. V goes early so
   // the weighted sum does not start cold on DRAM, but only while the task's V stretches stay cached meanwhile (long
   // contexts rely on the value loop's own prefetch). K columns are prefetched inside score_keys, two blocks ahead.
   const bool values_early = n_ctx * span_bytes <= 256 * 1024;

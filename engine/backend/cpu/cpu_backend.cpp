@@ -36,7 +36,7 @@ Kernel for_selected_isa(Kernel avx512, Kernel avx2, Kernel reference) {
 
 // Host memory, 64-byte aligned. Buffers of 2 MB and more (the KV cache's layers, a prefill's activations) are
 // mapped on 2 MB boundaries and advised to use transparent huge pages: their first touch costs one page fault per
-// 2 MB instead of per 4 KB (on this project's VMs a 4 KB first touch measured 2-4 us), and the attention's scattered
+// 2 MB instead of per 4 KB (on virtual machines a first touch is expensive), and the attention's scattered
 // KV reads miss the TLB less. Without THP the mapping simply stays on 4 KB pages.
 class HostBuffer final : public Buffer {
  public:
@@ -255,8 +255,8 @@ void CpuBackend::store_kv(const KvLayerView& kv, const float* k, const float* v,
 
 void CpuBackend::prefetch_attention(const KvLayerView& kv, const AttentionBatch& batch) {
   // Only batches the AVX-512 token-lane tiles (which walk the ranges) run on, reading more cache than an L2 holds;
-  // at most what the L3 keeps until the attention. (32 sequences x 64-256 positions, f16, K still in row layout:
-  // attention 22% faster, the matmuls in between 2-3% slower, a decode step 2-3% shorter.)
+  // at most what the L3 keeps until the attention. The prefetch threads slow the matmuls in between a little, and
+  // the attention, starting on cached KV, gains more.
   constexpr int64_t kMinTokens = 16, kMinBytes = 1 << 20, kMaxBytes = 16 << 20;
   background_.clear();
   if (batch.n_tokens < kMinTokens || cpu_selected_isa() != CpuIsa::kAvx512) return;
@@ -283,10 +283,9 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
     }
   }
   // A task is one token's heads when there are tokens enough to balance the threads (each K/V row read whole, in
-  // one stretch: tasks reading interleaved stretches of the same rows on two cores measured 20% slower), one
-  // token's group of heads sharing a KV head while there are at least as many groups as threads (the group's heads
-  // share each K row's load and widening: one sequence, 3 groups on 2 threads, measured faster than 9 single-head
-  // tasks despite the uneven split), else one head.
+  // one stretch: two cores reading interleaved stretches of the same rows are slower), one token's group of heads
+  // sharing a KV head while there are at least as many groups as threads (the group's heads share each K row's load
+  // and widening, which outweighs an uneven split of few groups over the threads), else one head.
   const int64_t threads = pool_.size();
   const int64_t heads_per_task = group_kernel == nullptr                     ? 1
                                  : batch.n_tokens >= 8 * threads             ? n_heads

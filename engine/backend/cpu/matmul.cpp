@@ -340,11 +340,10 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
   const bool parallel = chunks > 1 && threads > 1;
   // Few activations (decode, up to 256 KB of f32 input: a 32-sequence batch at 2048 columns): every thread prepares
   // its own copy inside the parallel region, which overlaps that work with the wake-up, needs no barrier and keeps
-  // the tiles' reads in the thread's own caches. Preparation is deterministic, so all copies are identical. (The
-  // shared copy's barrier cost a 32-token decode step in the engine 4-6%: FFN down 180 -> 145 us at 2 threads.)
-  // Not with SwiGLU once every thread gets a token group of its own: silu costs several times the quantization
-  // (32 tokens x 1536: ~14 us of exp per thread), so splitting it pays for the barrier (SmolLM2 c32 benchmark,
-  // 2 threads, six alternated pairs on a busy host: +1.0..+13.8%, median +2.9%).
+  // the tiles' reads in the thread's own caches. Preparation is deterministic, so all copies are identical. (A
+  // shared copy's barrier costs a decode step more than the duplicated preparation.)
+  // Not with SwiGLU once every thread gets a token group of its own: silu costs several times the quantization, so
+  // splitting it over the threads pays for the barrier.
   const bool split_swiglu = swiglu != nullptr && n_tokens >= threads * kTokenGroup;
   const bool private_prep = needs_prep && parallel && n_tokens * cols <= 64 * 1024 && !split_swiglu;
   // More: one shared copy, its tokens split over the threads of the region, then a barrier before the chunks.

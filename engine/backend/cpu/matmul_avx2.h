@@ -20,7 +20,7 @@ constexpr int64_t kPrefetchAhead = 6144;
 
 // Passes v through an empty asm statement: a chain of 16-bit adds stays a chain. Unfenced, GCC reassociates the
 // token-lane tile's eight pair-sum additions into trees whose partial sums no longer fit the 16 ymm registers and
-// spill to the stack (measured: the Q4_1 tile ran 14% slower).
+// spill to the stack, which slows the tile down.
 static inline void keep_in_register(__m256i& v) { asm("" : "+x"(v)); }
 
 template <DType kType>

@@ -52,6 +52,8 @@ class RequestStream {
   std::function<void()> notify_;
 };
 
+// Counters and gauges of the engine; the ratios are derived from them by the member functions below, the one place
+// that defines them (so a sum over replicas or a difference over a measured run derives them the same way).
 struct EngineStats {
   int64_t running = 0;
   int64_t waiting = 0;
@@ -59,15 +61,12 @@ struct EngineStats {
   int64_t kv_blocks_used = 0;
   int64_t kv_blocks_free = 0;
   int64_t page_size = 0;
-  double kv_usage = 0.0;               // used / total
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
-  double prefix_cache_hit_rate = 0.0;  // hit / query tokens
   int64_t steps = 0;
   int64_t batched_tokens = 0;          // over all steps
+  int64_t batched_seqs = 0;            // over all steps: a sequence counts once in every step it is in
   int64_t max_batch_tokens = 0;
-  double mean_batch_tokens = 0.0;
-  double mean_running = 0.0;           // sequences per step
   int64_t prompt_tokens = 0;           // prompt tokens computed (excluding prefix-cache hits)
   int64_t generation_tokens = 0;
   int64_t requests_finished = 0;
@@ -83,9 +82,27 @@ struct EngineStats {
   int64_t spec_draft_tokens = 0;
   int64_t spec_accepted_tokens = 0;
   std::vector<int64_t> spec_accepted_per_position;  // [i]: drafts whose token at position i was accepted
-  double spec_acceptance_rate = 0.0;                // accepted / draft tokens
-  double spec_mean_accepted_length = 0.0;           // 1 + accepted / drafts (tokens per verification step)
   int64_t spec_draft_kv_blocks_used = 0;            // KV blocks the draft model's own cache has in use (draft)
+
+  // Ratios, 0 when the denominator is 0.
+  double kv_usage() const { return ratio(kv_blocks_used, kv_blocks_total); }
+  double prefix_cache_hit_rate() const { return ratio(prefix_hit_tokens, prefix_query_tokens); }
+  double mean_batch_tokens() const { return ratio(batched_tokens, steps); }
+  double mean_running() const { return ratio(batched_seqs, steps); }  // sequences per step
+  double spec_acceptance_rate() const { return ratio(spec_accepted_tokens, spec_draft_tokens); }
+  // 1 + accepted / drafts: tokens per verification step.
+  double spec_mean_accepted_length() const {
+    return spec_num_drafts > 0 ? 1.0 + ratio(spec_accepted_tokens, spec_num_drafts) : 0.0;
+  }
+
+  // Adds another replica's stats: counters and gauges sum, max_batch_tokens takes the larger, page_size is shared.
+  void add_replica(const EngineStats& other);
+  // What the counters grew by since `before`, an earlier snapshot of the same engine (a measured run's share);
+  // gauges and max_batch_tokens are this snapshot's.
+  EngineStats since(const EngineStats& before) const;
+
+ private:
+  static double ratio(int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0; }
 };
 
 class Engine {

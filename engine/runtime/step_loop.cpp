@@ -1,0 +1,288 @@
+// One replica's engine thread (see step_loop.h): the wait for work, the step, and the stats it publishes.
+#include "runtime/step_loop.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "runtime/block_manager.h"
+#include "runtime/model_runner.h"
+#include "runtime/scheduler.h"
+#include "runtime/speculator.h"
+#include "runtime/tensor_parallel_group.h"
+
+namespace servetune {
+
+StepLoop::StepLoop(const StepParts& parts) : parts_(parts) {
+  device_sampling_ = parts_.ranks->device_sampling();
+  keep_alive_ = parts_.ranks->keep_alive_interval();
+  publish_stats(0, 0);  // capacity and free blocks are known before the first step
+  thread_ = std::thread([this] { loop(); });
+}
+
+StepLoop::~StepLoop() { shutdown(); }
+
+void StepLoop::enqueue(std::unique_ptr<RequestState> state) {
+  std::lock_guard lock(mutex_);
+  if (stopping_) throw_usage("the engine is shut down");
+  live_ids_.insert(state->id());
+  pending_.push_back(std::move(state));
+  cv_.notify_one();
+}
+
+bool StepLoop::abort(uint64_t id) {
+  std::lock_guard lock(mutex_);
+  if (live_ids_.count(id) == 0) return false;
+  aborts_.push_back(id);
+  cv_.notify_one();
+  return true;
+}
+
+int64_t StepLoop::num_live() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int64_t>(live_ids_.size());
+}
+
+EngineStats StepLoop::stats() const {
+  std::lock_guard lock(stats_mutex_);
+  return stats_;
+}
+
+void StepLoop::shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    cv_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void StepLoop::loop() {
+  for (;;) {
+    std::vector<std::unique_ptr<RequestState>> incoming;
+    std::vector<uint64_t> aborts;
+    bool stopping = false;
+    {
+      std::unique_lock lock(mutex_);
+      const auto ready = [&] {
+        return stopping_ || !pending_.empty() || !aborts_.empty() || parts_.scheduler->has_work();
+      };
+      if (keep_alive_.count() == 0) {
+        cv_.wait(lock, ready);
+      } else if (!cv_.wait_for(lock, keep_alive_, ready)) {
+        lock.unlock();
+        keep_alive();
+        continue;
+      }
+      incoming.swap(pending_);
+      aborts.swap(aborts_);
+      stopping = stopping_;
+    }
+    for (auto& st : incoming) {
+      Sequence* seq = &st->seq;
+      states_.emplace(st->id(), std::move(st));
+      parts_.scheduler->add(seq);
+    }
+    for (uint64_t id : aborts) {
+      auto it = states_.find(id);
+      if (it == states_.end()) continue;
+      finish(*it->second, FinishReason::kAbort);
+      remove(id);
+      ++counters_.requests_aborted;
+    }
+    if (stopping) {
+      std::vector<uint64_t> ids;
+      for (const auto& [id, st] : states_) ids.push_back(id);
+      for (uint64_t id : ids) {
+        finish(*states_[id], FinishReason::kAbort);
+        remove(id);
+        ++counters_.requests_aborted;
+      }
+      publish_stats(0, 0);
+      outbox_.deliver();
+      return;
+    }
+    if (!aborts.empty()) publish_stats(0, 0);
+    step();
+    outbox_.deliver();
+  }
+}
+
+// Tells idle worker processes the engine is still there; a failure leaves the group broken, and the next step
+// reports it to its requests.
+void StepLoop::keep_alive() {
+  try {
+    parts_.ranks->keep_alive();
+  } catch (const std::exception&) {
+    keep_alive_ = std::chrono::milliseconds(0);
+  }
+}
+
+void StepLoop::step() {
+  propose_drafts();
+  SchedulerOutput out = parts_.scheduler->schedule();
+  counters_.preemptions += static_cast<int64_t>(out.preempted.size());
+  if (parts_.speculator) {
+    for (const Sequence* seq : out.preempted) parts_.speculator->release(seq->id);
+  }
+  if (out.empty()) {
+    publish_stats(0, 0);
+    if (parts_.scheduler->num_running() == 0 && parts_.scheduler->num_waiting() > 0) {
+      // Cannot happen with validated requests (each fits the cache alone); fail them rather than spin.
+      std::vector<uint64_t> ids;
+      for (const auto& [id, st] : states_) ids.push_back(id);
+      for (uint64_t id : ids) {
+        finish(*states_[id], FinishReason::kError, "the request cannot be scheduled with the current KV cache");
+        remove(id);
+      }
+    }
+    return;
+  }
+  std::vector<SampleRow> rows;
+  try {
+    const auto start = EngineClock::now();
+    rows = device_rows(out);
+    if (rows.empty()) parts_.runner->run(out);
+    else parts_.runner->run_sampled(out, rows);
+    counters_.forward_seconds += std::chrono::duration<double>(EngineClock::now() - start).count();
+  } catch (const std::exception& ex) {
+    for (const auto& s : out.seqs) {
+      const auto id = static_cast<uint64_t>(s.seq->id);
+      finish(*states_[id], FinishReason::kError, std::string("engine step failed: ") + ex.what());
+      remove(id);
+    }
+    return;
+  }
+  parts_.scheduler->complete(out);
+  const auto now = EngineClock::now();
+  size_t row = 0;
+  std::vector<uint64_t> done;
+  for (const auto& s : out.seqs) {
+    RequestState& st = *states_[static_cast<uint64_t>(s.seq->id)];
+    if (!st.admitted) {
+      st.cached_tokens = s.seq->num_prefix_hit;
+      st.admitted = true;
+    }
+    const int64_t first = s.seq->num_computed - (s.num_tokens - s.num_draft);
+    counters_.prompt_tokens += std::clamp<int64_t>(s.seq->prompt_len - first, 0, s.num_tokens);
+    if (!s.samples) continue;
+    try {
+      if (emit_tokens(st, s, row, now, rows.empty() ? -1 : parts_.runner->token(row))) done.push_back(st.id());
+    } catch (const std::exception& ex) {
+      finish(st, FinishReason::kError, std::string("sampling failed: ") + ex.what());
+      done.push_back(st.id());
+    }
+    row += 1 + static_cast<size_t>(s.num_draft);
+  }
+  for (uint64_t id : done) {
+    remove(id);
+    ++counters_.requests_finished;
+  }
+  publish_stats(static_cast<int64_t>(out.seqs.size()), out.num_tokens);
+}
+
+// The step's device draws, when every sampling sequence can have one (no speculative draft, nothing
+// Sampler::device_refusal names): one row per sampling sequence in step order, each drawing its uniform now.
+// Empty: the step's logits come back and the host samples.
+std::vector<SampleRow> StepLoop::device_rows(const SchedulerOutput& out) {
+  std::vector<SampleRow> rows;
+  if (!device_sampling_) return rows;
+  for (const auto& s : out.seqs) {
+    const RequestState& st = *states_.at(static_cast<uint64_t>(s.seq->id));
+    if (s.samples && (s.num_draft > 0 || st.sampler.device_refusal(st.banned_tokens()) != nullptr)) return rows;
+  }
+  for (const auto& s : out.seqs) {
+    if (s.samples) rows.push_back(states_.at(static_cast<uint64_t>(s.seq->id))->sampler.device_row());
+  }
+  return rows;
+}
+
+// Takes one sampling sequence's tokens (from its logits rows starting at `row`, or `device_token` >= 0 drawn on the
+// device), counts them, lets the scheduler and speculator drop rejected drafts, and queues the step's event for it;
+// returns true when the request is finished.
+bool StepLoop::emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, EngineClock::time_point now,
+                           int32_t device_token) {
+  TokenEvent e;
+  const RequestState::Emitted r =
+      st.emit(s.num_draft, device_token, parts_.vocab, [&](size_t j) { return parts_.runner->logits(row + j); }, e);
+  counters_.generation_tokens += static_cast<int64_t>(e.token_ids.size());
+  if (s.num_draft > 0) {
+    ++counters_.spec_num_drafts;
+    counters_.spec_draft_tokens += s.num_draft;
+    counters_.spec_accepted_tokens += r.accepted;
+    std::vector<int64_t>& per_position = counters_.spec_accepted_per_position;
+    const auto num_draft = static_cast<size_t>(s.num_draft);
+    if (per_position.size() < num_draft) per_position.resize(num_draft, 0);
+    for (int64_t i = 0; i < r.accepted; ++i) ++per_position[static_cast<size_t>(i)];
+    if (!r.finished) {
+      parts_.scheduler->accept_draft(&st.seq, r.accepted);
+      parts_.speculator->rollback(st.seq.id, st.seq.tokens);
+    }
+  }
+  e.time = now;
+  e.usage = st.usage();
+  outbox_.add(st.stream, std::move(e));
+  return r.finished;
+}
+
+// Proposes speculative drafts for every decoding sequence in one batched call (the scheduler takes what fits
+// this step). A failing draft model fails the requests it was drafting for.
+void StepLoop::propose_drafts() {
+  if (!parts_.speculator) return;
+  std::vector<DraftSlot> slots;
+  for (auto& [id, st] : states_) {
+    Sequence& seq = st->seq;
+    st->draft_probs.clear();
+    if (seq.status != SeqStatus::kRunning || seq.num_uncomputed() != 1) continue;
+    const int64_t room = std::min(parts_.num_draft_tokens, seq.max_total_len - seq.size() - 1);
+    if (room <= 0) continue;
+    slots.push_back({seq.id, seq.tokens, room, &st->params, st->draft_seed, &seq.draft, &st->draft_probs});
+  }
+  if (slots.empty()) return;
+  try {
+    parts_.speculator->propose(slots);
+  } catch (const std::exception& ex) {
+    for (const DraftSlot& slot : slots) {
+      const auto id = static_cast<uint64_t>(slot.seq_id);
+      finish(*states_[id], FinishReason::kError, std::string("speculative draft failed: ") + ex.what());
+      remove(id);
+    }
+  }
+}
+
+void StepLoop::finish(RequestState& st, FinishReason reason, const std::string& error) {
+  outbox_.add(st.stream, st.finish_event(reason, error));
+}
+
+void StepLoop::remove(uint64_t id) {
+  auto it = states_.find(id);
+  parts_.scheduler->remove(&it->second->seq);
+  if (parts_.speculator) parts_.speculator->release(static_cast<int64_t>(id));
+  states_.erase(it);
+  std::lock_guard lock(mutex_);
+  live_ids_.erase(id);
+}
+
+void StepLoop::publish_stats(int64_t seqs, int64_t tokens) {
+  if (tokens > 0) {
+    ++counters_.steps;
+    counters_.batched_tokens += tokens;
+    counters_.batched_seqs += seqs;
+    counters_.max_batch_tokens = std::max(counters_.max_batch_tokens, tokens);
+  }
+  EngineStats s = counters_;
+  s.running = parts_.scheduler->num_running();
+  s.waiting = parts_.scheduler->num_waiting();
+  s.kv_blocks_total = parts_.blocks->num_blocks();
+  s.kv_blocks_free = parts_.blocks->num_free_blocks();
+  s.kv_blocks_used = parts_.blocks->num_used_blocks();
+  s.page_size = parts_.blocks->page_size();
+  s.prefix_query_tokens = parts_.blocks->prefix_query_tokens();
+  s.prefix_hit_tokens = parts_.blocks->prefix_hit_tokens();
+  s.comm_seconds = parts_.ranks->comm_seconds();
+  s.comm_wait_seconds = parts_.ranks->comm_wait_seconds();
+  s.spec_draft_kv_blocks_used = parts_.speculator ? parts_.speculator->kv_blocks_used() : 0;
+  std::lock_guard lock(stats_mutex_);
+  stats_ = s;
+}
+
+}  // namespace servetune

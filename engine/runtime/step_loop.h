@@ -1,0 +1,91 @@
+// The engine thread of one replica: admits queued requests and aborts, runs steps (drafts -> schedule -> forward ->
+// sample -> token events) and publishes stats. Invariants: request states are touched on the engine thread only; a
+// step's events reach their streams after its stats are published; every request gets exactly one final event.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/request_state.h"
+#include "servetune/engine.h"
+
+namespace servetune {
+
+class BlockManager;
+class ModelRunner;
+class Scheduler;
+class Speculator;
+class TensorParallelGroup;
+struct SampleRow;
+struct ScheduledSeq;
+struct SchedulerOutput;
+
+// What a step works with; all of it outlives the StepLoop.
+struct StepParts {
+  TensorParallelGroup* ranks = nullptr;  // device sampling, keep-alive, communication times
+  BlockManager* blocks = nullptr;
+  Scheduler* scheduler = nullptr;
+  ModelRunner* runner = nullptr;
+  Speculator* speculator = nullptr;      // null without speculative decoding
+  int64_t num_draft_tokens = 0;          // the most drafts a request verifies in one step
+  int64_t vocab = 0;
+};
+
+class StepLoop {
+ public:
+  // Publishes the stats known before the first step (capacity, free blocks) and starts the engine thread.
+  explicit StepLoop(const StepParts& parts);
+  ~StepLoop();  // shutdown()
+  StepLoop(const StepLoop&) = delete;
+  StepLoop& operator=(const StepLoop&) = delete;
+
+  // Thread-safe. enqueue throws Error(kUsage) after shutdown; abort is false when the request is not here (any more).
+  void enqueue(std::unique_ptr<RequestState> state);
+  bool abort(uint64_t id);
+  int64_t num_live() const;  // requests enqueued and not finished yet (queued ones included)
+  EngineStats stats() const;
+  // Stops accepting requests, aborts the ones in flight (their final events delivered), joins the thread.
+  void shutdown();
+
+ private:
+  void loop();
+  void keep_alive();
+  void step();
+  std::vector<SampleRow> device_rows(const SchedulerOutput& out);
+  bool emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, EngineClock::time_point now,
+                   int32_t device_token);
+  void propose_drafts();
+  void finish(RequestState& st, FinishReason reason, const std::string& error = {});
+  void remove(uint64_t id);
+  void publish_stats(int64_t seqs, int64_t tokens);
+
+  StepParts parts_;
+  bool device_sampling_ = false;  // steps whose requests allow it draw their tokens on the device (GPU, one rank)
+  std::chrono::milliseconds keep_alive_{0};  // engine thread only after construction
+
+  mutable std::mutex mutex_;  // guards the fields below up to thread_
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<RequestState>> pending_;
+  std::vector<uint64_t> aborts_;
+  std::unordered_set<uint64_t> live_ids_;
+  bool stopping_ = false;
+  std::thread thread_;
+
+  // Engine thread only.
+  std::unordered_map<uint64_t, std::unique_ptr<RequestState>> states_;
+  EventOutbox outbox_;
+  EngineStats counters_;  // the counters; publish_stats adds the gauges
+
+  mutable std::mutex stats_mutex_;
+  EngineStats stats_;
+};
+
+}  // namespace servetune

@@ -1,0 +1,73 @@
+// KV cache sizing without a model: block counts from max_total_tokens or a memory budget (capped by what the running
+// requests can use), the budget from mem_fraction_static on CPU and GPU, and the cache's element type.
+#include <gtest/gtest.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "runtime/kv_plan.h"
+
+namespace servetune {
+namespace {
+
+KvSizing sizing(int64_t budget_bytes) {
+  KvSizing s;
+  s.budget_bytes = budget_bytes;
+  s.block_bytes = 1000;
+  s.page_size = 16;
+  s.max_running_requests = 4;
+  s.context_length = 100;  // 4 x 100 tokens: 25 blocks of 16 at most
+  return s;
+}
+
+TEST(KvPlan, MaxTotalTokensRoundsUpToWholePagesAndIgnoresTheBudget) {
+  KvSizing s = sizing(0);
+  s.max_total_tokens = 33;
+  EXPECT_EQ(kv_num_blocks(s), 3);
+  s.max_total_tokens = 32;
+  EXPECT_EQ(kv_num_blocks(s), 2);
+  s.max_total_tokens = 10000;  // more than the running requests can use: given anyway
+  EXPECT_EQ(kv_num_blocks(s), 625);
+}
+
+TEST(KvPlan, BudgetHoldsWholeBlocksUpToWhatTheRunningRequestsCanUse) {
+  EXPECT_EQ(kv_num_blocks(sizing(7999)), 7);
+  EXPECT_EQ(kv_num_blocks(sizing(8000)), 8);
+  EXPECT_EQ(kv_num_blocks(sizing(1'000'000)), 25);
+}
+
+TEST(KvPlan, NoRoomForOneBlockIsAUsageError) {
+  for (int64_t budget : {int64_t{999}, int64_t{0}, int64_t{-5000}}) {
+    try {
+      kv_num_blocks(sizing(budget));
+      ADD_FAILURE() << "accepted a budget of " << budget;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+      EXPECT_STREQ(e.what(), "mem_fraction_static leaves no memory for the KV cache");
+    }
+  }
+}
+
+TEST(KvPlan, CpuBudgetIsAFractionOfRam) {
+  const int64_t ram = int64_t{64} << 30;
+  EXPECT_EQ(kv_budget_bytes(0.25, std::nullopt, ram), int64_t{16} << 30);
+  const auto default_budget = static_cast<int64_t>(kCpuDefaultMemFraction * static_cast<double>(ram));
+  EXPECT_EQ(kv_budget_bytes(0.0, std::nullopt, ram), default_budget);
+}
+
+TEST(KvPlan, GpuBudgetIsTheFractionOfDeviceMemoryLessWhatIsInUse) {
+  const DeviceMemory mem{100'000, 70'000};  // 30'000 in use (the weights)
+  EXPECT_EQ(kv_budget_bytes(0.5, mem, 1), 20'000);
+  EXPECT_EQ(kv_budget_bytes(0.0, mem, 1), 88'000 - 30'000);
+  EXPECT_EQ(kv_budget_bytes(0.2, mem, 1), -10'000);  // the weights alone exceed it
+}
+
+TEST(KvPlan, CacheTypeOnTheCpu) {
+  const auto cpu = make_backend("cpu", 1);
+  EXPECT_EQ(kv_dtype_for("auto", *cpu), DType::kF32);
+  EXPECT_EQ(kv_dtype_for("f32", *cpu), DType::kF32);
+  EXPECT_EQ(kv_dtype_for("f16", *cpu), DType::kF16);
+  EXPECT_EQ(kv_dtype_for("fp8_e4m3", *cpu), DType::kFP8_E4M3);
+}
+
+}  // namespace
+}  // namespace servetune
