@@ -51,7 +51,7 @@ void add_engine_deltas(nlohmann::ordered_json& m, const EngineStats& a, const En
 
 std::optional<loadgen::SpecDecodeStats> spec_decode_delta(const Engine& engine, const EngineStats& before,
                                                           const EngineStats& after) {
-  if (engine.config().speculative_algorithm.empty()) return std::nullopt;
+  if (engine.config().speculative_algorithm == SpeculativeAlgorithm::kNone) return std::nullopt;
   const auto counters = [](const EngineStats& s) {
     return loadgen::SpecDecodeStats{s.spec_num_drafts, s.spec_draft_tokens, s.spec_accepted_tokens, s.spec_accepted_per_position};
   };
