@@ -260,9 +260,7 @@ void run_bench(BenchOptions& o) {
   j["environment"] = loadgen::environment_json(SERVETUNE_VERSION);
   if (builtin) {
     j["environment"]["engine_cpu_isa"] = engine->cpu_isa();
-    nlohmann::json ec;
-    to_json(ec, engine->config());
-    j["engine_config"] = nlohmann::ordered_json::parse(ec.dump());
+    j["engine_config"] = nlohmann::ordered_json(nlohmann::json(engine->config()));  // keys sorted, as before
   }
 
   const std::string base_model = model_id.substr(model_id.find_last_of('/') + 1);

@@ -1,5 +1,5 @@
-// Command-line flags for every EngineConfig setting, spelled as SGLang spells them (--tp-size, --max-running-requests,
-// ...), shared by the subcommands that start the built-in engine.
+// Command-line flags for every EngineConfig setting, one per line of the settings table (engine_settings.inc), spelled
+// as SGLang spells them (--tp-size, --max-running-requests, ...); shared by the subcommands that start the engine.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -1,8 +1,6 @@
 // Reproducing command lines (see command_line.h).
 #include "tuner/command_line.h"
 
-#include <algorithm>
-
 #include "servetune/engine_config.h"
 #include "tuner/server_command.h"
 
@@ -18,17 +16,14 @@ void add(std::string& out, const std::string& flag, const nlohmann::ordered_json
 }  // namespace
 
 std::string engine_flags(const nlohmann::ordered_json& settings) {
-  nlohmann::json defaults_plain;
-  to_json(defaults_plain, EngineConfig{});
-  const auto defaults = nlohmann::ordered_json::parse(defaults_plain.dump());
+  const nlohmann::ordered_json defaults = EngineConfig{};
   std::string out;
-  for (const auto& key : engine_config_keys()) {
+  for (const EngineSetting& setting : engine_settings()) {
+    const std::string key(setting.key);
     if (key == "model" || !settings.contains(key)) continue;
     const auto& v = settings.at(key);
-    if (v.is_null() || (defaults.contains(key) && defaults.at(key) == v)) continue;
-    std::string flag = "--" + key;
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    if (key == "seed") flag = "--random-seed";
+    if (v.is_null() || defaults.at(key) == v) continue;
+    const std::string flag(setting.flag());
     if (v.is_boolean()) {
       if (v.get<bool>()) out += (out.empty() ? "" : " ") + flag;
       continue;

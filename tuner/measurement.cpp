@@ -23,7 +23,7 @@ double process_cpu_s() {
 // The engine's speculative-decoding counters over the run; nullopt when it does not speculate.
 std::optional<loadgen::SpecDecodeStats> spec_decode_delta(const Engine& engine, const EngineStats& before,
                                                           const EngineStats& after) {
-  if (engine.config().speculative_algorithm.empty()) return std::nullopt;
+  if (engine.config().speculative_algorithm == SpeculativeAlgorithm::kNone) return std::nullopt;
   const auto counters = [](const EngineStats& s) {
     return loadgen::SpecDecodeStats{s.spec_num_drafts, s.spec_draft_tokens, s.spec_accepted_tokens, s.spec_accepted_per_position};
   };

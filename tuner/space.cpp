@@ -81,22 +81,19 @@ nlohmann::ordered_json SearchSpace::full_settings(const Candidate& c) const {
 }
 
 EngineConfig SearchSpace::engine_config(const Candidate& c) const {
-  EngineConfig config;
-  nlohmann::json j = nlohmann::json::parse(full_settings(c).dump());
+  nlohmann::ordered_json j = full_settings(c);
   j["model"] = spec_.target.model;
-  from_json(j, config);
-  return config;
+  return j.get<EngineConfig>();
 }
 
 const std::optional<ModelInfo>& SearchSpace::model_shape() const {
   if (!model_shape_read_) {
     model_shape_read_ = true;
     try {
-      EngineConfig defaults;
-      const auto format = spec_.target.settings.contains("load_format") && spec_.target.settings["load_format"].is_string()
-                              ? spec_.target.settings["load_format"].get<std::string>()
-                              : defaults.load_format;
-      model_shape_ = read_model_info(spec_.target.model, format);
+      nlohmann::ordered_json fixed = spec_.target.settings;
+      fixed["model"] = spec_.target.model;
+      const EngineConfig config = fixed.get<EngineConfig>();
+      model_shape_ = read_model_info(config.model, config.load_format);
     } catch (const Error&) {
       model_shape_.reset();
     }
@@ -108,9 +105,7 @@ std::string SearchSpace::check(const Candidate& c) const {
   const nlohmann::ordered_json settings = full_settings(c);
   nlohmann::ordered_json vars = nlohmann::ordered_json::object();
   if (spec_.builtin()) {
-    nlohmann::json defaults;
-    to_json(defaults, EngineConfig{});
-    vars = nlohmann::ordered_json::parse(defaults.dump());
+    vars = EngineConfig{};
     vars["model"] = spec_.target.model;
   }
   for (const auto& [k, v] : settings.items()) vars[underscored(k)] = v;

@@ -26,6 +26,21 @@ std::string join(const std::vector<std::string>& v, const std::string& sep = ", 
   return out;
 }
 
+std::string unknown_setting(const std::string& name) {
+  return "unknown engine setting '" + name + "' (known: " + join(engine_config_keys()) + ")";
+}
+
+// A built-in engine setting's value, checked against the settings table (name, type, enum words).
+void check_setting(const SpecFile& f, const std::string& path, const std::string& name,
+                   const nlohmann::ordered_json& value) {
+  if (find_engine_setting(name) == nullptr) f.fail(path, unknown_setting(name));
+  try {
+    check_engine_setting(name, value);
+  } catch (const Error& e) {
+    f.fail(path, e.what());
+  }
+}
+
 void parse_target(const SpecFile& f, SweepSpec& spec) {
   Section t(f, f.root.at("target"), "target");
   TargetSpec& target = spec.target;
@@ -43,12 +58,7 @@ void parse_target(const SpecFile& f, SweepSpec& spec) {
     if (target.trial_timeout_s < 0) t.fail("trial_timeout_s", "must be >= 0 (0: no limit)");
     t.done();
     if (target.settings.contains("model")) f.fail("target.settings.model", "give the model as target.model");
-    const auto& keys = engine_config_keys();
-    for (const auto& [k, v] : target.settings.items()) {
-      if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
-        f.fail("target.settings." + k, "unknown engine setting '" + k + "' (known: " + join(keys) + ")");
-      }
-    }
+    for (const auto& [k, v] : target.settings.items()) check_setting(f, "target.settings." + k, k, v);
     return;
   }
   target.host = t.str("host", "127.0.0.1");
@@ -77,14 +87,11 @@ void parse_space(const SpecFile& f, SweepSpec& spec) {
   const auto it = f.root.find("space");
   if (it == f.root.end() || it->is_null()) return;
   if (!it->is_object()) f.fail("space", "must map each setting to a list of values");
-  const auto& keys = engine_config_keys();
   for (const auto& [name, values] : it->items()) {
     const std::string key = "space." + name;
     if (spec.builtin()) {
       if (name == "model") f.fail(key, "the model is target.model, not a swept setting");
-      if (std::find(keys.begin(), keys.end(), name) == keys.end()) {
-        f.fail(key, "unknown engine setting '" + name + "' (known: " + join(keys) + ")");
-      }
+      if (find_engine_setting(name) == nullptr) f.fail(key, unknown_setting(name));
     } else if (name == "server") {
       if (spec.target.servers.size() < 2) f.fail(key, "'server' chooses among target.servers, which needs two or more");
     }
@@ -106,14 +113,7 @@ void parse_space(const SpecFile& f, SweepSpec& spec) {
       }
     }
     if (spec.builtin()) {
-      for (const auto& v : d.values) {
-        EngineConfig probe;
-        try {
-          from_json(nlohmann::json{{name, nlohmann::json::parse(v.dump())}}, probe);
-        } catch (const Error& e) {
-          f.fail(key, e.what());
-        }
-      }
+      for (const auto& v : d.values) check_setting(f, key, name, v);
     }
     spec.space.push_back(std::move(d));
   }

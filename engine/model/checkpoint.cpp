@@ -21,14 +21,6 @@ constexpr const char* kSupportedArchitectures = "llama, qwen2";
 
 }  // namespace
 
-LoadFormat parse_load_format(const std::string& name) {
-  if (name == "auto") return LoadFormat::kAuto;
-  if (name == "gguf") return LoadFormat::kGguf;
-  if (name == "safetensors") return LoadFormat::kSafetensors;
-  if (name == "dummy") return LoadFormat::kDummy;
-  throw_usage("unknown load format '" + name + "' (choose auto, gguf, safetensors, dummy)");
-}
-
 ModelConfig read_gguf_config(const GgufFile& f) {
   ModelConfig c;
   auto arch = f.get_string("general.architecture");

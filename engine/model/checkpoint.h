@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "model/model_config.h"
 #include "model/parallel.h"
+#include "servetune/engine_setting_enums.h"  // LoadFormat
 
 namespace servetune {
 
@@ -17,10 +18,6 @@ class GgufFile;
 class SafetensorsSet;
 class Tokenizer;
 class WeightSource;
-
-enum class LoadFormat { kAuto, kGguf, kSafetensors, kDummy };
-// "auto" | "gguf" | "safetensors" | "dummy"; throws Error(kUsage) listing the choices.
-LoadFormat parse_load_format(const std::string& name);
 
 class Checkpoint {
  public:

@@ -23,8 +23,8 @@ ModelInfo model_info_of(const ModelConfig& c) {
   return info;
 }
 
-ModelInfo read_model_info(const std::string& path, const std::string& load_format) {
-  return model_info_of(Checkpoint(path, parse_load_format(load_format)).config());
+ModelInfo read_model_info(const std::string& path, LoadFormat load_format) {
+  return model_info_of(Checkpoint(path, load_format).config());
 }
 
 void check_tensor_parallel_split(const ModelInfo& model, int tp_size) {

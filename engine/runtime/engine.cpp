@@ -44,7 +44,7 @@ EngineConfig validated(const EngineConfig& config) {
 
 class Engine::Impl {
  public:
-  explicit Impl(const EngineConfig& config) : config_(validated(config)), router_(parse_load_balance_method(config.load_balance_method)) {
+  explicit Impl(const EngineConfig& config) : config_(validated(config)), router_(config.load_balance_method) {
     for (int i = 0; i < config_.dp_size; ++i) replicas_.push_back(std::make_unique<EngineReplica>(replica_config(config_, i)));
   }
 

@@ -1,9 +1,10 @@
-// EngineConfig validation and JSON (de)serialisation with strict key checking.
+// The engine settings table as data, EngineConfig's strict JSON (both nlohmann types, from the same table) and its
+// validation rules. JSON reading checks each value's type and range against the member it fills.
 #include "servetune/engine_config.h"
 
 #include <algorithm>
-#include <cctype>
 #include <thread>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
@@ -14,125 +15,143 @@ namespace servetune {
 namespace {
 
 template <typename T>
-void read(const nlohmann::json& j, const char* key, T& field) {
-  auto it = j.find(key);
-  if (it == j.end()) return;
-  try {
-    field = it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw_usage(std::string("engine setting '") + key + "' has the wrong type (" + it->type_name() + ")");
+struct IsOptional : std::false_type {};
+template <typename T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+template <typename T>
+std::vector<std::string_view> words_of() {
+  std::vector<std::string_view> out;
+  if constexpr (SettingEnumType<T>) {
+    for (const auto& s : SettingEnum<T>::kSpellings) out.push_back(s.text);
+  }
+  return out;
+}
+
+template <typename J>
+[[noreturn]] void wrong_type(std::string_view key, const J& v, const std::string& takes) {
+  throw_usage("engine setting '" + std::string(key) + "' has the wrong type (" + v.type_name() + "): it takes " +
+              takes);
+}
+
+template <typename J, typename T>
+void read_value(const J& v, std::string_view key, T& out) {
+  if constexpr (IsOptional<T>::value) {
+    if (v.is_null()) {
+      out.reset();
+      return;
+    }
+    typename T::value_type x{};
+    read_value(v, key, x);
+    out = x;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) wrong_type(key, v, "true or false");
+    out = v.template get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number_integer()) wrong_type(key, v, "an integer");
+    const bool fits = v.is_number_unsigned() ? std::in_range<T>(v.template get<uint64_t>())
+                                             : std::in_range<T>(v.template get<int64_t>());
+    if (!fits) throw_usage("engine setting '" + std::string(key) + "' is out of range: " + v.dump());
+    out = v.template get<T>();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) wrong_type(key, v, "a number");
+    out = v.template get<T>();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string()) wrong_type(key, v, "text");
+    out = v.template get<std::string>();
+  } else {
+    static_assert(SettingEnumType<T>, "a setting's type is bool, an integer, double, std::string, an enum or optional");
+    if (!v.is_string()) wrong_type(key, v, allowed_words<T>());
+    out = parse_setting_enum<T>(v.template get_ref<const std::string&>());
   }
 }
 
-template <typename T>
-void read(const nlohmann::json& j, const char* key, std::optional<T>& field) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  T value{};
-  read(j, key, value);
-  field = value;
+template <typename J, typename T>
+J json_value(const T& v) {
+  if constexpr (IsOptional<T>::value) {
+    return v ? json_value<J>(*v) : J(nullptr);
+  } else if constexpr (SettingEnumType<T>) {
+    return J(to_string(v));
+  } else {
+    return J(v);
+  }
+}
+
+template <typename J>
+void write_config(J& j, const EngineConfig& c) {
+  j = J::object();
+  for_each_setting(c, [&](const EngineSetting& s, const auto& member) {
+    j[std::string(s.key)] = json_value<J>(member);
+  });
+}
+
+template <typename J>
+void read_config(const J& j, EngineConfig& c) {
+  if (!j.is_object()) throw_usage("engine config must be a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    if (find_engine_setting(key) == nullptr) throw_usage("unknown engine setting '" + key + "'");
+  }
+  for_each_setting(c, [&](const EngineSetting& s, auto& member) {
+    const auto it = j.find(std::string(s.key));
+    if (it != j.end()) read_value(*it, s.key, member);
+  });
 }
 
 }  // namespace
 
+void throw_bad_word(std::string_view key, const std::string& allowed, std::string_view text) {
+  throw_usage(std::string(key) + " must be " + allowed + ", got '" + std::string(text) + "'");
+}
+
+// The table lists the long flag first.
+std::string_view EngineSetting::flag() const { return flags.substr(0, flags.find(',')); }
+
+const std::vector<EngineSetting>& engine_settings() {
+  static const std::vector<EngineSetting> table = {
+#define SERVETUNE_ENGINE_SETTING(name, type, value, flags, help) {#name, flags, help, words_of<type>()},
+#include "servetune/engine_settings.inc"
+#undef SERVETUNE_ENGINE_SETTING
+  };
+  return table;
+}
+
+const EngineSetting* find_engine_setting(std::string_view key) {
+  for (const EngineSetting& s : engine_settings()) {
+    if (s.key == key) return &s;
+  }
+  return nullptr;
+}
+
 const std::vector<std::string>& engine_config_keys() {
-  static const std::vector<std::string> keys = {
-      "model", "load_format", "context_length", "device", "threads", "tp_size", "dp_size", "load_balance_method", "ep_size", "comm_backend",
-      "nnodes", "node_rank", "dist_init_addr", "dist_timeout",
-      "enable_dp_attention", "compile", "cuda_graph_max_bs", "max_total_tokens", "mem_fraction_static", "page_size",
-      "kv_cache_dtype", "max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy",
-      "disable_radix_cache", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-      "speculative_num_draft_tokens", "speculative_draft_model", "speculative_ngram_min_match_window_size",
-      "speculative_ngram_max_match_window_size", "seed"};
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> out;
+    for (const EngineSetting& s : engine_settings()) out.emplace_back(s.key);
+    return out;
+  }();
   return keys;
 }
 
-void to_json(nlohmann::json& j, const EngineConfig& c) {
-  j = nlohmann::json{{"model", c.model},
-                     {"load_format", c.load_format},
-                     {"context_length", c.context_length ? nlohmann::json(*c.context_length) : nlohmann::json(nullptr)},
-                     {"device", c.device},
-                     {"threads", c.threads},
-                     {"tp_size", c.tp_size},
-                     {"dp_size", c.dp_size},
-                     {"load_balance_method", c.load_balance_method},
-                     {"ep_size", c.ep_size},
-                     {"comm_backend", c.comm_backend},
-                     {"nnodes", c.nnodes},
-                     {"node_rank", c.node_rank},
-                     {"dist_init_addr", c.dist_init_addr},
-                     {"dist_timeout", c.dist_timeout},
-                     {"enable_dp_attention", c.enable_dp_attention},
-                     {"compile", c.compile},
-                     {"cuda_graph_max_bs", c.cuda_graph_max_bs},
-                     {"max_total_tokens", c.max_total_tokens ? nlohmann::json(*c.max_total_tokens) : nlohmann::json(nullptr)},
-                     {"mem_fraction_static", c.mem_fraction_static},
-                     {"page_size", c.page_size},
-                     {"kv_cache_dtype", c.kv_cache_dtype},
-                     {"max_running_requests", c.max_running_requests},
-                     {"chunked_prefill_size", c.chunked_prefill_size},
-                     {"max_prefill_tokens", c.max_prefill_tokens},
-                     {"schedule_policy", c.schedule_policy},
-                     {"disable_radix_cache", c.disable_radix_cache},
-                     {"speculative_algorithm", c.speculative_algorithm},
-                     {"speculative_num_steps", c.speculative_num_steps},
-                     {"speculative_eagle_topk", c.speculative_eagle_topk},
-                     {"speculative_num_draft_tokens", c.speculative_num_draft_tokens},
-                     {"speculative_draft_model", c.speculative_draft_model},
-                     {"speculative_ngram_min_match_window_size", c.speculative_ngram_min_match_window_size},
-                     {"speculative_ngram_max_match_window_size", c.speculative_ngram_max_match_window_size},
-                     {"seed", c.seed}};
-}
+void to_json(nlohmann::json& j, const EngineConfig& c) { write_config(j, c); }
+void to_json(nlohmann::ordered_json& j, const EngineConfig& c) { write_config(j, c); }
+void from_json(const nlohmann::json& j, EngineConfig& c) { read_config(j, c); }
+void from_json(const nlohmann::ordered_json& j, EngineConfig& c) { read_config(j, c); }
 
-void from_json(const nlohmann::json& j, EngineConfig& c) {
-  if (!j.is_object()) throw_usage("engine config must be a JSON object");
-  const auto& keys = engine_config_keys();
-  for (const auto& [key, value] : j.items()) {
-    if (std::find(keys.begin(), keys.end(), key) == keys.end()) throw_usage("unknown engine setting '" + key + "'");
-  }
-  read(j, "model", c.model);
-  read(j, "load_format", c.load_format);
-  read(j, "context_length", c.context_length);
-  read(j, "device", c.device);
-  read(j, "threads", c.threads);
-  read(j, "tp_size", c.tp_size);
-  read(j, "dp_size", c.dp_size);
-  read(j, "load_balance_method", c.load_balance_method);
-  read(j, "ep_size", c.ep_size);
-  read(j, "comm_backend", c.comm_backend);
-  read(j, "nnodes", c.nnodes);
-  read(j, "node_rank", c.node_rank);
-  read(j, "dist_init_addr", c.dist_init_addr);
-  read(j, "dist_timeout", c.dist_timeout);
-  read(j, "enable_dp_attention", c.enable_dp_attention);
-  read(j, "compile", c.compile);
-  read(j, "cuda_graph_max_bs", c.cuda_graph_max_bs);
-  read(j, "max_total_tokens", c.max_total_tokens);
-  read(j, "mem_fraction_static", c.mem_fraction_static);
-  read(j, "page_size", c.page_size);
-  read(j, "kv_cache_dtype", c.kv_cache_dtype);
-  read(j, "max_running_requests", c.max_running_requests);
-  read(j, "chunked_prefill_size", c.chunked_prefill_size);
-  read(j, "max_prefill_tokens", c.max_prefill_tokens);
-  read(j, "schedule_policy", c.schedule_policy);
-  read(j, "disable_radix_cache", c.disable_radix_cache);
-  read(j, "speculative_algorithm", c.speculative_algorithm);
-  read(j, "speculative_num_steps", c.speculative_num_steps);
-  read(j, "speculative_eagle_topk", c.speculative_eagle_topk);
-  read(j, "speculative_num_draft_tokens", c.speculative_num_draft_tokens);
-  read(j, "speculative_draft_model", c.speculative_draft_model);
-  read(j, "speculative_ngram_min_match_window_size", c.speculative_ngram_min_match_window_size);
-  read(j, "speculative_ngram_max_match_window_size", c.speculative_ngram_max_match_window_size);
-  read(j, "seed", c.seed);
+void check_engine_setting(const std::string& key, const nlohmann::ordered_json& value) {
+  if (find_engine_setting(key) == nullptr) throw_usage("unknown engine setting '" + key + "'");
+  EngineConfig probe;
+  read_config(nlohmann::ordered_json{{key, value}}, probe);
 }
 
 std::string EngineConfig::placement_problem() const {
-  if (comm_backend != "gloo") {
+  if (comm_backend != CommBackend::kGloo) {
     if (nnodes != 1 || node_rank != 0) {
       return "nnodes and node_rank place tensor-parallel ranks in several processes, which needs comm_backend gloo (comm_backend " +
-             comm_backend + " runs every rank in this process)";
+             to_string(comm_backend) + " runs every rank in this process)";
     }
-    if (!dist_init_addr.empty()) return "dist_init_addr is the rendezvous of comm_backend gloo; comm_backend " + comm_backend + " takes none";
+    if (!dist_init_addr.empty()) {
+      return "dist_init_addr is the rendezvous of comm_backend gloo; comm_backend " + to_string(comm_backend) +
+             " takes none";
+    }
     return "";
   }
   if (tp_size < 2) return "comm_backend gloo connects the tensor-parallel ranks of several processes; it needs tp_size > 1";
@@ -153,40 +172,27 @@ void EngineConfig::validate() const {
     if (!ok) throw_unsupported(what);
   };
   usage(!model.empty(), "no model given (--model PATH)");
-  usage(load_format == "auto" || load_format == "gguf" || load_format == "safetensors" || load_format == "dummy",
-        "load_format must be auto, gguf, safetensors or dummy");
   usage(!context_length || *context_length > 0, "context_length must be positive");
   usage(threads >= 0 && threads <= 1024, "threads must be in [0, 1024]");
   usage(tp_size >= 1 && dp_size >= 1 && ep_size >= 1, "tp_size, dp_size and ep_size must be at least 1");
   usage(dp_size <= 1024 && tp_size <= 1024, "tp_size and dp_size must be at most 1024");
-  usage(comm_backend == "local" || comm_backend == "gloo" || comm_backend == "nccl",
-        "comm_backend must be local, gloo or nccl, got '" + comm_backend + "'");
   usage(nnodes >= 1 && nnodes <= 1024, "nnodes must be in [1, 1024]");
   usage(node_rank >= 0 && node_rank < nnodes, "node_rank must be in [0, nnodes), got " + std::to_string(node_rank) +
                                                   " with nnodes = " + std::to_string(nnodes));
   usage(dist_timeout >= 1, "dist_timeout must be at least 1 second");
   if (!dist_init_addr.empty()) parse_host_port(dist_init_addr, "dist_init_addr");
-  usage(load_balance_method == "round_robin" || load_balance_method == "shortest_queue",
-        "load_balance_method must be round_robin or shortest_queue, got '" + load_balance_method + "'");
-  usage(compile == "eager" || compile == "fused" || compile == "graphs", "compile must be eager, fused or graphs");
   usage(cuda_graph_max_bs >= 0, "cuda_graph_max_bs must be non-negative");
   usage(!max_total_tokens || *max_total_tokens > 0, "max_total_tokens must be positive");
   usage(mem_fraction_static >= 0.0 && mem_fraction_static < 1.0, "mem_fraction_static must be in [0, 1)");
   usage(page_size >= 1 && page_size <= 1024, "page_size must be in [1, 1024]");
-  usage(kv_cache_dtype == "auto" || kv_cache_dtype == "f32" || kv_cache_dtype == "f16" || kv_cache_dtype == "fp8_e4m3",
-        "kv_cache_dtype must be auto, f32, f16 or fp8_e4m3");
   usage(max_running_requests >= 1, "max_running_requests must be at least 1");
   usage(chunked_prefill_size == -1 || chunked_prefill_size >= 1, "chunked_prefill_size must be positive, or -1 to disable chunking");
   usage(max_prefill_tokens >= 1, "max_prefill_tokens must be at least 1");
-  usage(schedule_policy == "fcfs" || schedule_policy == "lpm", "schedule_policy must be fcfs or lpm");
-  std::string algo = speculative_algorithm;
-  std::transform(algo.begin(), algo.end(), algo.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  usage(algo.empty() || algo == "ngram" || algo == "draft" || algo == "eagle" || algo == "mtp",
-        "speculative_algorithm must be one of ngram, draft, eagle, mtp (or empty), got '" + speculative_algorithm + "'");
+  const SpeculativeAlgorithm algo = speculative_algorithm;
   usage(speculative_num_steps >= 0 && speculative_eagle_topk >= 0 && speculative_num_draft_tokens >= 0,
         "speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens must be non-negative");
-  usage(!algo.empty() || (speculative_num_steps == 0 && speculative_eagle_topk == 0 && speculative_num_draft_tokens == 0 &&
-                          speculative_draft_model.empty()),
+  usage(algo != SpeculativeAlgorithm::kNone || (speculative_num_steps == 0 && speculative_eagle_topk == 0 &&
+                                                 speculative_num_draft_tokens == 0 && speculative_draft_model.empty()),
         "speculative_* settings need speculative_algorithm (--speculative-algorithm ngram|draft)");
   usage(speculative_num_draft_tokens <= 64, "speculative_num_draft_tokens must be at most 64");
   usage(speculative_num_steps <= 64, "speculative_num_steps must be at most 64");
@@ -194,13 +200,13 @@ void EngineConfig::validate() const {
             speculative_ngram_max_match_window_size >= speculative_ngram_min_match_window_size &&
             speculative_ngram_max_match_window_size <= 1024,
         "speculative_ngram_*_match_window_size need 1 <= min <= max <= 1024");
-  if (algo == "ngram") {
+  if (algo == SpeculativeAlgorithm::kNgram) {
     usage(speculative_num_steps == 0 && speculative_eagle_topk == 0 && speculative_draft_model.empty(),
           "speculative_num_steps, speculative_eagle_topk and speculative_draft_model do not apply to ngram speculation "
           "(use speculative_num_draft_tokens)");
   }
 
-  if (algo == "draft") {
+  if (algo == SpeculativeAlgorithm::kDraft) {
     usage(!speculative_draft_model.empty(), "speculative_algorithm draft needs a draft model (--speculative-draft-model PATH)");
     unsupported(speculative_eagle_topk <= 1,
                 "speculative_eagle_topk > 1 (tree drafts) is not implemented yet; draft speculation proposes one chain");
@@ -215,23 +221,29 @@ void EngineConfig::validate() const {
               " and " + std::to_string(speculative_num_steps) + "; give either one");
   }
 
-  if (device == "cuda" || device == "hip") {
-    unsupported(backend_available(device), "device '" + device + "' needs the " + device + " build (cmake --preset " + device +
-                                               "); this build has: " + available_backends());
+  const std::string device_name = to_string(device);
+  if (device != Device::kCpu) {
+    unsupported(backend_available(device_name), "device '" + device_name + "' needs the " + device_name +
+                                                    " build (cmake --preset " + device_name + "); this build has: " +
+                                                    available_backends());
     unsupported(tp_size == 1 && dp_size == 1,
-                "tp_size or dp_size > 1 on device " + device + " is not implemented yet (one GPU per engine for now)");
+                "tp_size or dp_size > 1 on device " + device_name +
+                    " is not implemented yet (one GPU per engine for now)");
   }
-  unsupported(backend_available(device), "device '" + device + "' is not available (this build has: " + available_backends() + ")");
-  unsupported(comm_backend != "nccl", "comm_backend nccl needs a GPU tensor-parallel group, which is not implemented yet (available: local, gloo)");
+  unsupported(comm_backend != CommBackend::kNccl,
+              "comm_backend nccl needs a GPU tensor-parallel group, which is not implemented yet (available: local, gloo)");
   unsupported(ep_size == 1, "ep_size > 1 (expert parallelism) needs a mixture-of-experts model, which is not implemented yet");
   unsupported(!enable_dp_attention, "enable_dp_attention is not implemented yet");
-  unsupported(compile != "graphs" || device != "cpu", "compile = graphs (CUDA graphs) needs a GPU device; on cpu use eager or fused");
-  usage(cuda_graph_max_bs == 0 || compile == "graphs", "cuda_graph_max_bs applies to compile = graphs only");
-  unsupported(kv_cache_dtype != "fp8_e4m3" || device == "cpu",
-              "kv_cache_dtype fp8_e4m3 is implemented on device cpu only (the " + device +
+  unsupported(compile != CompileLevel::kGraphs || device != Device::kCpu,
+              "compile = graphs (CUDA graphs) needs a GPU device; on cpu use eager or fused");
+  usage(cuda_graph_max_bs == 0 || compile == CompileLevel::kGraphs,
+        "cuda_graph_max_bs applies to compile = graphs only");
+  unsupported(kv_cache_dtype != KvCacheDtype::kFp8E4m3 || device == Device::kCpu,
+              "kv_cache_dtype fp8_e4m3 is implemented on device cpu only (the " + device_name +
                   " kernels read f32 and f16 caches)");
-  unsupported(algo.empty() || algo == "ngram" || algo == "draft",
-              "speculative_algorithm '" + speculative_algorithm + "' is not implemented yet (available: ngram, draft)");
+  unsupported(algo == SpeculativeAlgorithm::kNone || algo == SpeculativeAlgorithm::kNgram ||
+                  algo == SpeculativeAlgorithm::kDraft,
+              "speculative_algorithm '" + to_string(algo) + "' is not implemented yet (available: ngram, draft)");
   const std::string problem = combination_problem();
   usage(problem.empty(), problem);
 }
@@ -240,7 +252,7 @@ std::string EngineConfig::combination_problem() const {
   if (tp_size < 1 || dp_size < 1 || nnodes < 1) return "";  // a bad value, which validate() reports
   if (const std::string problem = placement_problem(); !problem.empty()) return problem;
   // The ranks this process runs: all of them with the local communicator, its node's share with gloo.
-  const int64_t ranks = static_cast<int64_t>(comm_backend == "gloo" ? tp_size / nnodes : tp_size) * dp_size;
+  const int64_t ranks = static_cast<int64_t>(comm_backend == CommBackend::kGloo ? tp_size / nnodes : tp_size) * dp_size;
   const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   if (threads > 0 && ranks > threads) {
     return "tp_size x dp_size = " + std::to_string(ranks) + " ranks need at least one thread each, but threads = " +

@@ -27,7 +27,7 @@ namespace servetune {
 class EngineReplica::Impl {
  public:
   explicit Impl(const EngineConfig& config) : config_(config) {
-    checkpoint_ = std::make_unique<Checkpoint>(config_.model, parse_load_format(config_.load_format), config_.seed);
+    checkpoint_ = std::make_unique<Checkpoint>(config_.model, config_.load_format, config_.seed);
     tokenizer_ = checkpoint_->load_tokenizer();
     start_ranks();
     model_config_ = ranks_->model(0).config();
@@ -47,7 +47,7 @@ class EngineReplica::Impl {
     sc.max_running_requests = config_.max_running_requests;
     sc.max_batched_tokens = config_.max_prefill_tokens;
     sc.chunked_prefill_size = config_.chunked_prefill_size;
-    sc.policy = parse_schedule_policy(config_.schedule_policy);
+    sc.policy = config_.schedule_policy;
     scheduler_ = std::make_unique<Scheduler>(sc, *blocks_);
     runner_ = std::make_unique<ModelRunner>(*ranks_);
     SpeculatorContext spec_context;
@@ -138,14 +138,14 @@ class EngineReplica::Impl {
   void start_ranks() {
     const int threads = config_.threads > 0 ? config_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const std::chrono::milliseconds timeout = std::chrono::seconds(config_.dist_timeout);
-    if (config_.comm_backend == "gloo") {
+    if (config_.comm_backend == CommBackend::kGloo) {
       local_workers_ = start_local_workers(config_);  // this node's other ranks, when it hosts several
       CommSpec spec = node_rank_spec(config_.tp_size, config_.nnodes, 0, 0, config_.dist_init_addr);
       spec.timeout = timeout;
-      ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, config_.device, std::max(1, threads / ranks_per_node(config_)),
+      ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, to_string(config_.device), std::max(1, threads / ranks_per_node(config_)),
                                                      make_communicator("gloo", spec), timeout, compile_options(config_));
     } else {
-      ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, config_.device, config_.tp_size, std::max(1, threads / config_.tp_size),
+      ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, to_string(config_.device), config_.tp_size, std::max(1, threads / config_.tp_size),
                                                      compile_options(config_), timeout);
     }
   }

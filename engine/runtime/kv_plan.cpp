@@ -19,9 +19,9 @@ int64_t physical_memory_bytes() {
 
 }  // namespace
 
-DType kv_dtype_for(const std::string& name, const Backend& backend) {
-  if (name == "fp8_e4m3") return DType::kFP8_E4M3;
-  if (name == "f16" || (name == "auto" && !backend.host_memory())) return DType::kF16;
+DType kv_dtype_for(KvCacheDtype setting, const Backend& backend) {
+  if (setting == KvCacheDtype::kFp8E4m3) return DType::kFP8_E4M3;
+  if (setting == KvCacheDtype::kF16 || (setting == KvCacheDtype::kAuto && !backend.host_memory())) return DType::kF16;
   return DType::kF32;
 }
 

@@ -19,7 +19,7 @@ constexpr double kCpuDefaultMemFraction = 0.1;
 constexpr double kGpuDefaultMemFraction = 0.88;
 
 // "auto" is f32 on the CPU (exact against the reference) and f16 on GPUs (half the memory and bandwidth).
-DType kv_dtype_for(const std::string& name, const Backend& backend);
+DType kv_dtype_for(KvCacheDtype setting, const Backend& backend);
 
 // KV bytes available under mem_fraction_static: of `physical_memory` (bytes of RAM) without a device; on a GPU,
 // SGLang's meaning: the fraction of device memory for weights and KV together, less what is in use now (the weights

@@ -5,12 +5,6 @@
 
 namespace servetune {
 
-LoadBalanceMethod parse_load_balance_method(const std::string& name) {
-  if (name == "round_robin") return LoadBalanceMethod::kRoundRobin;
-  if (name == "shortest_queue") return LoadBalanceMethod::kShortestQueue;
-  throw_usage("load_balance_method must be round_robin or shortest_queue, got '" + name + "'");
-}
-
 size_t ReplicaRouter::choose(const std::vector<ReplicaLoad>& loads) {
   if (method_ == LoadBalanceMethod::kRoundRobin) return next_++ % loads.size();
   size_t best = 0;

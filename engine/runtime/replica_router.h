@@ -8,12 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "servetune/engine_setting_enums.h"  // LoadBalanceMethod
+
 namespace servetune {
-
-enum class LoadBalanceMethod { kRoundRobin, kShortestQueue };
-
-// Throws Error(kUsage) naming the accepted values.
-LoadBalanceMethod parse_load_balance_method(const std::string& name);
 
 struct ReplicaLoad {
   int64_t live_requests = 0;

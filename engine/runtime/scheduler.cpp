@@ -13,12 +13,6 @@ constexpr size_t kLpmMaxQueue = 128;
 
 }  // namespace
 
-SchedulePolicy parse_schedule_policy(const std::string& name) {
-  if (name == "fcfs") return SchedulePolicy::kFcfs;
-  if (name == "lpm") return SchedulePolicy::kLpm;
-  throw_usage("unknown schedule_policy '" + name + "' (choose fcfs or lpm)");
-}
-
 Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks) : config_(config), blocks_(blocks) {
   if (config.max_running_requests <= 0) throw_usage("max_running_requests must be positive");
   if (config.max_batched_tokens <= 0) throw_usage("the per-step token budget must be positive");

@@ -14,11 +14,9 @@
 
 #include "runtime/block_manager.h"
 #include "runtime/sequence.h"
+#include "servetune/engine_setting_enums.h"  // SchedulePolicy
 
 namespace servetune {
-
-enum class SchedulePolicy { kFcfs, kLpm };
-SchedulePolicy parse_schedule_policy(const std::string& name);  // "fcfs" | "lpm"; Error(kUsage) otherwise
 
 struct SchedulerConfig {
   int64_t max_running_requests = 256;

@@ -2,7 +2,6 @@
 #include "runtime/speculator.h"
 
 #include <algorithm>
-#include <cctype>
 
 #include "core/error.h"
 #include "runtime/draft_speculator.h"
@@ -12,11 +11,6 @@ namespace servetune {
 namespace {
 
 constexpr int64_t kDefaultDraftTokens = 4;
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
 
 }  // namespace
 
@@ -49,24 +43,24 @@ void NgramSpeculator::propose(std::span<const int32_t> context, int64_t max_toke
 }
 
 std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const SpeculatorContext& context) {
-  const std::string algo = lower(config.speculative_algorithm);
-  if (algo.empty()) return nullptr;
-  if (algo == "ngram") {
+  const SpeculativeAlgorithm algo = config.speculative_algorithm;
+  if (algo == SpeculativeAlgorithm::kNone) return nullptr;
+  if (algo == SpeculativeAlgorithm::kNgram) {
     return std::make_unique<NgramSpeculator>(config.speculative_ngram_min_match_window_size,
                                              config.speculative_ngram_max_match_window_size);
   }
-  if (algo == "draft") {
+  if (algo == SpeculativeAlgorithm::kDraft) {
     if (config.speculative_draft_model.empty()) {
       throw_usage("speculative_algorithm draft needs a draft model (--speculative-draft-model PATH)");
     }
     return std::make_unique<DraftModelSpeculator>(config.speculative_draft_model, config.model, context);
   }
-  throw_unsupported("speculative_algorithm '" + config.speculative_algorithm + "' is not implemented yet (available: ngram, draft)");
+  throw_unsupported("speculative_algorithm '" + to_string(algo) + "' is not implemented yet (available: ngram, draft)");
 }
 
 int64_t speculative_draft_tokens(const EngineConfig& config) {
-  if (config.speculative_algorithm.empty()) return 0;
-  if (lower(config.speculative_algorithm) == "draft") {
+  if (config.speculative_algorithm == SpeculativeAlgorithm::kNone) return 0;
+  if (config.speculative_algorithm == SpeculativeAlgorithm::kDraft) {
     if (config.speculative_num_steps > 0) return config.speculative_num_steps;
     return config.speculative_num_draft_tokens > 0 ? config.speculative_num_draft_tokens - 1 : kDefaultDraftTokens;
   }

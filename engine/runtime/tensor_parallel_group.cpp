@@ -18,8 +18,8 @@ namespace servetune {
 // than the running-request limit.
 CompileOptions compile_options(const EngineConfig& c) {
   CompileOptions o;
-  o.fused = c.compile != "eager";
-  if (c.compile == "graphs") {
+  o.fused = c.compile != CompileLevel::kEager;
+  if (c.compile == CompileLevel::kGraphs) {
     o.graph_max_bs = std::min<int64_t>(c.cuda_graph_max_bs > 0 ? c.cuda_graph_max_bs : 160, c.max_running_requests);
   }
   return o;

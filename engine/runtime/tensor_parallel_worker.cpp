@@ -16,7 +16,7 @@ namespace servetune {
 
 void run_tensor_parallel_worker(const EngineConfig& config, int local_rank) {
   config.validate();
-  if (config.comm_backend != "gloo" || (config.node_rank == 0 && local_rank == 0)) {
+  if (config.comm_backend != CommBackend::kGloo || (config.node_rank == 0 && local_rank == 0)) {
     throw_usage("a tensor-parallel worker runs with comm_backend gloo and node_rank > 0 (node_rank 0 runs the engine)");
   }
   const int local_ranks = ranks_per_node(config);
@@ -31,10 +31,10 @@ void run_tensor_parallel_worker(const EngineConfig& config, int local_rank) {
   TimedCommunicator comm(std::move(raw));
   StepChannel channel(channel_comm);
 
-  const Checkpoint checkpoint(config.model, parse_load_format(config.load_format), config.seed);
+  const Checkpoint checkpoint(config.model, config.load_format, config.seed);
   const int node_threads = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = std::max(1, node_threads / local_ranks);
-  auto backend = make_backend(config.device, threads);
+  auto backend = make_backend(to_string(config.device), threads);
   auto model = checkpoint.load(*backend, ParallelContext{spec.rank, config.tp_size, &comm}, compile_options(config));
   const KvLayout layout = channel.receive_handshake(model_fingerprint(model->config(), config.tp_size));
   KvStorage kv(*backend, model->config(), model->local_kv_heads(), layout.num_blocks, layout.page_size, layout.dtype);

@@ -23,12 +23,13 @@ void set_worker_launcher(WorkerLauncher l) {
 }
 
 int ranks_per_node(const EngineConfig& config) {
-  return config.comm_backend == "gloo" && config.nnodes > 0 ? config.tp_size / config.nnodes : config.tp_size;
+  return config.comm_backend == CommBackend::kGloo && config.nnodes > 0 ? config.tp_size / config.nnodes
+                                                                         : config.tp_size;
 }
 
 std::vector<std::unique_ptr<WorkerProcess>> start_local_workers(const EngineConfig& config) {
   std::vector<std::unique_ptr<WorkerProcess>> started;
-  const int local = config.comm_backend == "gloo" ? ranks_per_node(config) : 1;
+  const int local = config.comm_backend == CommBackend::kGloo ? ranks_per_node(config) : 1;
   if (local <= 1) return started;
   WorkerLauncher l;
   {

@@ -198,7 +198,8 @@ class Server::Impl : public HttpApp {
   HttpResponse metrics() const {
     HttpResponse r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    r.body = render_metrics(metrics_, engine_.stats(), primary_name(), !engine_.config().speculative_algorithm.empty());
+    r.body = render_metrics(metrics_, engine_.stats(), primary_name(),
+                            engine_.config().speculative_algorithm != SpeculativeAlgorithm::kNone);
     return r;
   }
 

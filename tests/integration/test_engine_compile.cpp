@@ -22,7 +22,7 @@ std::vector<std::vector<int32_t>> run_compiled(const std::string& model, const s
                                                std::vector<testing::Job>& jobs) {
   EngineConfig c;
   c.model = model;
-  c.compile = compile;
+  c.compile = parse_compile_level(compile);
   c.threads = 2;
   c.tp_size = tp;
   c.max_total_tokens = 16384;
@@ -60,14 +60,14 @@ TEST(EngineCompile, FusedWithQkvBiasesAndTensorParallelIdenticalToEager) {
 TEST(EngineCompile, GraphsOnCpuAndGraphSizesWithoutGraphsAreClearErrors) {
   EngineConfig c;
   c.model = testing::stories_path();
-  c.compile = "graphs";
+  c.compile = CompileLevel::kGraphs;
   try {
     c.validate();
     FAIL() << "compile = graphs was accepted on the CPU";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("needs a GPU device"), std::string::npos) << e.what();
   }
-  c.compile = "fused";
+  c.compile = CompileLevel::kFused;
   c.cuda_graph_max_bs = 32;
   try {
     c.validate();
@@ -82,13 +82,13 @@ TEST(EngineCompile, GpuDevicesNeedTheirBuild) {
   EngineConfig c;
   c.model = testing::stories_path();
   for (const std::string device : {"cuda", "hip"}) {
-    c.device = device;
+    c.device = parse_device(device);
     if (backend_available(device)) {
       EXPECT_NO_THROW(c.validate()) << device;
       c.tp_size = 2;
       EXPECT_THROW(c.validate(), Error) << "tensor parallelism on " << device << " is not implemented yet";
       c.tp_size = 1;
-      c.kv_cache_dtype = "fp8_e4m3";
+      c.kv_cache_dtype = KvCacheDtype::kFp8E4m3;
       try {
         c.validate();
         ADD_FAILURE() << "kv_cache_dtype fp8_e4m3 accepted on " << device << ", whose kernels read f32 and f16 only";
@@ -96,7 +96,7 @@ TEST(EngineCompile, GpuDevicesNeedTheirBuild) {
         EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
         EXPECT_NE(std::string(e.what()).find("cpu only"), std::string::npos) << e.what();
       }
-      c.kv_cache_dtype = "auto";
+      c.kv_cache_dtype = KvCacheDtype::kAuto;
       continue;
     }
     try {
@@ -107,8 +107,7 @@ TEST(EngineCompile, GpuDevicesNeedTheirBuild) {
       EXPECT_NE(std::string(e.what()).find("cmake --preset " + device), std::string::npos) << e.what();
     }
   }
-  c.device = "tpu";
-  EXPECT_THROW(c.validate(), Error);
+  EXPECT_THROW(parse_device("tpu"), Error);  // not a device word: rejected where the text is read
 }
 
 }  // namespace

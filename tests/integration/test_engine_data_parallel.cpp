@@ -25,7 +25,7 @@ EngineConfig config_for(int dp, const std::string& method = "round_robin") {
   c.model = testing::stories_path();
   c.threads = 2;
   c.dp_size = dp;
-  c.load_balance_method = method;
+  c.load_balance_method = parse_load_balance_method(method);
   c.max_total_tokens = 32768;
   return c;
 }
@@ -120,8 +120,7 @@ TEST(EngineDataParallel, SettingsThatDoNotFitAreClearErrors) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage);
     EXPECT_NE(std::string(e.what()).find("3 ranks need at least one thread each, but threads = 2"), std::string::npos) << e.what();
   }
-  c = config_for(2, "random");
-  EXPECT_THROW(Engine{c}, Error);
+  EXPECT_THROW(config_for(2, "random"), Error);  // not a method: rejected where the text is read
   // A request too big for one replica's half of the KV cache is refused with the capacity named.
   c = config_for(2);
   c.max_total_tokens = 256;

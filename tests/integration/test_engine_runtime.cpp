@@ -80,7 +80,7 @@ std::vector<Job> mixed_jobs(const Tokenizer& tok) {
 EngineConfig base_config(const std::string& model, const std::string& kv_cache_dtype = "auto") {
   EngineConfig c;
   c.model = model;
-  c.kv_cache_dtype = kv_cache_dtype;
+  c.kv_cache_dtype = parse_kv_cache_dtype(kv_cache_dtype);
   c.threads = 2;
   c.max_total_tokens = 32768;
   return c;
@@ -111,7 +111,7 @@ void check_model(const std::string& model, const std::string& kv = "auto") {
   variants.push_back({"tiny KV cache (forces preemption), lpm", base_config(model, kv)});
   variants.back().config.max_total_tokens = 512;
   variants.back().config.page_size = 8;
-  variants.back().config.schedule_policy = "lpm";
+  variants.back().config.schedule_policy = SchedulePolicy::kLpm;
   for (auto& v : variants) {
     Engine engine(v.config);
     auto outs = run_all(engine, jobs);

@@ -96,7 +96,7 @@ EngineConfig config(const std::string& model, const Spec& spec) {
   c.max_total_tokens = 32768;
   c.chunked_prefill_size = 64;  // chunked prefill and prefix caching (on by default) both in play
   c.max_prefill_tokens = 256;
-  c.speculative_algorithm = spec.algorithm;
+  c.speculative_algorithm = parse_speculative_algorithm(spec.algorithm);
   if (spec.algorithm == "ngram") {
     c.speculative_num_draft_tokens = 4;
     c.speculative_ngram_max_match_window_size = 4;
@@ -424,7 +424,7 @@ TEST(EngineSpeculative, DraftModelAbortsLeakNoBlocks) {
 TEST(EngineSpeculative, UnimplementedAlgorithmsAreClearErrors) {
   for (const char* algo : {"eagle", "mtp", "EAGLE"}) {
     EngineConfig c = config(testing::stories_path(), kNoSpec);
-    c.speculative_algorithm = algo;
+    c.speculative_algorithm = parse_speculative_algorithm(algo);
     try {
       Engine engine(c);
       ADD_FAILURE() << algo << " was accepted";

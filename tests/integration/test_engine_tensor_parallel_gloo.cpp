@@ -52,7 +52,7 @@ EngineConfig gloo_config(const std::string& model, int node_rank, const std::str
   EngineConfig c = testing::chunked_config(model);
   c.threads = 1;
   c.tp_size = 2;
-  c.comm_backend = "gloo";
+  c.comm_backend = CommBackend::kGloo;
   c.nnodes = 2;
   c.node_rank = node_rank;
   c.dist_init_addr = addr;

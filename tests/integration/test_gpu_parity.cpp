@@ -18,11 +18,11 @@ std::vector<std::vector<int32_t>> run_on(const std::string& device, const std::s
                                          std::vector<testing::Job>& jobs, const std::string& compile = "eager") {
   EngineConfig c;
   c.model = model;
-  c.device = device;
-  c.compile = compile;
+  c.device = parse_device(device);
+  c.compile = parse_compile_level(compile);
   c.threads = 2;
   c.max_total_tokens = 16384;
-  c.kv_cache_dtype = "f32";
+  c.kv_cache_dtype = KvCacheDtype::kF32;
   Engine engine(c);
   if (jobs.empty()) {
     jobs = testing::mixed_jobs(engine.tokenizer(), 8, 1);

@@ -55,7 +55,7 @@ TEST(DataParallelConfig, ValidSettingsPass) {
   EngineConfig c = with_model();
   c.dp_size = 2;
   c.threads = 2;
-  c.load_balance_method = "shortest_queue";
+  c.load_balance_method = LoadBalanceMethod::kShortestQueue;
   EXPECT_NO_THROW(c.validate());
   EXPECT_EQ(c.combination_problem(), "");
 }
@@ -72,9 +72,13 @@ TEST(DataParallelConfig, BadSettingsGiveClearErrors) {
   c = with_model();
   c.dp_size = static_cast<int>(std::thread::hardware_concurrency()) + 1;
   EXPECT_NE(usage_message(c).find("threads = 0 means all of them"), std::string::npos);
-  c = with_model();
-  c.load_balance_method = "minimum_tokens";
-  EXPECT_NE(usage_message(c).find("load_balance_method must be round_robin or shortest_queue, got 'minimum_tokens'"), std::string::npos);
+  try {
+    from_json(nlohmann::json{{"load_balance_method", "minimum_tokens"}}, c);
+    ADD_FAILURE() << "load_balance_method minimum_tokens was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("load_balance_method must be round_robin or shortest_queue, got 'minimum_tokens'"),
+              std::string::npos);
+  }
   c = with_model();
   c.dp_size = 2;
   c.threads = 2;
@@ -100,12 +104,13 @@ TEST(DataParallelConfig, TensorParallelismCombinesWithDataParallelWithinTheThrea
 
 TEST(DataParallelConfig, LoadBalanceMethodRoundTripsThroughJson) {
   EngineConfig c = with_model();
-  c.load_balance_method = "shortest_queue";
+  c.load_balance_method = LoadBalanceMethod::kShortestQueue;
   nlohmann::json j;
   to_json(j, c);
+  EXPECT_EQ(j["load_balance_method"], "shortest_queue");
   EngineConfig back;
   from_json(j, back);
-  EXPECT_EQ(back.load_balance_method, "shortest_queue");
+  EXPECT_EQ(back.load_balance_method, LoadBalanceMethod::kShortestQueue);
 }
 
 // tp 2 over gloo, this process being `node_rank`.
@@ -113,7 +118,7 @@ EngineConfig gloo_node(int node_rank) {
   EngineConfig c = with_model();
   c.tp_size = 2;
   c.threads = 1;  // one rank in this process
-  c.comm_backend = "gloo";
+  c.comm_backend = CommBackend::kGloo;
   c.nnodes = 2;
   c.node_rank = node_rank;
   c.dist_init_addr = "127.0.0.1:29500";
@@ -157,15 +162,19 @@ TEST(PlacementConfig, GlooRanksInProcessesFollowSglangsNodeFlags) {
 
 TEST(PlacementConfig, NodeFlagsWithoutGlooAreErrorsNotIgnored) {
   EngineConfig c = gloo_node(0);
-  c.comm_backend = "local";
+  c.comm_backend = CommBackend::kLocal;
   EXPECT_NE(usage_message(c).find("nnodes and node_rank place tensor-parallel ranks in several processes, which needs comm_backend gloo"),
             std::string::npos);
   c.nnodes = 1;
   EXPECT_NE(usage_message(c).find("dist_init_addr is the rendezvous of comm_backend gloo"), std::string::npos);
-  c.comm_backend = "mpi";
-  EXPECT_NE(usage_message(c).find("comm_backend must be local, gloo or nccl, got 'mpi'"), std::string::npos);
+  try {
+    parse_comm_backend("mpi");
+    ADD_FAILURE() << "comm_backend mpi was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("comm_backend must be local, gloo or nccl, got 'mpi'"), std::string::npos);
+  }
   c = with_model();
-  c.comm_backend = "nccl";
+  c.comm_backend = CommBackend::kNccl;
   try {
     c.validate();
     ADD_FAILURE() << "nccl on the CPU device was accepted";
@@ -181,7 +190,7 @@ TEST(PlacementConfig, RoundTripsThroughJson) {
   to_json(j, c);
   EngineConfig back;
   from_json(j, back);
-  EXPECT_EQ(back.comm_backend, "gloo");
+  EXPECT_EQ(back.comm_backend, CommBackend::kGloo);
   EXPECT_EQ(back.nnodes, 2);
   EXPECT_EQ(back.node_rank, 1);
   EXPECT_EQ(back.dist_init_addr, "127.0.0.1:29500");

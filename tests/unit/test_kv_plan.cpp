@@ -63,10 +63,10 @@ TEST(KvPlan, GpuBudgetIsTheFractionOfDeviceMemoryLessWhatIsInUse) {
 
 TEST(KvPlan, CacheTypeOnTheCpu) {
   const auto cpu = make_backend("cpu", 1);
-  EXPECT_EQ(kv_dtype_for("auto", *cpu), DType::kF32);
-  EXPECT_EQ(kv_dtype_for("f32", *cpu), DType::kF32);
-  EXPECT_EQ(kv_dtype_for("f16", *cpu), DType::kF16);
-  EXPECT_EQ(kv_dtype_for("fp8_e4m3", *cpu), DType::kFP8_E4M3);
+  EXPECT_EQ(kv_dtype_for(KvCacheDtype::kAuto, *cpu), DType::kF32);
+  EXPECT_EQ(kv_dtype_for(KvCacheDtype::kF32, *cpu), DType::kF32);
+  EXPECT_EQ(kv_dtype_for(KvCacheDtype::kF16, *cpu), DType::kF16);
+  EXPECT_EQ(kv_dtype_for(KvCacheDtype::kFp8E4m3, *cpu), DType::kFP8_E4M3);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "servetune/engine_setting_enums.h"
+
 namespace servetune {
 
 struct ModelInfo {
@@ -19,9 +21,9 @@ struct ModelInfo {
   int64_t context_length = 0;  // the model's own, before any context_length setting
 };
 
-// The shape of the model at `path` as the engine opens it with `load_format` ("auto", "gguf", "safetensors",
-// "dummy"); the weights are mapped, not read. Throws the engine's Error for a bad load format, path or file.
-ModelInfo read_model_info(const std::string& path, const std::string& load_format = "auto");
+// The shape of the model at `path` as the engine opens it with `load_format`; the weights are mapped, not read.
+// Throws the engine's Error for a bad path or file.
+ModelInfo read_model_info(const std::string& path, LoadFormat load_format = LoadFormat::kAuto);
 
 // Throws Error(kUsage) naming the numbers when the engine cannot split `model` over `tp_size` tensor-parallel ranks
 // (tp_size below 1, KV heads that neither cover nor divide the ranks, query heads or the feed-forward dimension that
