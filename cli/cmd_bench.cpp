@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -25,6 +24,7 @@
 #include "servetune/error.h"
 #include "servetune/tokenizer.h"
 #include "tuner/measurement.h"
+#include "tuner/results_store.h"
 
 namespace servetune::cli {
 namespace {
@@ -115,15 +115,6 @@ void check_flag_use(const BenchOptions& o) {
   if (given(o, "--result-dir") || given(o, "--result-filename") || o.save_detailed) {
     if (!o.save_result) throw_usage("--result-dir / --result-filename / --save-detailed need --save-result");
   }
-}
-
-std::string now_stamp() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
-  return buf;
 }
 
 void print_dataset(const datasets::Workload& w) {
@@ -238,7 +229,7 @@ void run_bench(BenchOptions& o) {
   std::fflush(stdout);
 
   if (!o.save_result) return;
-  const std::string date = now_stamp();
+  const std::string date = tuner::now_stamp();
   nlohmann::ordered_json j;
   j["date"] = date;
   j["endpoint_type"] = o.backend;

@@ -20,6 +20,15 @@ namespace servetune::tuner {
 namespace fs = std::filesystem;
 namespace {
 
+std::string local_time_now(const char* format) {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof(buf), format, &tm);
+  return buf;
+}
+
 std::vector<fs::path> json_files_under(const fs::path& dir) {
   std::vector<fs::path> out;
   std::error_code ec;
@@ -89,14 +98,8 @@ std::string new_launch_id() {
   return buf;
 }
 
-std::string now_iso8601() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[40];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S%z", &tm);
-  return buf;
-}
+std::string now_iso8601() { return local_time_now("%Y-%m-%dT%H:%M:%S%z"); }
+std::string now_stamp() { return local_time_now("%Y%m%d-%H%M%S"); }
 
 bool ResultsStore::exists() const { return fs::exists(fs::path(dir_) / "sweep.json"); }
 

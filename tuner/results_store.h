@@ -55,6 +55,8 @@ nlohmann::ordered_json record_from_bench_json(const nlohmann::ordered_json& j, c
 
 // A unique id for one launch (hex).
 std::string new_launch_id();
+// Local time now, as "2026-12-06T07:34:08+0000" (records) and as "20261206-073408" (run folder and file names).
 std::string now_iso8601();
+std::string now_stamp();
 
 }  // namespace servetune::tuner

@@ -4,7 +4,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
 #include <memory>
 
@@ -22,15 +21,6 @@
 namespace servetune::tuner {
 namespace fs = std::filesystem;
 namespace {
-
-std::string timestamp() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
-  return buf;
-}
 
 // Files the sweep reads, checked before anything runs.
 void check_inputs(const SweepSpec& spec) {
@@ -150,7 +140,7 @@ SweepOutcome run_sweep(const SweepOptions& o) {
   check_inputs(spec);
   validate_plan(spec, SearchSpace(spec));
   if (!store) {
-    const std::string dir = o.output_dir.empty() ? (fs::path("results") / spec.name / timestamp()).string() : o.output_dir;
+    const std::string dir = o.output_dir.empty() ? (fs::path("results") / spec.name / now_stamp()).string() : o.output_dir;
     store = std::make_unique<ResultsStore>(dir);
     store->create(spec.document, o.file, text);
     write_file_atomic((fs::path(dir) / "plan.txt").string(), plan_text(spec));
