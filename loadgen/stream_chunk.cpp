@@ -289,7 +289,7 @@ class Scanner {
   std::string key_buf_;
 };
 
-std::string snippet(std::string_view s) {
+std::string data_snippet(std::string_view s) {
   std::string out(s.substr(0, 80));
   if (s.size() > 80) out += "...";
   return out;
@@ -370,8 +370,8 @@ void scan_payload(std::string_view data, ApiKind kind, StreamChunk& out, TextSpa
   Scanner sc(data);
   if (sc.peek() != '{') {
     sc.skip_value();
-    out.error = sc.ok() && sc.at_end() ? "SSE data is not a JSON object: " + snippet(data)
-                                       : "malformed JSON in SSE data: " + snippet(data);
+    out.error = sc.ok() && sc.at_end() ? "SSE data is not a JSON object: " + data_snippet(data)
+                                       : "malformed JSON in SSE data: " + data_snippet(data);
     return;
   }
   std::string error;
@@ -407,7 +407,7 @@ void scan_payload(std::string_view data, ApiKind kind, StreamChunk& out, TextSpa
   });
   if (!sc.ok() || !sc.at_end()) {
     out = StreamChunk{};
-    out.error = "malformed JSON in SSE data: " + snippet(data);
+    out.error = "malformed JSON in SSE data: " + data_snippet(data);
     return;
   }
   if (!error.empty()) {

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace servetune::testing {
@@ -15,6 +16,13 @@ inline std::string source_path(const std::string& rel) { return std::string(SERV
 inline std::string stories_path() { return data_path("stories260K.gguf"); }
 inline std::string smollm2_path() { return source_path("models/SmolLM2-135M-Instruct.Q4_1.gguf"); }
 inline std::string sharegpt_path() { return source_path("datasets/cache/ShareGPT_V3_unfiltered_cleaned_split.json"); }
+
+// Writes `content` to servetune_test_<name> in the temporary folder and returns its path.
+inline std::string temp_file(const std::string& name, const std::string& content) {
+  const auto path = std::filesystem::temp_directory_path() / ("servetune_test_" + name);
+  std::ofstream(path) << content;
+  return path.string();
+}
 
 inline bool require_fetched() {
   const char* v = std::getenv("SERVETUNE_REQUIRE_MODELS");

@@ -26,12 +26,6 @@ const Tokenizer& stories() {
   return *tok;
 }
 
-std::string temp_file(const std::string& name, const std::string& content) {
-  const auto path = std::filesystem::temp_directory_path() / ("servetune_test_" + name);
-  std::ofstream(path) << content;
-  return path.string();
-}
-
 // Values printed by CPython 3.11: random.seed(0); [random.getrandbits(32) for _ in range(3)], random.random(), ...
 TEST(PyRandom, MatchesCPython) {
   PyRandom a(0);
@@ -185,7 +179,7 @@ TEST(RandomDataset, BadValuesAreUsageErrors) {
 }
 
 TEST(TraceDataset, ReplaysTimesLengthsAndSharedBlocks) {
-  const std::string path = temp_file("trace.jsonl",
+  const std::string path = testing::temp_file("trace.jsonl",
                                      "{\"timestamp\": 1000, \"input_length\": 40, \"output_length\": 5, \"hash_ids\": [1, 2]}\n"
                                      "\n"
                                      "{\"timestamp\": 1500, \"input_length\": 30, \"output_length\": 7, \"hash_ids\": [1]}\n"
@@ -217,7 +211,7 @@ TEST(TraceDataset, ReplaysTimesLengthsAndSharedBlocks) {
 TEST(TraceDataset, ErrorsNameTheFileAndLine) {
   DatasetOptions o;
   o.name = "trace";
-  o.path = temp_file("bad.jsonl", "{\"timestamp\": 1, \"input_length\": 4, \"output_length\": 2}\n{\"timestamp\": 2}\n");
+  o.path = testing::temp_file("bad.jsonl", "{\"timestamp\": 1, \"input_length\": 4, \"output_length\": 2}\n{\"timestamp\": 2}\n");
   try {
     load_workload(o, stories());
     FAIL();

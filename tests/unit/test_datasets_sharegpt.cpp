@@ -72,12 +72,6 @@ TEST(ShareGpt, SliceMatchesTheVllmReferenceSmolLM2) {
   check_tokenizer("smollm2", testing::smollm2_path());
 }
 
-std::string temp_file(const std::string& name, const std::string& content) {
-  const auto path = std::filesystem::temp_directory_path() / ("servetune_test_" + name);
-  std::ofstream(path) << content;
-  return path.string();
-}
-
 TEST(ShareGpt, TruncatedFileKeepsCompleteEntriesOthersFail) {
   GgufFile gguf(testing::stories_path());
   const auto tok = Tokenizer::from_gguf(gguf);
@@ -87,13 +81,13 @@ TEST(ShareGpt, TruncatedFileKeepsCompleteEntriesOthersFail) {
   DatasetOptions o;
   o.name = "sharegpt";
   o.num_prompts = 4;
-  o.path = temp_file("truncated.json", "[" + entry + ", " + entry + ", {\"id\": \"b\", \"conversations\": [{\"from\": \"hu");
+  o.path = testing::temp_file("truncated.json", "[" + entry + ", " + entry + ", {\"id\": \"b\", \"conversations\": [{\"from\": \"hu");
   const Workload w = load_workload(o, *tok);
   EXPECT_TRUE(w.info["truncated_file"].get<bool>());
   EXPECT_EQ(w.info["entries"].get<int64_t>(), 2);
   EXPECT_EQ(w.requests.size(), 4u);  // 2 kept, oversampled to 4
 
-  o.path = temp_file("broken.json", "[" + entry + ", } " + entry + "]");
+  o.path = testing::temp_file("broken.json", "[" + entry + ", } " + entry + "]");
   try {
     load_workload(o, *tok);
     FAIL();
@@ -101,7 +95,7 @@ TEST(ShareGpt, TruncatedFileKeepsCompleteEntriesOthersFail) {
     EXPECT_EQ(e.kind(), ErrorKind::kFormat);
     EXPECT_NE(std::string(e.what()).find(o.path), std::string::npos);
   }
-  o.path = temp_file("object.json", "{\"conversations\": []}");
+  o.path = testing::temp_file("object.json", "{\"conversations\": []}");
   EXPECT_THROW(load_workload(o, *tok), Error);
   o.path = "/nonexistent/sharegpt.json";
   try {
@@ -110,7 +104,7 @@ TEST(ShareGpt, TruncatedFileKeepsCompleteEntriesOthersFail) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage);
   }
-  o.path = temp_file("none_pass.json", R"([{"conversations": [{"value": "hi"}, {"value": "yo"}]}])");
+  o.path = testing::temp_file("none_pass.json", R"([{"conversations": [{"value": "hi"}, {"value": "yo"}]}])");
   EXPECT_THROW(load_workload(o, *tok), Error);  // nothing passes the filters: nothing to oversample
 }
 

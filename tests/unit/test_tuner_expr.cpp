@@ -17,7 +17,7 @@ ExprValue eval(const std::string& text, const std::map<std::string, ExprValue>& 
   });
 }
 
-std::string error_of(const std::string& text, const std::map<std::string, ExprValue>& vars = {}) {
+std::string expr_error_of(const std::string& text, const std::map<std::string, ExprValue>& vars = {}) {
   try {
     eval(text, vars);
   } catch (const Error& e) {
@@ -54,17 +54,17 @@ TEST(TunerExpr, NamesAreCollected) {
 }
 
 TEST(TunerExpr, ErrorsNameTheExpressionAndTheProblem) {
-  EXPECT_NE(error_of("tp_size <= 8").find("unknown name 'tp_size'"), std::string::npos);
-  EXPECT_NE(error_of("1 +").find("unexpected end"), std::string::npos);
-  EXPECT_NE(error_of("(1 + 2").find("expected ')'"), std::string::npos);
-  EXPECT_NE(error_of("1 < 2 < 3").find("do not chain"), std::string::npos);
-  EXPECT_NE(error_of("1 / 0").find("division by zero"), std::string::npos);
-  EXPECT_NE(error_of("'a' * 2").find("needs numbers"), std::string::npos);
-  EXPECT_NE(error_of("1 < 'a'").find("cannot order"), std::string::npos);
-  EXPECT_NE(error_of("x = 1", {{"x", 1.0}}).find("unexpected character '='"), std::string::npos);
-  EXPECT_NE(error_of("system('rm')").find("unknown function 'system'"), std::string::npos);
-  EXPECT_NE(error_of("'open").find("unterminated string"), std::string::npos);
-  EXPECT_NE(error_of("1 +").find("expression '1 +'"), std::string::npos);
+  EXPECT_NE(expr_error_of("tp_size <= 8").find("unknown name 'tp_size'"), std::string::npos);
+  EXPECT_NE(expr_error_of("1 +").find("unexpected end"), std::string::npos);
+  EXPECT_NE(expr_error_of("(1 + 2").find("expected ')'"), std::string::npos);
+  EXPECT_NE(expr_error_of("1 < 2 < 3").find("do not chain"), std::string::npos);
+  EXPECT_NE(expr_error_of("1 / 0").find("division by zero"), std::string::npos);
+  EXPECT_NE(expr_error_of("'a' * 2").find("needs numbers"), std::string::npos);
+  EXPECT_NE(expr_error_of("1 < 'a'").find("cannot order"), std::string::npos);
+  EXPECT_NE(expr_error_of("x = 1", {{"x", 1.0}}).find("unexpected character '='"), std::string::npos);
+  EXPECT_NE(expr_error_of("system('rm')").find("unknown function 'system'"), std::string::npos);
+  EXPECT_NE(expr_error_of("'open").find("unterminated string"), std::string::npos);
+  EXPECT_NE(expr_error_of("1 +").find("expression '1 +'"), std::string::npos);
 }
 
 TEST(TunerExpr, TestRequiresABoolean) {

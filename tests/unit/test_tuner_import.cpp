@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 std::string fixture(const std::string& name) { return testing::data_path("import/" + name); }
 
-std::vector<ImportedResult> parse(const std::string& name) { return parse_import_file(fixture(name)); }
+std::vector<ImportedResult> parse_fixture(const std::string& name) { return parse_import_file(fixture(name)); }
 
 double metric(const ImportedResult& r, const std::string& key) {
   EXPECT_TRUE(r.metrics.contains(key)) << key << " missing in " << r.metrics.dump();
@@ -30,7 +30,7 @@ double metric(const ImportedResult& r, const std::string& key) {
 // The message of the Error that parsing `name` throws (kFormat), or "" when it does not throw.
 std::string parse_error(const std::string& name) {
   try {
-    parse(name);
+    parse_fixture(name);
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kFormat) << e.what();
     return e.what();
@@ -39,7 +39,7 @@ std::string parse_error(const std::string& name) {
 }
 
 TEST(TunerImport, VllmOldBlockWithHeadingPreambleAndBlankLines) {
-  const auto rs = parse("vllm_v0_6.txt");
+  const auto rs = parse_fixture("vllm_v0_6.txt");
   ASSERT_EQ(rs.size(), 1u);
   const auto& r = rs[0];
   EXPECT_EQ(r.format, "vllm-text");
@@ -61,7 +61,7 @@ TEST(TunerImport, VllmOldBlockWithHeadingPreambleAndBlankLines) {
 }
 
 TEST(TunerImport, VllmNewBlocksInOneFileWithEveryOptionalRow) {
-  const auto rs = parse("vllm_v0_11_levels.txt");
+  const auto rs = parse_fixture("vllm_v0_11_levels.txt");
   ASSERT_EQ(rs.size(), 2u);
   EXPECT_EQ(rs[0].line, 4);
   EXPECT_EQ(rs[0].workload["max_concurrency"], 1);
@@ -82,7 +82,7 @@ TEST(TunerImport, VllmNewBlocksInOneFileWithEveryOptionalRow) {
 }
 
 TEST(TunerImport, SpeculativeDecodingSectionAndUnknownRowsGoToSourceExtra) {
-  const auto rs = parse("vllm_specdec.txt");
+  const auto rs = parse_fixture("vllm_specdec.txt");
   ASSERT_EQ(rs.size(), 1u);
   const auto& r = rs[0];
   EXPECT_DOUBLE_EQ(metric(r, "spec_decode_acceptance_rate"), 62.5);
@@ -93,7 +93,7 @@ TEST(TunerImport, SpeculativeDecodingSectionAndUnknownRowsGoToSourceExtra) {
 }
 
 TEST(TunerImport, VllmJsonOldKeysIncludingGoodputWithColon) {
-  const auto rs = parse("vllm_result_old.json");
+  const auto rs = parse_fixture("vllm_result_old.json");
   ASSERT_EQ(rs.size(), 1u);
   const auto& r = rs[0];
   EXPECT_EQ(r.format, "vllm-json");
@@ -109,7 +109,7 @@ TEST(TunerImport, VllmJsonOldKeysIncludingGoodputWithColon) {
 }
 
 TEST(TunerImport, VllmJsonNewKeys) {
-  const auto rs = parse("vllm_result_new.json");
+  const auto rs = parse_fixture("vllm_result_new.json");
   ASSERT_EQ(rs.size(), 1u);
   const auto& r = rs[0];
   EXPECT_EQ(metric(r, "failed"), 1);
@@ -125,7 +125,7 @@ TEST(TunerImport, VllmJsonNewKeys) {
 }
 
 TEST(TunerImport, SglangStdoutBlocks) {
-  const auto rs = parse("sglang_stdout.txt");
+  const auto rs = parse_fixture("sglang_stdout.txt");
   ASSERT_EQ(rs.size(), 1u);
   const auto& r = rs[0];
   EXPECT_EQ(r.format, "sglang-text");
@@ -142,7 +142,7 @@ TEST(TunerImport, SglangStdoutBlocks) {
   EXPECT_EQ(r.extra["total_generated_tokens_retokenized"], 51180);
   EXPECT_EQ(r.extra["input_token_throughput_tok_s"], 2560);
 
-  const auto old = parse("sglang_stdout_old.txt");
+  const auto old = parse_fixture("sglang_stdout_old.txt");
   ASSERT_EQ(old.size(), 1u);
   EXPECT_EQ(old[0].format, "sglang-text");
   EXPECT_DOUBLE_EQ(metric(old[0], "total_token_throughput"), 1000.0);  // "Total throughput (tok/s)"
@@ -150,7 +150,7 @@ TEST(TunerImport, SglangStdoutBlocks) {
 }
 
 TEST(TunerImport, SglangJsonLines) {
-  const auto rs = parse("sglang.jsonl");
+  const auto rs = parse_fixture("sglang.jsonl");
   ASSERT_EQ(rs.size(), 2u);
   EXPECT_EQ(rs[0].format, "sglang-json");
   EXPECT_EQ(rs[0].line, 1);
@@ -163,7 +163,7 @@ TEST(TunerImport, SglangJsonLines) {
 }
 
 TEST(TunerImport, GuidellmExport) {
-  const auto rs = parse("guidellm.json");
+  const auto rs = parse_fixture("guidellm.json");
   ASSERT_EQ(rs.size(), 2u);
   const auto& r = rs[0];
   EXPECT_EQ(r.format, "guidellm-json");
@@ -184,7 +184,7 @@ TEST(TunerImport, GuidellmExport) {
 }
 
 TEST(TunerImport, AiperfExport) {
-  const auto rs = parse("aiperf.json");
+  const auto rs = parse_fixture("aiperf.json");
   ASSERT_EQ(rs.size(), 1u);
   const auto& r = rs[0];
   EXPECT_EQ(r.format, "aiperf-json");

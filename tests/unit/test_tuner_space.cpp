@@ -11,10 +11,10 @@
 namespace servetune::tuner {
 namespace {
 
-SweepSpec parse(const std::string& text) { return parse_sweep(parse_spec_text(text, "test.yaml")); }
+SweepSpec parse_space_spec(const std::string& text) { return parse_sweep(parse_spec_text(text, "test.yaml")); }
 
 TEST(TunerSpace, IdsAreMixedRadixIndices) {
-  const SweepSpec s = parse(R"(name: t
+  const SweepSpec s = parse_space_spec(R"(name: t
 target: {engine: builtin, model: m.gguf}
 space: {max_running_requests: [8, 16, 32], disable_radix_cache: [false, true], page_size: 16}
 workloads: [{name: w, dataset: random}]
@@ -33,7 +33,7 @@ workloads: [{name: w, dataset: random}]
 }
 
 TEST(TunerSpace, ConstraintsAndValidityRulesSkipWithAReason) {
-  const SweepSpec s = parse(R"(name: t
+  const SweepSpec s = parse_space_spec(R"(name: t
 target: {engine: builtin, model: m.gguf, devices: 4}
 space: {tp_size: [1, 2, 8], max_running_requests: [8, 64], threads: 8}
 constraints: ["max_running_requests >= 16 * tp_size or tp_size != 2"]
@@ -47,7 +47,7 @@ workloads: [{name: w, dataset: random}]
 }
 
 TEST(TunerSpace, TensorParallelSizesTheModelCannotBeSplitIntoAreSkipped) {
-  const SweepSpec s = parse(R"(name: t
+  const SweepSpec s = parse_space_spec(R"(name: t
 target: {engine: builtin, model: )" + testing::stories_path() + R"(}
 space: {threads: 8, tp_size: [1, 2, 4, 8]}
 workloads: [{name: w, dataset: random}]
@@ -59,7 +59,7 @@ workloads: [{name: w, dataset: random}]
 }
 
 TEST(TunerSpace, DataParallelCandidatesThatDoNotFitTheThreadsAreSkipped) {
-  const SweepSpec s = parse(R"(name: t
+  const SweepSpec s = parse_space_spec(R"(name: t
 target: {engine: builtin, model: m.gguf}
 space: {threads: [2], dp_size: [1, 2, 4], load_balance_method: [round_robin, shortest_queue]}
 workloads: [{name: w, dataset: random}]
@@ -71,7 +71,7 @@ workloads: [{name: w, dataset: random}]
 }
 
 TEST(TunerSpace, ExpertsMustBeDivisible) {
-  const SweepSpec s = parse(R"(name: t
+  const SweepSpec s = parse_space_spec(R"(name: t
 target: {engine: external, model: m, tokenizer: t, command: "srv --port {port} {flags}", num_experts: 6}
 space: {ep_size: [2, 4]}
 workloads: [{name: w, dataset: random}]
@@ -82,7 +82,7 @@ workloads: [{name: w, dataset: random}]
 }
 
 TEST(TunerSpace, InvalidEngineValuesAndImpossibleConstraintsAreErrors) {
-  const SweepSpec bad = parse(R"(name: t
+  const SweepSpec bad = parse_space_spec(R"(name: t
 target: {engine: builtin, model: m.gguf}
 space: {max_running_requests: [0, 8]}
 workloads: [{name: w, dataset: random}]
@@ -94,7 +94,7 @@ workloads: [{name: w, dataset: random}]
     EXPECT_EQ(e.kind(), ErrorKind::kUsage);
     EXPECT_NE(std::string(e.what()).find("max_running_requests must be at least 1"), std::string::npos) << e.what();
   }
-  const SweepSpec none = parse(R"(name: t
+  const SweepSpec none = parse_space_spec(R"(name: t
 target: {engine: builtin, model: m.gguf}
 space: {max_running_requests: [8, 16]}
 constraints: ["max_running_requests > 100"]
@@ -111,7 +111,7 @@ workloads: [{name: w, dataset: random}]
 }
 
 TEST(TunerSpace, ExternalFlagsRenderFromTemplatesAndTables) {
-  const SweepSpec s = parse(R"(name: t
+  const SweepSpec s = parse_space_spec(R"(name: t
 target:
   engine: external
   model: org/model name
@@ -146,7 +146,7 @@ workloads: [{name: w, dataset: random}]
 }
 
 TEST(TunerSpace, UnknownPlaceholderIsAnError) {
-  const SweepSpec s = parse(R"(name: t
+  const SweepSpec s = parse_space_spec(R"(name: t
 target: {engine: external, model: m, tokenizer: t, command: "srv --port {port} --gpus {gpus}"}
 workloads: [{name: w, dataset: random}]
 )");

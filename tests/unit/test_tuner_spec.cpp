@@ -19,11 +19,11 @@ workloads:
   - {name: short, dataset: random, input_len: 16, output_len: 4, num_prompts: 8}
 )";
 
-SweepSpec parse(const std::string& text, const std::string& name = "test.yaml") { return parse_sweep(parse_spec_text(text, name)); }
+SweepSpec parse_spec(const std::string& text, const std::string& name = "test.yaml") { return parse_sweep(parse_spec_text(text, name)); }
 
-std::string error_of(const std::string& text, const std::string& name = "test.yaml") {
+std::string spec_error_of(const std::string& text, const std::string& name = "test.yaml") {
   try {
-    parse(text, name);
+    parse_spec(text, name);
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
     return e.what();
@@ -33,12 +33,12 @@ std::string error_of(const std::string& text, const std::string& name = "test.ya
 }
 
 void expect_error(const std::string& text, const std::vector<std::string>& parts) {
-  const std::string msg = error_of(text);
+  const std::string msg = spec_error_of(text);
   for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
 }
 
 TEST(TunerSpec, MinimalFileAndDefaults) {
-  const SweepSpec s = parse(kMinimal);
+  const SweepSpec s = parse_spec(kMinimal);
   EXPECT_EQ(s.name, "t");
   EXPECT_TRUE(s.builtin());
   ASSERT_EQ(s.space.size(), 1u);
@@ -59,13 +59,13 @@ TEST(TunerSpec, JsonReadsLikeYaml) {
   const std::string json = R"({"name": "t", "target": {"engine": "builtin", "model": "m.gguf"},
     "space": {"max_running_requests": [8, 32]},
     "workloads": [{"name": "short", "dataset": "random", "input_len": 16, "output_len": 4, "num_prompts": 8}]})";
-  const SweepSpec a = parse(kMinimal), b = parse(json, "test.json");
+  const SweepSpec a = parse_spec(kMinimal), b = parse_spec(json, "test.json");
   EXPECT_EQ(a.document, b.document);
   EXPECT_EQ(a.workloads[0].to_json(), b.workloads[0].to_json());
 }
 
 TEST(TunerSpec, YamlScalarsFollowTheCoreSchema) {
-  const SweepSpec s = parse(R"(name: t
+  const SweepSpec s = parse_spec(R"(name: t
 target: {engine: external, model: m, command: "srv --port {port} {flags}", tokenizer: tok}
 space:
   flag: [true, "true", 1.5, 2, null, "x"]
@@ -81,7 +81,7 @@ workloads: [{name: w, dataset: random}]
 }
 
 TEST(TunerSpec, ConcurrencyAndRateListsExpandIntoLevels) {
-  const SweepSpec s = parse(R"(name: t
+  const SweepSpec s = parse_spec(R"(name: t
 target: {engine: builtin, model: m.gguf}
 workloads:
   - {name: load, dataset: random, max_concurrency: [1, 4, 16]}
@@ -106,7 +106,7 @@ TEST(TunerSpec, SloMayNameEveryRecordedSummary) {
                            "e2el_including_client_queue", "per_token_itl"}) {
     SCOPED_TRACE(name);
     const std::string key = std::string("p99_") + name + "_ms";
-    const SweepSpec s = parse(std::string(kMinimal) + "slo: {" + key + ": 5}\n");
+    const SweepSpec s = parse_spec(std::string(kMinimal) + "slo: {" + key + ": 5}\n");
     EXPECT_EQ(s.slo.count(key), 1u);
   }
   EXPECT_FALSE(is_known_metric("p99_client_lags_ms"));

@@ -8,7 +8,7 @@
 namespace servetune::tuner {
 namespace {
 
-SweepSpec parse(const std::string& text) { return parse_sweep(parse_spec_text(text, "test.yaml")); }
+SweepSpec parse_strategy_spec(const std::string& text) { return parse_sweep(parse_spec_text(text, "test.yaml")); }
 
 nlohmann::ordered_json record(const Candidate& c, const std::string& workload, double tps, double tpot = 10.0) {
   nlohmann::ordered_json r;
@@ -27,7 +27,7 @@ std::vector<std::string> ids(const Batch& b) {
 }
 
 TEST(TunerStrategy, GridRunsEveryCandidateOnEveryWorkload) {
-  const SweepSpec s = parse(R"(name: t
+  const SweepSpec s = parse_strategy_spec(R"(name: t
 target: {engine: builtin, model: m.gguf}
 space: {max_running_requests: [8, 16], schedule_policy: [fcfs, lpm]}
 workloads: [{name: a, dataset: random}, {name: b, dataset: random}]
@@ -45,7 +45,7 @@ repeat: 2
 }
 
 TEST(TunerStrategy, StagedKeepsEachStagesWinner) {
-  const SweepSpec s = parse(R"(name: t
+  const SweepSpec s = parse_strategy_spec(R"(name: t
 target: {engine: builtin, model: m.gguf}
 space: {max_running_requests: [8, 16, 32], schedule_policy: [fcfs, lpm]}
 strategy: {kind: staged, stages: [{name: batch, dims: [max_running_requests]}, {name: policy, dims: [schedule_policy]}]}
@@ -79,7 +79,7 @@ workloads: [{name: w, dataset: random}]
 }
 
 TEST(TunerStrategy, StagedRespectsTheSlo) {
-  const SweepSpec s = parse(R"(name: t
+  const SweepSpec s = parse_strategy_spec(R"(name: t
 target: {engine: builtin, model: m.gguf}
 space: {max_running_requests: [8, 16]}
 strategy: {kind: staged, stages: [{name: batch, dims: [max_running_requests]}]}
@@ -95,7 +95,7 @@ slo: {mean_tpot_ms: 50}
 }
 
 TEST(TunerStrategy, HalvingScreensThenRunsTheBestAndTheBaseline) {
-  const SweepSpec s = parse(R"(name: t
+  const SweepSpec s = parse_strategy_spec(R"(name: t
 target: {engine: builtin, model: m.gguf}
 space: {max_running_requests: [1, 2, 3, 4, 5, 6, 7, 8]}
 strategy: {kind: halving, screen_prompts: 10, keep: 0.25}
