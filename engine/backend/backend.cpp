@@ -19,6 +19,29 @@ void Backend::sample(const float*, int64_t, int64_t, std::span<const SampleRow>,
   throw Error(ErrorKind::kInternal, "backend '" + name() + "' does not sample on the device (the host Sampler does)");
 }
 
+namespace {
+
+[[noreturn]] void no_moe_op(const std::string& backend, const char* op) {
+  throw_unsupported("the " + backend + " backend has no " + op +
+                    " yet (mixture-of-experts and latent-attention models run on the cpu backend)");
+}
+
+}  // namespace
+
+void Backend::scatter_add_rows(const float*, const int32_t*, const float*, int64_t, int64_t, float*) {
+  no_moe_op(name(), "scatter_add_rows");
+}
+void Backend::head_matmul(const WeightMatrix&, int64_t, const float*, HeadStrides, int64_t, float*, HeadStrides) {
+  no_moe_op(name(), "head_matmul");
+}
+void Backend::copy_rows(const float*, int64_t, float*, int64_t, int64_t, int64_t) { no_moe_op(name(), "copy_rows"); }
+void Backend::store_latent(const KvLayerView&, const float*, int64_t, const float*, const int32_t*, int64_t) {
+  no_moe_op(name(), "store_latent");
+}
+void Backend::attention_latent(const KvLayerView&, const AttentionBatch&, const float*, int64_t, int64_t, float, float*) {
+  no_moe_op(name(), "attention_latent");
+}
+
 std::string sample_row_problem(const SampleRow& r) {
   if (!(r.temperature >= 0.0f && r.temperature <= 100.0f) || !(r.top_p > 0.0f && r.top_p <= 1.0f) ||
       !(r.min_p >= 0.0f && r.min_p <= 1.0f) || !(r.uniform >= 0.0 && r.uniform <= 1.0)) {

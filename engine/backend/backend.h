@@ -154,6 +154,32 @@ class Backend {
   // writes rotated q to q_out [n, n_heads * head_dim] and stores rotated k and v into the cache slots `slots[t]`.
   virtual void rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots,
                               int64_t n, int64_t n_heads, const RopeParams& p, float* q_out) = 0;
+  // Mixture-of-experts and latent attention (the MoE/MLA model families). The defaults throw Error(kUnsupported)
+  // naming the backend; the CPU backend implements them.
+  // dst[rows[i], :] += weights[i] * src[i, :] for i < n, in order (rows may repeat): an expert's outputs added back
+  // into the tokens that chose it.
+  virtual void scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int64_t n, int64_t width,
+                                float* dst);
+  // Per-head matmul: for each head h < n_heads, y[t, h] = W_h . x[t, h], where W_h is rows [h * rows_per_head,
+  // (h + 1) * rows_per_head) of w, x[t, h] starts at x + t * x_row_stride + h * x_head_stride (w.cols values) and
+  // y[t, h] at y + t * y_row_stride + h * y_head_stride (rows_per_head values). MLA's weight absorption.
+  struct HeadStrides {
+    int64_t row = 0;
+    int64_t head = 0;
+  };
+  virtual void head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides x_strides, int64_t n,
+                           float* y, HeadStrides y_strides);
+  // dst row i = src row i for n rows of `width` values, rows src_stride and dst_stride apart (a strided slice copy).
+  virtual void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n, int64_t width);
+  // Latent cache (MLA): kv.k holds one row of kv.head_dim values per slot (n_kv_heads 1, kv.v unused). Writes row t =
+  // [latent[t] (latent_width values) | rope_key[t] (the other kv.head_dim - latent_width)] to slots[t].
+  virtual void store_latent(const KvLayerView& kv, const float* latent, int64_t latent_width, const float* rope_key,
+                            const int32_t* slots, int64_t n);
+  // Absorbed MLA attention: q [n, n_heads, kv.head_dim] scored against each visible cached row (every head shares
+  // it), softmax(q . row * scale), and out [n, n_heads, v_dim] the weighted sum of the rows' first v_dim values.
+  virtual void attention_latent(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
+                                int64_t v_dim, float scale, float* out);
+
   // Fills `n` values of `type` (f32 or bf16) at `dst` with N(mean, std) draws keyed by (seed, index), in place
   // (dummy weights without a host copy). Returns false when the backend leaves that to the host (CPU).
   virtual bool fill_random(void* /*dst*/, DType /*type*/, int64_t /*n*/, uint64_t /*seed*/, float /*mean*/, float /*std*/) {

@@ -138,6 +138,26 @@ void ProfilingBackend::matmuls(std::span<const MatmulOut> outs, const float* x, 
 void ProfilingBackend::rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) {
   timed("rope", n, [&] { inner_->rope(x, positions, n, n_heads, p); });
 }
+void ProfilingBackend::scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int64_t n,
+                                        int64_t width, float* dst) {
+  timed("scatter_add_rows", n, [&] { inner_->scatter_add_rows(src, rows, weights, n, width, dst); });
+}
+void ProfilingBackend::head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides x_strides,
+                                   int64_t n, float* y, HeadStrides y_strides) {
+  timed("head_matmul", n, [&] { inner_->head_matmul(w, n_heads, x, x_strides, n, y, y_strides); });
+}
+void ProfilingBackend::copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n,
+                                 int64_t width) {
+  timed("copy_rows", n, [&] { inner_->copy_rows(src, src_stride, dst, dst_stride, n, width); });
+}
+void ProfilingBackend::store_latent(const KvLayerView& kv, const float* latent, int64_t latent_width,
+                                    const float* rope_key, const int32_t* slots, int64_t n) {
+  timed("store_latent", n, [&] { inner_->store_latent(kv, latent, latent_width, rope_key, slots, n); });
+}
+void ProfilingBackend::attention_latent(const KvLayerView& kv, const AttentionBatch& batch, const float* q,
+                                        int64_t n_heads, int64_t v_dim, float scale, float* out) {
+  timed("attention_latent", batch.n_tokens, [&] { inner_->attention_latent(kv, batch, q, n_heads, v_dim, scale, out); });
+}
 void ProfilingBackend::store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots,
                                 int64_t n) {
   timed("store_kv", n, [&] { inner_->store_kv(kv, k, v, slots, n); });

@@ -54,6 +54,15 @@ class ProfilingBackend final : public Backend {
                     float eps) override;
   void rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots,
                       int64_t n, int64_t n_heads, const RopeParams& p, float* q_out) override;
+  void scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int64_t n, int64_t width,
+                        float* dst) override;
+  void head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides x_strides, int64_t n, float* y,
+                   HeadStrides y_strides) override;
+  void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n, int64_t width) override;
+  void store_latent(const KvLayerView& kv, const float* latent, int64_t latent_width, const float* rope_key,
+                    const int32_t* slots, int64_t n) override;
+  void attention_latent(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
+                        int64_t v_dim, float scale, float* out) override;
   bool fill_random(void* dst, DType type, int64_t n, uint64_t seed, float mean, float std) override {
     return inner_->fill_random(dst, type, n, seed, mean, std);
   }

@@ -1,4 +1,4 @@
-// config.json parsing and writing for the llama family. Defaults are transformers' (5.x, which also reads the
+// config.json parsing and writing for the supported decoder families. Defaults are transformers' (5.x, which also reads the
 // 4.x keys rope_theta / rope_scaling / torch_dtype); the shape keys have no default here: a config without
 // them is rejected rather than silently becoming a 7B model.
 #include "formats/hf_config.h"
@@ -28,7 +28,14 @@ constexpr ArchDefaults kArchs[] = {
     {"LlamaForCausalLM", "llama", 2048, 1, 2, std::nullopt},
     {"MistralForCausalLM", "mistral", 131072, 1, 2, 4096},
     {"Qwen2ForCausalLM", "qwen2", 32768, std::nullopt, std::nullopt, std::nullopt},
+    {"MixtralForCausalLM", "mixtral", 131072, 1, 2, std::nullopt},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", 32768, std::nullopt, std::nullopt, std::nullopt},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", 32768, std::nullopt, std::nullopt, std::nullopt},
+    {"DeepseekV2ForCausalLM", "deepseek_v2", 2048, 100000, 100001, std::nullopt},
+    {"DeepseekV3ForCausalLM", "deepseek_v3", 4096, 0, 1, std::nullopt},
 };
+
+bool is_deepseek(std::string_view model_type) { return model_type == "deepseek_v2" || model_type == "deepseek_v3"; }
 
 std::string describe(const json& v) {
   std::string text = v.dump();
@@ -176,9 +183,111 @@ void parse_rope(const Reader& top, const std::string& file, HfModelConfig& c) {
     if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor) {
       r.fail("high_freq_factor", "must be greater than low_freq_factor");
     }
+  } else if (*type == "yarn") {
+    c.rope_scaling.type = RopeScalingType::kYarn;
+    for (const char* k : {"factor", "original_max_position_embeddings"}) {
+      if (r.find(k) == nullptr) r.fail(k, "is missing (required for yarn rope scaling)");
+    }
+    c.rope_scaling.factor = r.positive("factor", 1.0);
+    c.rope_scaling.original_max_position_embeddings =
+        r.req_int("original_max_position_embeddings", 1, int64_t{1} << 34);
+    c.rope_scaling.beta_fast = r.positive("beta_fast", 32.0);
+    c.rope_scaling.beta_slow = r.positive("beta_slow", 1.0);
+    if (c.rope_scaling.beta_fast <= c.rope_scaling.beta_slow) r.fail("beta_fast", "must be greater than beta_slow");
+    c.rope_scaling.mscale = r.opt_float("mscale").value_or(0.0);
+    c.rope_scaling.mscale_all_dim = r.opt_float("mscale_all_dim").value_or(0.0);
+    if (r.find("attention_factor") != nullptr) {
+      throw_unsupported(file + ": yarn rope scaling with an explicit attention_factor is not supported");
+    }
   } else {
     throw_unsupported(file + ": rope scaling type '" + *type +
-                      "' is not supported (supported: default, linear, llama3)");
+                      "' is not supported (supported: default, linear, llama3, yarn)");
+  }
+}
+
+
+// Multi-head latent attention dimensions (deepseek); q_lora_rank null or absent means no query compression.
+void parse_mla(const Reader& r, HfModelConfig& c) {
+  c.mla.q_lora_rank = r.opt_int("q_lora_rank", 1, int64_t{1} << 20).value_or(0);
+  c.mla.kv_lora_rank = r.req_int("kv_lora_rank", 1, int64_t{1} << 20);
+  c.mla.qk_nope_head_dim = r.req_int("qk_nope_head_dim", 1, int64_t{1} << 14);
+  c.mla.qk_rope_head_dim = r.req_int("qk_rope_head_dim", 2, int64_t{1} << 14);
+  c.mla.v_head_dim = r.req_int("v_head_dim", 1, int64_t{1} << 14);
+  if (c.mla.qk_rope_head_dim % 2 != 0) {
+    r.fail("qk_rope_head_dim", "(" + std::to_string(c.mla.qk_rope_head_dim) + ") must be even for rotary embeddings");
+  }
+}
+
+// The family's mixture-of-experts keys into the common fields; a dense family leaves them empty. The expert count,
+// top-k and expert width are shape keys: required, like hidden_size.
+void parse_moe(const Reader& r, HfModelConfig& c) {
+  HfMoeConfig& m = c.moe;
+  const std::string& t = c.model_type;
+  constexpr int64_t kMaxExperts = 1 << 16;
+  if (t == "mixtral") {
+    m.num_experts = r.req_int("num_local_experts", 1, kMaxExperts);
+    m.num_experts_per_tok = r.req_int("num_experts_per_tok", 1, kMaxExperts);
+    m.moe_intermediate_size = c.intermediate_size;
+    m.norm_topk_prob = true;  // softmax over the chosen experts' logits
+  } else if (t == "qwen2_moe" || t == "qwen3_moe") {
+    // Published configs say num_experts; transformers 5 writes num_local_experts.
+    m.num_experts = r.find("num_experts") != nullptr || r.find("num_local_experts") == nullptr
+                        ? r.req_int("num_experts", 1, kMaxExperts)
+                        : r.req_int("num_local_experts", 1, kMaxExperts);
+    m.num_experts_per_tok = r.req_int("num_experts_per_tok", 1, kMaxExperts);
+    m.moe_intermediate_size = r.req_int("moe_intermediate_size", 1, int64_t{1} << 24);
+    m.norm_topk_prob = r.opt_bool("norm_topk_prob", false);
+    m.decoder_sparse_step = r.opt_int("decoder_sparse_step", 1, 100000).value_or(1);
+    if (t == "qwen2_moe") {
+      m.shared_expert_intermediate_size = r.req_int("shared_expert_intermediate_size", 1, int64_t{1} << 24);
+    }
+    if (const nlohmann::json* dense = r.find("mlp_only_layers")) {
+      if (!dense->is_array()) r.fail("mlp_only_layers", "must be a list of layer indices, got " + describe(*dense));
+      for (const nlohmann::json& l : *dense) {
+        if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= c.num_hidden_layers) {
+          r.fail("mlp_only_layers", "must hold layer indices below num_hidden_layers (" +
+                                        std::to_string(c.num_hidden_layers) + "), got " + describe(l));
+        }
+        m.mlp_only_layers.push_back(l.get<int64_t>());
+      }
+    }
+  } else if (is_deepseek(t)) {
+    m.num_experts = r.req_int("n_routed_experts", 1, kMaxExperts);
+    m.num_experts_per_tok = r.req_int("num_experts_per_tok", 1, kMaxExperts);
+    m.moe_intermediate_size = r.req_int("moe_intermediate_size", 1, int64_t{1} << 24);
+    m.n_shared_experts = r.opt_int("n_shared_experts", 0, kMaxExperts).value_or(0);
+    m.routed_scaling_factor = r.positive("routed_scaling_factor", 1.0);
+    m.norm_topk_prob = r.opt_bool("norm_topk_prob", t == "deepseek_v3");
+    m.scoring_func = r.opt_string("scoring_func").value_or(t == "deepseek_v3" ? "sigmoid" : "softmax");
+    m.topk_method = r.opt_string("topk_method").value_or(t == "deepseek_v3" ? "noaux_tc" : "greedy");
+    m.n_group = r.opt_int("n_group", 1, kMaxExperts).value_or(1);
+    m.topk_group = r.opt_int("topk_group", 1, kMaxExperts).value_or(1);
+    m.first_k_dense_replace = r.opt_int("first_k_dense_replace", 0, c.num_hidden_layers).value_or(0);
+    m.moe_layer_freq = r.opt_int("moe_layer_freq", 1, 100000).value_or(1);
+    if (m.scoring_func != "softmax" && m.scoring_func != "sigmoid") {
+      r.fail("scoring_func", "must be \"softmax\" or \"sigmoid\", got \"" + m.scoring_func + "\"");
+    }
+    if (m.topk_method != "greedy" && m.topk_method != "group_limited_greedy" && m.topk_method != "noaux_tc") {
+      r.fail("topk_method", "must be \"greedy\", \"group_limited_greedy\" or \"noaux_tc\", got \"" + m.topk_method + "\"");
+    }
+  } else {
+    return;
+  }
+  if (m.num_experts_per_tok > m.num_experts) {
+    r.fail("num_experts_per_tok", "(" + std::to_string(m.num_experts_per_tok) + ") exceeds the number of experts (" +
+                                      std::to_string(m.num_experts) + ")");
+  }
+  if (m.num_experts % m.n_group != 0) {
+    r.fail("n_group", "(" + std::to_string(m.n_group) + ") must divide the number of experts (" +
+                          std::to_string(m.num_experts) + ")");
+  }
+  if (m.topk_group > m.n_group) {
+    r.fail("topk_group", "(" + std::to_string(m.topk_group) + ") exceeds n_group (" + std::to_string(m.n_group) + ")");
+  }
+  if (m.n_group > 1 && m.num_experts_per_tok > m.topk_group * (m.num_experts / m.n_group)) {
+    r.fail("num_experts_per_tok", "(" + std::to_string(m.num_experts_per_tok) + ") exceeds the experts in topk_group (" +
+                                      std::to_string(m.topk_group) + ") groups of " +
+                                      std::to_string(m.num_experts / m.n_group));
   }
 }
 
@@ -220,7 +329,10 @@ HfModelConfig parse_hf_config(std::string_view json_text, const std::string& nam
     r.fail("num_key_value_heads", "(" + std::to_string(c.num_key_value_heads) + ") must divide num_attention_heads (" +
                                       std::to_string(c.num_attention_heads) + ")");
   }
-  if (auto hd = r.opt_int("head_dim", 1, int64_t{1} << 14)) {
+  if (is_deepseek(c.model_type)) {
+    parse_mla(r, c);
+    c.head_dim = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;  // the query/key width of one head
+  } else if (auto hd = r.opt_int("head_dim", 1, int64_t{1} << 14)) {
     c.head_dim = *hd;
   } else {
     if (c.hidden_size % c.num_attention_heads != 0) {
@@ -241,18 +353,26 @@ HfModelConfig parse_hf_config(std::string_view json_text, const std::string& nam
   if (act != "silu")
     throw_unsupported(name + ": hidden_act '" + act + "' is not supported (the llama family uses silu)");
   c.tie_word_embeddings = r.opt_bool("tie_word_embeddings", false);
-  if (c.model_type == "qwen2") {
+  if (c.model_type == "qwen2" || c.model_type == "qwen2_moe") {
     c.attention_bias = true;  // Qwen2 always has q/k/v biases (and none on o_proj)
     if (r.opt_bool("use_sliding_window", false)) {
       throw_unsupported(name + ": Qwen2 sliding-window attention (use_sliding_window: true) is not supported");
     }
+  } else if (c.model_type == "qwen3_moe") {
+    c.attention_bias = r.opt_bool("attention_bias", false);
+    c.qk_norm = true;
+    if (r.opt_bool("use_sliding_window", false)) {
+      throw_unsupported(name + ": Qwen3 sliding-window attention (use_sliding_window: true) is not supported");
+    }
   } else {
     c.attention_bias = r.opt_bool("attention_bias", false);
-    if (c.model_type == "mistral") {
+    if (c.model_type == "mistral" || c.model_type == "mixtral") {
       c.sliding_window =
           config.contains("sliding_window") ? r.opt_int("sliding_window", 1, int64_t{1} << 34) : arch.sliding_window;
     }
   }
+  parse_moe(r, c);
+  if (c.model_type == "deepseek_v3") c.num_nextn_predict_layers = r.opt_int("num_nextn_predict_layers", 0, 64).value_or(0);
   if (c.model_type == "llama") c.mlp_bias = r.opt_bool("mlp_bias", false);
   c.torch_dtype = r.opt_string("torch_dtype").value_or(r.opt_string("dtype").value_or(""));
   c.bos_token_id = r.token_ids("bos_token_id", arch.bos);
@@ -299,17 +419,58 @@ std::string hf_config_json(const HfModelConfig& c) {
                            {"low_freq_factor", c.rope_scaling.low_freq_factor},
                            {"high_freq_factor", c.rope_scaling.high_freq_factor},
                            {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+      break;    case RopeScalingType::kYarn:
+      j["rope_scaling"] = {{"rope_type", "yarn"},
+                           {"factor", c.rope_scaling.factor},
+                           {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings},
+                           {"beta_fast", c.rope_scaling.beta_fast},
+                           {"beta_slow", c.rope_scaling.beta_slow}};
+      if (c.rope_scaling.mscale != 0.0) j["rope_scaling"]["mscale"] = c.rope_scaling.mscale;
+      if (c.rope_scaling.mscale_all_dim != 0.0) j["rope_scaling"]["mscale_all_dim"] = c.rope_scaling.mscale_all_dim;
       break;
   }
   j["hidden_act"] = "silu";
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  if (c.model_type == "qwen2") {
-    j["use_sliding_window"] = false;
-  } else {
-    j["attention_bias"] = c.attention_bias;
-  }
+  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe";
+  if (qwen) j["use_sliding_window"] = false;
+  if (c.model_type != "qwen2" && c.model_type != "qwen2_moe") j["attention_bias"] = c.attention_bias;
   if (c.model_type == "llama") j["mlp_bias"] = c.mlp_bias;
-  if (c.model_type == "mistral") j["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
+  if (c.model_type == "mistral" || c.model_type == "mixtral") {
+    j["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
+  }
+  const HfMoeConfig& m = c.moe;
+  if (c.model_type == "mixtral") {
+    j["num_local_experts"] = m.num_experts;
+    j["num_experts_per_tok"] = m.num_experts_per_tok;
+  } else if (c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe") {
+    j["num_experts"] = m.num_experts;
+    j["num_experts_per_tok"] = m.num_experts_per_tok;
+    j["moe_intermediate_size"] = m.moe_intermediate_size;
+    j["norm_topk_prob"] = m.norm_topk_prob;
+    j["decoder_sparse_step"] = m.decoder_sparse_step;
+    j["mlp_only_layers"] = m.mlp_only_layers;
+    if (c.model_type == "qwen2_moe") j["shared_expert_intermediate_size"] = m.shared_expert_intermediate_size;
+  } else if (is_deepseek(c.model_type)) {
+    j["n_routed_experts"] = m.num_experts;
+    j["num_experts_per_tok"] = m.num_experts_per_tok;
+    j["moe_intermediate_size"] = m.moe_intermediate_size;
+    j["n_shared_experts"] = m.n_shared_experts;
+    j["routed_scaling_factor"] = m.routed_scaling_factor;
+    j["norm_topk_prob"] = m.norm_topk_prob;
+    j["scoring_func"] = m.scoring_func;
+    j["topk_method"] = m.topk_method;
+    j["n_group"] = m.n_group;
+    j["topk_group"] = m.topk_group;
+    j["first_k_dense_replace"] = m.first_k_dense_replace;
+    j["moe_layer_freq"] = m.moe_layer_freq;
+    j["q_lora_rank"] = c.mla.q_lora_rank > 0 ? json(c.mla.q_lora_rank) : json(nullptr);
+    j["kv_lora_rank"] = c.mla.kv_lora_rank;
+    j["qk_nope_head_dim"] = c.mla.qk_nope_head_dim;
+    j["qk_rope_head_dim"] = c.mla.qk_rope_head_dim;
+    j["v_head_dim"] = c.mla.v_head_dim;
+    j.erase("head_dim");  // derived from the MLA dimensions
+    if (c.model_type == "deepseek_v3") j["num_nextn_predict_layers"] = c.num_nextn_predict_layers;
+  }
   if (!c.torch_dtype.empty()) j["torch_dtype"] = c.torch_dtype;
   auto ids = [](const std::vector<int64_t>& v) {
     return v.empty() ? json(nullptr) : v.size() == 1 ? json(v[0]) : json(v);

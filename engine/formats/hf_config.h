@@ -1,5 +1,6 @@
-// HuggingFace config.json for the llama family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM):
-// parsed into a plain struct with transformers' defaults filled in and every value range-checked, and written back.
+// HuggingFace config.json of the supported decoder families (llama, mistral, qwen2; the mixture-of-experts families
+// mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3): parsed into a plain struct with transformers' defaults
+// filled in and every value range-checked, and written back.
 #pragma once
 
 #include <cstdint>
@@ -10,20 +11,55 @@
 
 namespace servetune {
 
-enum class RopeScalingType { kNone, kLinear, kLlama3 };
+enum class RopeScalingType { kNone, kLinear, kLlama3, kYarn };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
   double factor = 1.0;                           // linear and llama3
   double low_freq_factor = 1.0;                  // llama3
   double high_freq_factor = 4.0;                 // llama3
-  int64_t original_max_position_embeddings = 0;  // llama3
+  int64_t original_max_position_embeddings = 0;  // llama3 and yarn
+  double beta_fast = 32.0;                       // yarn: the band edges, in rotations over the original context
+  double beta_slow = 1.0;
+  double mscale = 0.0;                           // yarn (DeepSeek): 0 when absent
+  double mscale_all_dim = 0.0;
   bool operator==(const RopeScaling&) const = default;
 };
 
+// The mixture-of-experts part of a config (num_experts == 0: a dense model). Each family's own keys
+// (num_local_experts, num_experts, n_routed_experts, ...) are read into these common fields.
+struct HfMoeConfig {
+  int64_t num_experts = 0;             // routed experts
+  int64_t num_experts_per_tok = 0;     // top-k
+  int64_t moe_intermediate_size = 0;   // one routed expert's width (mixtral: intermediate_size)
+  int64_t n_shared_experts = 0;        // deepseek: always-on experts, together one MLP n_shared * moe_intermediate wide
+  int64_t shared_expert_intermediate_size = 0;  // qwen2_moe: the sigmoid-gated shared expert's width
+  bool norm_topk_prob = false;         // the chosen weights renormalised to sum to 1
+  double routed_scaling_factor = 1.0;  // deepseek
+  std::string scoring_func = "softmax";  // "softmax" or "sigmoid" (deepseek_v3)
+  std::string topk_method = "greedy";    // "greedy", "group_limited_greedy" (v2) or "noaux_tc" (v3)
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  int64_t first_k_dense_replace = 0;   // deepseek: the first k layers have a dense MLP
+  int64_t moe_layer_freq = 1;          // deepseek: every k-th layer after those is MoE
+  int64_t decoder_sparse_step = 1;     // qwen: every k-th layer is MoE
+  std::vector<int64_t> mlp_only_layers;  // qwen: these layers are dense
+  bool operator==(const HfMoeConfig&) const = default;
+};
+
+// Multi-head latent attention (deepseek_v2 / deepseek_v3); kv_lora_rank == 0: ordinary attention.
+struct HfMlaConfig {
+  int64_t q_lora_rank = 0;  // 0: q_proj straight from the hidden state (V2-Lite)
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool operator==(const HfMlaConfig&) const = default;
+};
+
 struct HfModelConfig {
-  std::string architecture;  // "LlamaForCausalLM", "MistralForCausalLM" or "Qwen2ForCausalLM"
-  std::string model_type;    // "llama", "mistral", "qwen2"
+  std::string architecture;  // "LlamaForCausalLM", ... (supported_hf_architectures())
+  std::string model_type;    // "llama", "mistral", "qwen2", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", ...
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_hidden_layers = 0;
@@ -38,6 +74,10 @@ struct HfModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;            // bias on q/k/v (always on for qwen2; llama's flag also puts one on o_proj)
   bool mlp_bias = false;                  // llama only
+  bool qk_norm = false;                   // qwen3_moe: RMSNorm of each head's q and k before rotary
+  HfMoeConfig moe;
+  HfMlaConfig mla;
+  int64_t num_nextn_predict_layers = 0;   // deepseek_v3: multi-token-prediction layers stored after the decoder's
   std::optional<int64_t> sliding_window;  // mistral's window; qwen2's only when use_sliding_window is true
   std::string torch_dtype;                // "bfloat16", "float16", "float32" or "" when absent
   std::vector<int64_t> bos_token_id;      // empty when absent or null; a list when the file has one

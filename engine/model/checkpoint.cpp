@@ -11,6 +11,7 @@
 #include "model/random_weights.h"
 #include "tokenizer/tokenizer.h"
 #include "model/llama.h"
+#include "model/moe_decoder.h"
 #include "model/weight_loader.h"
 #include "model/weight_source.h"
 
@@ -85,7 +86,7 @@ Checkpoint::Checkpoint(const std::string& path, LoadFormat format, uint64_t seed
       HfModelConfig hf = read_hf_config(dir_);
       config_ = model_config_from_hf(hf, dir_ + "/config.json");
       safetensors_ = std::make_unique<SafetensorsSet>(path);
-      source_ = std::make_unique<SafetensorsWeightSource>(*safetensors_, path, hf.tie_word_embeddings);
+      source_ = std::make_unique<SafetensorsWeightSource>(*safetensors_, path, hf.tie_word_embeddings, hf.model_type);
       break;
     }
     case LoadFormat::kDummy: {
@@ -106,6 +107,7 @@ Checkpoint::~Checkpoint() = default;
 
 std::unique_ptr<Model> Checkpoint::load(Backend& backend, ParallelContext parallel, CompileOptions compile) const {
   WeightLoader loader(*source_, backend, parallel);
+  if (config_.is_moe() || config_.is_mla()) return std::make_unique<MoeDecoderModel>(config_, loader, backend, parallel, compile);
   return std::make_unique<LlamaModel>(config_, loader, backend, parallel, compile);
 }
 

@@ -7,7 +7,7 @@ namespace servetune {
 
 int64_t KvStorage::block_bytes(const ModelConfig& config, int64_t local_kv_heads, int64_t page_size, DType dtype) {
   const int64_t elem = dtype_info(dtype).type_size;
-  return 2 * config.n_layers * page_size * local_kv_heads * config.head_dim * elem;
+  return config.n_layers * page_size * local_kv_heads * config.kv_values_per_head() * elem;
 }
 
 KvStorage::KvStorage(Backend& backend, const ModelConfig& config, int64_t local_kv_heads, int64_t num_blocks,
@@ -17,21 +17,24 @@ KvStorage::KvStorage(Backend& backend, const ModelConfig& config, int64_t local_
     throw_unsupported("kv_cache_dtype " + std::string(dtype_name(dtype)) + " is not supported on the " + backend.name() +
                       " backend");
   }
-  const size_t layer_bytes = static_cast<size_t>((num_blocks + 1) * page_size * local_kv_heads * config.head_dim * dtype_info(dtype).type_size);
+  // MLA: one latent row per token (kv_lora_rank + rope dims) in the K buffer, no V.
+  const bool latent = config.is_mla();
+  const int64_t row = latent ? config.kv_values_per_head() : config.head_dim;
+  const size_t layer_bytes = static_cast<size_t>((num_blocks + 1) * page_size * local_kv_heads * row * dtype_info(dtype).type_size);
   for (int64_t l = 0; l < config.n_layers; ++l) {
     auto k = backend.allocate(layer_bytes);
-    auto v = backend.allocate(layer_bytes);
+    auto v = latent ? nullptr : backend.allocate(layer_bytes);
     try {
       backend.make_resident(*k);
-      backend.make_resident(*v);
+      if (v) backend.make_resident(*v);
     } catch (const Error& e) {
       throw_usage("the KV cache (" + std::to_string(num_blocks) + " blocks of " + std::to_string(page_size) +
                   " tokens) does not fit in memory: " + e.what() + "; lower mem_fraction_static or max_total_tokens");
     }
-    KvLayerView view{k->data(), v->data(), dtype, num_blocks + 1, page_size, local_kv_heads, config.head_dim};
+    KvLayerView view{k->data(), v ? v->data() : nullptr, dtype, num_blocks + 1, page_size, local_kv_heads, row};
     layers_.push_back(view);
     buffers_.push_back(std::move(k));
-    buffers_.push_back(std::move(v));
+    if (v) buffers_.push_back(std::move(v));
   }
 }
 

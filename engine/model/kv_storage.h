@@ -1,5 +1,5 @@
 // Physical paged KV cache memory of one model shard: per layer, K and V of [num_blocks + 1, page_size, kv_heads,
-// head_dim] in backend memory. Which of the first num_blocks blocks belong to whom is the runtime's business
+// head_dim] in backend memory (latent-attention models: one latent row per slot in K, no V; see ModelConfig). Which of the first num_blocks blocks belong to whom is the runtime's business
 // (runtime/block_manager.h); the last one, scratch_block(), is nobody's: padding tokens of graph replays write there.
 // All of it is made resident at construction, as GPU engines and llama.cpp hold their KV cache: the block manager
 // hands out never-used blocks before it evicts cached ones, so otherwise a fresh server pays a page fault (and the
@@ -19,7 +19,7 @@ class KvStorage {
   KvStorage(Backend& backend, const ModelConfig& config, int64_t local_kv_heads, int64_t num_blocks, int64_t page_size,
             DType dtype);
 
-  // Bytes one block takes across all layers (K and V) for this shard.
+  // Bytes one block takes across all layers (K and V, or the latent rows) for this shard.
   static int64_t block_bytes(const ModelConfig& config, int64_t local_kv_heads, int64_t page_size, DType dtype);
 
   const KvLayerView& layer(int64_t i) const { return layers_[static_cast<size_t>(i)]; }

@@ -37,7 +37,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
     const float* ff = loader.vector("rope_freqs.weight", config.rope_dim / 2);
     rope_freq_factors_.assign(ff, ff + config.rope_dim / 2);
   } else {
-    rope_freq_factors_ = llama3_rope_freq_factors(config);
+    rope_freq_factors_ = rope_freq_factors(config);
   }
 
   for (int64_t i = 0; i < config.n_layers; ++i) {

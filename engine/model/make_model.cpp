@@ -134,7 +134,7 @@ void write_random_model(const HfModelConfig& config, const std::string& dir, uin
   if (ec) throw_io(dir, "cannot create directory: " + ec.message());
 
   // Group tensors into shards of at most shard_bytes, generating one shard at a time.
-  const auto specs = llama_tensor_specs(c);
+  const auto specs = hf_tensor_specs(c);
   std::vector<std::vector<const RandomTensorSpec*>> shards(1);
   int64_t current = 0, total = 0;
   for (const auto& spec : specs) {

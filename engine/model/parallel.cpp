@@ -39,6 +39,7 @@ TensorParallelShare tensor_parallel_share(const ModelConfig& config, int tp_size
     share.kv_heads = {rank / copies, 1};
     share.q_heads = {rank * (heads / tp_size), heads / tp_size};
   }
+  if (config.is_mla()) share.kv_heads = {0, 1};  // every rank caches the one shared latent row per token
   if (config.ffn % tp_size != 0) {
     throw_usage("tp_size " + std::to_string(tp_size) + " does not divide the model's feed-forward dimension " + std::to_string(config.ffn));
   }

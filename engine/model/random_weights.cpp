@@ -1,4 +1,4 @@
-// Deterministic random llama weights (see random_weights.h): splitmix64 streams seeded by (seed, tensor name),
+// Deterministic random weights (see random_weights.h): splitmix64 streams seeded by (seed, tensor name),
 // Box-Muller normals.
 #include "model/random_weights.h"
 
@@ -29,26 +29,72 @@ double uniform01(uint64_t& state) { return (static_cast<double>(splitmix(state) 
 
 }  // namespace
 
-std::vector<RandomTensorSpec> llama_tensor_specs(const HfModelConfig& c) {
+std::vector<RandomTensorSpec> hf_tensor_specs(const HfModelConfig& c) {
   const int64_t d = c.hidden_size, hd = c.head_dim, q = c.num_attention_heads * hd, kv = c.num_key_value_heads * hd;
+  const HfMoeConfig& moe = c.moe;
+  const HfMlaConfig& mla = c.mla;
+  const bool mixtral = c.model_type == "mixtral", deepseek = mla.kv_lora_rank > 0;
   std::vector<RandomTensorSpec> specs;
+  const auto mlp = [&](const std::string& p, int64_t width, const char* gate, const char* up, const char* down) {
+    specs.push_back({p + gate + ".weight", {width, d}, false});
+    specs.push_back({p + up + ".weight", {width, d}, false});
+    specs.push_back({p + down + ".weight", {d, width}, false});
+  };
+  ModelConfig shape;  // which layers are MoE, as the engine reads the config
+  if (moe.num_experts > 0) shape = model_config_from_hf(c, "random weights");
   specs.push_back({"model.embed_tokens.weight", {c.vocab_size, d}, false});
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     specs.push_back({p + "input_layernorm.weight", {d}, true});
-    specs.push_back({p + "self_attn.q_proj.weight", {q, d}, false});
-    specs.push_back({p + "self_attn.k_proj.weight", {kv, d}, false});
-    specs.push_back({p + "self_attn.v_proj.weight", {kv, d}, false});
-    if (c.attention_bias) {
-      specs.push_back({p + "self_attn.q_proj.bias", {q}, false});
-      specs.push_back({p + "self_attn.k_proj.bias", {kv}, false});
-      specs.push_back({p + "self_attn.v_proj.bias", {kv}, false});
+    if (deepseek) {
+      const int64_t h = c.num_attention_heads, qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+      if (mla.q_lora_rank > 0) {
+        specs.push_back({p + "self_attn.q_a_proj.weight", {mla.q_lora_rank, d}, false});
+        specs.push_back({p + "self_attn.q_a_layernorm.weight", {mla.q_lora_rank}, true});
+        specs.push_back({p + "self_attn.q_b_proj.weight", {h * qk, mla.q_lora_rank}, false});
+      } else {
+        specs.push_back({p + "self_attn.q_proj.weight", {h * qk, d}, false});
+      }
+      specs.push_back({p + "self_attn.kv_a_proj_with_mqa.weight", {mla.kv_lora_rank + mla.qk_rope_head_dim, d}, false});
+      specs.push_back({p + "self_attn.kv_a_layernorm.weight", {mla.kv_lora_rank}, true});
+      specs.push_back({p + "self_attn.kv_b_proj.weight", {h * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank}, false});
+      specs.push_back({p + "self_attn.o_proj.weight", {d, h * mla.v_head_dim}, false});
+    } else {
+      specs.push_back({p + "self_attn.q_proj.weight", {q, d}, false});
+      specs.push_back({p + "self_attn.k_proj.weight", {kv, d}, false});
+      specs.push_back({p + "self_attn.v_proj.weight", {kv, d}, false});
+      if (c.attention_bias) {
+        specs.push_back({p + "self_attn.q_proj.bias", {q}, false});
+        specs.push_back({p + "self_attn.k_proj.bias", {kv}, false});
+        specs.push_back({p + "self_attn.v_proj.bias", {kv}, false});
+      }
+      if (c.qk_norm) {
+        specs.push_back({p + "self_attn.q_norm.weight", {hd}, true});
+        specs.push_back({p + "self_attn.k_norm.weight", {hd}, true});
+      }
+      specs.push_back({p + "self_attn.o_proj.weight", {d, q}, false});
     }
-    specs.push_back({p + "self_attn.o_proj.weight", {d, q}, false});
     specs.push_back({p + "post_attention_layernorm.weight", {d}, true});
-    specs.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, d}, false});
-    specs.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, d}, false});
-    specs.push_back({p + "mlp.down_proj.weight", {d, c.intermediate_size}, false});
+    if (moe.num_experts == 0 || !shape.moe.moe_layer[static_cast<size_t>(i)]) {
+      mlp(p, c.intermediate_size, "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj");
+      continue;
+    }
+    const std::string router = p + (mixtral ? "block_sparse_moe.gate" : "mlp.gate");
+    specs.push_back({router + ".weight", {moe.num_experts, d}, false});
+    if (shape.moe.selection_bias) specs.push_back({router + ".e_score_correction_bias", {moe.num_experts}, false});
+    for (int64_t e = 0; e < moe.num_experts; ++e) {
+      const std::string x = p + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.") + std::to_string(e) + ".";
+      if (mixtral) {
+        mlp(x, moe.moe_intermediate_size, "w1", "w3", "w2");
+      } else {
+        mlp(x, moe.moe_intermediate_size, "gate_proj", "up_proj", "down_proj");
+      }
+    }
+    if (shape.moe.shared_ffn > 0) {
+      const std::string s = p + (deepseek ? "mlp.shared_experts." : "mlp.shared_expert.");
+      mlp(s, shape.moe.shared_ffn, "gate_proj", "up_proj", "down_proj");
+      if (shape.moe.shared_gate) specs.push_back({p + "mlp.shared_expert_gate.weight", {1, d}, false});
+    }
   }
   specs.push_back({"model.norm.weight", {d}, true});
   if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, d}, false});
@@ -75,13 +121,13 @@ void fill_random_tensor(const RandomTensorSpec& spec, uint64_t seed, float init_
 }
 
 RandomWeightSource::RandomWeightSource(const HfModelConfig& config, std::string path, uint64_t seed, float init_std, DType dtype)
-    : path_(std::move(path)), seed_(seed), init_std_(init_std), dtype_(dtype), tied_(config.tie_word_embeddings) {
-  for (auto& spec : llama_tensor_specs(config)) specs_.emplace(spec.hf_name, spec);
+    : path_(std::move(path)), seed_(seed), init_std_(init_std), dtype_(dtype), tied_(config.tie_word_embeddings), model_type_(config.model_type) {
+  for (auto& spec : hf_tensor_specs(config)) specs_.emplace(spec.hf_name, spec);
 }
 
 std::optional<RandomRecipe> RandomWeightSource::random_recipe(const std::string& name) const {
   if (name == "output.weight" && tied_) return std::nullopt;
-  const std::string hf = hf_tensor_name(name);
+  const std::string hf = hf_tensor_name(name, model_type_);
   auto spec = specs_.find(hf);
   if (spec == specs_.end()) return std::nullopt;
   RandomRecipe r;
@@ -95,7 +141,7 @@ std::optional<RandomRecipe> RandomWeightSource::random_recipe(const std::string&
 
 std::optional<TensorRef> RandomWeightSource::find(const std::string& name) const {
   if (name == "output.weight" && tied_) return std::nullopt;
-  const std::string hf = hf_tensor_name(name);
+  const std::string hf = hf_tensor_name(name, model_type_);
   auto spec = specs_.find(hf);
   if (spec == specs_.end()) return std::nullopt;
   auto [it, inserted] = data_.try_emplace(hf);

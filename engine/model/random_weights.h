@@ -20,7 +20,7 @@ struct RandomTensorSpec {
 };
 
 // Every tensor an HF checkpoint of `config` holds, in a stable order.
-std::vector<RandomTensorSpec> llama_tensor_specs(const HfModelConfig& config);
+std::vector<RandomTensorSpec> hf_tensor_specs(const HfModelConfig& config);
 
 // Fills `out` (n_elements values of `dtype`: f32, f16 or bf16) with the tensor's random values.
 void fill_random_tensor(const RandomTensorSpec& spec, uint64_t seed, float init_std, DType dtype, std::vector<uint8_t>& out);
@@ -39,6 +39,7 @@ class RandomWeightSource final : public WeightSource {
   float init_std_;
   DType dtype_;
   bool tied_;
+  std::string model_type_;
   std::map<std::string, RandomTensorSpec> specs_;  // by HF name
   mutable std::map<std::string, std::vector<uint8_t>> data_;
 };

@@ -36,6 +36,8 @@ std::string rope_type_name(RopeScalingType t) {
       return "linear";
     case RopeScalingType::kLlama3:
       return "llama3";
+    case RopeScalingType::kYarn:
+      return "yarn";
   }
   return "?";
 }
@@ -213,7 +215,8 @@ TEST(HfConfig, BadConfigsGiveOneClearError) {
   const std::vector<Bad> cases = {
       {R"({"architectures": ["GPT2LMHeadModel"]})",
        "architecture GPT2LMHeadModel is not supported (supported: LlamaForCausalLM, MistralForCausalLM, "
-       "Qwen2ForCausalLM)",
+       "Qwen2ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, "
+       "DeepseekV3ForCausalLM)",
        ErrorKind::kUnsupported},
       {R"({"architectures": "LlamaForCausalLM"})", "key 'architectures' must be a non-empty list"},
       {R"({"architectures": null, "model_type": null})", "neither 'architectures' nor 'model_type'"},
@@ -238,7 +241,9 @@ TEST(HfConfig, BadConfigsGiveOneClearError) {
       {R"({"rms_norm_eps": "1e-5"})", "key 'rms_norm_eps' must be a number"},
       {R"({"rope_theta": -1.0})", "key 'rope_theta' must be positive"},
       {R"({"rope_scaling": 3})", "key 'rope_scaling' must be an object or null"},
-      {R"({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}})", "rope scaling type 'yarn' is not supported",
+      {R"({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}})",
+       "key 'rope_scaling.original_max_position_embeddings' is missing (required for yarn rope scaling)"},
+      {R"({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}})", "rope scaling type 'dynamic' is not supported",
        ErrorKind::kUnsupported},
       {R"({"rope_scaling": {"type": "linear"}})",
        "key 'rope_scaling.factor' is missing (required for linear rope scaling)"},
@@ -294,7 +299,68 @@ TEST(HfConfig, TransformersDefaults) {
   EXPECT_EQ(c.rope_theta, 10000.0);
   EXPECT_EQ(c.bos_token_id, std::vector<int64_t>{1});
   EXPECT_EQ(c.eos_token_id, std::vector<int64_t>{2});
-  EXPECT_EQ(supported_hf_architectures().size(), 3u);
+  EXPECT_EQ(supported_hf_architectures().size(), 8u);
+}
+
+}  // namespace
+}  // namespace servetune
+
+namespace servetune {
+namespace {
+
+// A DeepSeek-V3-shaped config (the published keys, tiny sizes) with `patch` merged in.
+std::string deepseek_config(const std::string& patch) {
+  json c = json::parse(R"({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "vocab_size": 320, "n_routed_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 32,
+    "n_shared_experts": 1, "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1, "kv_lora_rank": 32,
+    "q_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "routed_scaling_factor": 2.5})");
+  c.merge_patch(json::parse(patch));
+  return c.dump();
+}
+
+TEST(HfConfig, MixtureOfExpertsAndLatentAttentionKeys) {
+  const HfModelConfig c = parse_hf_config(deepseek_config("{}"), "v3/config.json");
+  EXPECT_EQ(c.moe.num_experts, 16);
+  EXPECT_EQ(c.moe.num_experts_per_tok, 4);
+  EXPECT_EQ(c.moe.scoring_func, "sigmoid");  // V3's defaults when the keys are absent
+  EXPECT_EQ(c.moe.topk_method, "noaux_tc");
+  EXPECT_TRUE(c.moe.norm_topk_prob);
+  EXPECT_EQ(c.mla.kv_lora_rank, 32);
+  EXPECT_EQ(c.head_dim, 24);  // qk_nope_head_dim + qk_rope_head_dim, whatever "head_dim" says
+  EXPECT_EQ(parse_hf_config(deepseek_config(R"({"q_lora_rank": null})"), "x").mla.q_lora_rank, 0);
+  // Published Qwen configs say num_experts; transformers 5 writes num_local_experts.
+  const std::string qwen = R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 320, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32, )";
+  EXPECT_EQ(parse_hf_config(qwen + R"("num_experts": 8})", "q").moe.num_experts, 8);
+  EXPECT_EQ(parse_hf_config(qwen + R"("num_local_experts": 6})", "q").moe.num_experts, 6);
+  EXPECT_TRUE(parse_hf_config(qwen + R"("num_experts": 8})", "q").qk_norm);
+  // The writer's output reads back the same.
+  EXPECT_EQ(parse_hf_config(hf_config_json(c), "again"), c);
+}
+
+TEST(HfConfig, InconsistentExpertConfigsNameTheKey) {
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"n_group": 3})", "key 'n_group' (3) must divide the number of experts (16)"},
+      {R"({"num_experts_per_tok": 17})", "key 'num_experts_per_tok' (17) exceeds the number of experts (16)"},
+      {R"({"topk_group": 5})", "key 'topk_group' (5) exceeds n_group (4)"},
+      {R"({"num_experts_per_tok": 9, "topk_group": 2})", "key 'num_experts_per_tok' (9) exceeds the experts in topk_group"},
+      {R"({"kv_lora_rank": null})", "key 'kv_lora_rank' is missing (required)"},
+      {R"({"n_routed_experts": null})", "key 'n_routed_experts' is missing (required)"},
+      {R"({"scoring_func": "relu"})", "key 'scoring_func' must be \"softmax\" or \"sigmoid\""},
+      {R"({"qk_rope_head_dim": 7})", "key 'qk_rope_head_dim' (7) must be even"},
+  };
+  for (const auto& [patch, message] : cases) {
+    SCOPED_TRACE(patch);
+    try {
+      parse_hf_config(deepseek_config(patch), "bad/config.json");
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kFormat);
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -43,6 +43,16 @@ class CpuBackend final : public Backend {
   void add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) override;
   void rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots, int64_t n,
                       int64_t n_heads, const RopeParams& p, float* q_out) override;
+  // Mixture-of-experts and latent-attention ops (latent_ops.cpp).
+  void scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int64_t n, int64_t width,
+                        float* dst) override;
+  void head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides x_strides, int64_t n, float* y,
+                   HeadStrides y_strides) override;
+  void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n, int64_t width) override;
+  void store_latent(const KvLayerView& kv, const float* latent, int64_t latent_width, const float* rope_key,
+                    const int32_t* slots, int64_t n) override;
+  void attention_latent(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
+                        int64_t v_dim, float scale, float* out) override;
   // Sampling stays in host memory either way; drawing here splits a batch's rows over the pool (the host Sampler
   // draws them one after another on the engine thread) and skips copying the logits out.
   bool device_sampling() const override { return true; }

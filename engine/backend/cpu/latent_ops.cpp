@@ -1,0 +1,136 @@
+// The CPU backend's mixture-of-experts and latent-attention (MLA) ops: expert output scatter, per-head matmuls, and
+// attention over a cache of shared latent rows.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "core/quant.h"
+
+namespace servetune::cpu {
+
+void CpuBackend::scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int64_t n, int64_t width,
+                                  float* dst) {
+  // Split by columns, so every thread adds the rows in the same order: repeated destination rows sum identically
+  // whatever the thread count.
+  pool_.parallel_for(width, 256, [&](int64_t c0, int64_t c1) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float w = weights[i];
+      const float* s = src + i * width;
+      float* d = dst + static_cast<int64_t>(rows[i]) * width;
+      for (int64_t c = c0; c < c1; ++c) d[c] += w * s[c];
+    }
+  });
+}
+
+void CpuBackend::head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides x_strides, int64_t n,
+                             float* y, HeadStrides y_strides) {
+  if (n_heads <= 0 || w.rows % n_heads != 0) throw Error(ErrorKind::kInternal, "head_matmul: rows not a multiple of heads");
+  const int64_t rows = w.rows / n_heads, cols = w.cols;
+  std::vector<float> xs(static_cast<size_t>(n * cols)), ys(static_cast<size_t>(n * rows));
+  for (int64_t h = 0; h < n_heads; ++h) {
+    for (int64_t t = 0; t < n; ++t) {
+      std::memcpy(xs.data() + t * cols, x + t * x_strides.row + h * x_strides.head, static_cast<size_t>(cols) * sizeof(float));
+    }
+    const WeightMatrix wh{static_cast<const uint8_t*>(w.data) + h * rows * w.row_bytes, w.type, rows, cols, w.row_bytes};
+    matmul(wh, nullptr, xs.data(), n, ys.data());
+    for (int64_t t = 0; t < n; ++t) {
+      std::memcpy(y + t * y_strides.row + h * y_strides.head, ys.data() + t * rows, static_cast<size_t>(rows) * sizeof(float));
+    }
+  }
+}
+
+namespace {
+
+void check_latent_view(const KvLayerView& kv) {
+  if (kv.n_kv_heads != 1 || kv.k == nullptr) throw Error(ErrorKind::kInternal, "latent cache view needs one head");
+  if (kv.dtype != DType::kF32 && kv.dtype != DType::kF16 && kv.dtype != DType::kFP8_E4M3) {
+    throw_unsupported("kv_cache_dtype " + std::string(dtype_name(kv.dtype)) + " for a latent (MLA) cache on the cpu backend");
+  }
+}
+
+}  // namespace
+
+void CpuBackend::copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n,
+                           int64_t width) {
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(dst + i * dst_stride, src + i * src_stride, static_cast<size_t>(width) * sizeof(float));
+  }
+}
+
+void CpuBackend::store_latent(const KvLayerView& kv, const float* latent, int64_t latent_width, const float* rope_key,
+                              const int32_t* slots, int64_t n) {
+  check_latent_view(kv);
+  const int64_t width = kv.head_dim, rope_width = width - latent_width, capacity = kv.num_blocks * kv.page_size;
+  const int64_t row_bytes = width * dtype_info(kv.dtype).type_size;
+  std::vector<float> row(static_cast<size_t>(width));
+  for (int64_t t = 0; t < n; ++t) {
+    if (slots[t] < 0 || slots[t] >= capacity) throw Error(ErrorKind::kInternal, "KV slot out of range");
+    std::copy_n(latent + t * latent_width, latent_width, row.begin());
+    std::copy_n(rope_key + t * rope_width, rope_width, row.begin() + latent_width);
+    quantize_row(kv.dtype, row.data(), static_cast<uint8_t*>(kv.k) + slots[t] * row_bytes, width);
+  }
+}
+
+void CpuBackend::attention_latent(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
+                                  int64_t v_dim, float scale, float* out) {
+  check_latent_view(kv);
+  const int64_t width = kv.head_dim, n = batch.n_tokens, page = kv.page_size;
+  const int64_t row_bytes = width * dtype_info(kv.dtype).type_size;
+  if (v_dim > width) throw Error(ErrorKind::kInternal, "attention_latent: v_dim above the row width");
+  // Work items are (token, head range): whole tokens when there are enough of them, else each token's heads split so
+  // every thread has some (a decode step of one sequence).
+  const int64_t threads = pool_.size();
+  const int64_t head_groups = n >= threads ? 1 : std::min<int64_t>(n_heads, (threads + n - 1) / n);
+  pool_.parallel_for(n * head_groups, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> row(static_cast<size_t>(kv.dtype == DType::kF32 ? 0 : width));
+    std::vector<float> acc, max_score, sum;
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t t = item / head_groups, g = item % head_groups;
+      const int64_t h0 = n_heads * g / head_groups, h1 = n_heads * (g + 1) / head_groups, hn = h1 - h0;
+      acc.assign(static_cast<size_t>(hn * v_dim), 0.0f);
+      max_score.assign(static_cast<size_t>(hn), -std::numeric_limits<float>::infinity());
+      sum.assign(static_cast<size_t>(hn), 0.0f);
+      const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
+      const float* qt = q + (t * n_heads + h0) * width;
+      // One pass with a running maximum per head (online softmax): each cached row is read and widened once.
+      for (int64_t p = 0; p <= batch.positions[t]; ++p) {
+        const int64_t slot = static_cast<int64_t>(table[p / page]) * page + p % page;
+        const uint8_t* stored = static_cast<const uint8_t*>(kv.k) + slot * row_bytes;
+        const float* r = reinterpret_cast<const float*>(stored);
+        if (kv.dtype != DType::kF32) {
+          dequantize_row(kv.dtype, stored, row.data(), width);
+          r = row.data();
+        }
+        for (int64_t h = 0; h < hn; ++h) {
+          const float* qh = qt + h * width;
+          float s = 0.0f;
+          for (int64_t c = 0; c < width; ++c) s += qh[c] * r[c];
+          s *= scale;
+          float* a = acc.data() + h * v_dim;
+          float& m = max_score[static_cast<size_t>(h)];
+          if (s > m) {
+            const float rescale = std::exp(m - s);  // exp(-inf) = 0 on the first row
+            for (int64_t c = 0; c < v_dim; ++c) a[c] *= rescale;
+            sum[static_cast<size_t>(h)] *= rescale;
+            m = s;
+          }
+          const float e = std::exp(s - m);
+          sum[static_cast<size_t>(h)] += e;
+          for (int64_t c = 0; c < v_dim; ++c) a[c] += e * r[c];
+        }
+      }
+      for (int64_t h = 0; h < hn; ++h) {
+        const float inv = 1.0f / sum[static_cast<size_t>(h)];
+        float* o = out + (t * n_heads + h0 + h) * v_dim;
+        const float* a = acc.data() + h * v_dim;
+        for (int64_t c = 0; c < v_dim; ++c) o[c] = a[c] * inv;
+      }
+    }
+  });
+}
+
+}  // namespace servetune::cpu

@@ -1,0 +1,358 @@
+// Mixture-of-experts decoder forward pass: attention (grouped-query or latent), then a dense or routed FFN (see
+// moe_decoder.h).
+#include "model/moe_decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "core/quant.h"
+
+namespace servetune {
+namespace {
+
+std::string blk(int64_t i, const std::string& name) { return "blk." + std::to_string(i) + "." + name; }
+
+// Activation buffers by role.
+enum Slot : size_t {
+  kX, kH, kOut, kQ, kK, kV, kAttn, kQA, kLatent, kRopeKey, kQAbsorbed, kAttnLatent, kGate, kUp, kAct, kRouter,
+  kGathered, kExpertOut, kSharedOut, kSharedGate, kLogitsIn, kLogits, kSlotCount
+};
+
+}  // namespace
+
+MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend,
+                                 ParallelContext parallel, CompileOptions compile)
+    : config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused) {
+  const std::string family = config.architecture;
+  if (parallel.tp_size != 1) {
+    throw_usage(family + ": tensor parallelism (tp_size " + std::to_string(parallel.tp_size) +
+                ") is not implemented for mixture-of-experts and latent-attention models yet; use tp_size 1 (and "
+                "dp_size for more replicas)");
+  }
+  if (compile.graph_max_bs > 0) {
+    throw_usage(family + ": compile = graphs is not implemented for mixture-of-experts and latent-attention models "
+                         "yet; use compile = fused or eager");
+  }
+  if (!backend.host_memory()) {
+    throw_unsupported(family + " runs on the cpu backend only for now (the " + backend.name() +
+                      " backend has no mixture-of-experts or latent-attention ops yet)");
+  }
+  const int64_t d = config.hidden;
+  tok_embd_ = loader.matrix("token_embd.weight", config.vocab, d);
+  output_norm_ = loader.vector("output_norm.weight", d);
+  output_ = loader.matrix(config.tied_embeddings ? "token_embd.weight" : "output.weight", config.vocab, d);
+  if (config.is_moe()) expert_tokens_.assign(static_cast<size_t>(config.moe.routing.n_experts), 0);
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    Layer L;
+    L.attn_norm = loader.vector(blk(l, "attn_norm.weight"), d);
+    load_attention(L, l, loader);
+    L.ffn_norm = loader.vector(blk(l, "ffn_norm.weight"), d);
+    load_ffn(L, l, loader);
+    layers_.push_back(std::move(L));
+  }
+  weight_buffers_ = loader.take_buffers();
+
+  rope_.head_dim = config.head_dim;
+  rope_.rope_dim = config.rope_dim;
+  rope_.theta = config.rope_theta;
+  rope_.freq_scale = config.rope_scaling == RopeKind::kLinear ? 1.0f / config.rope_factor : 1.0f;
+  rope_.neox = config.rope_neox;
+  const std::vector<float> factors = rope_freq_factors(config);
+  if (!factors.empty()) {
+    const size_t bytes = factors.size() * sizeof(float);
+    rope_freq_buffer_ = backend_.allocate(bytes);
+    backend_.upload(*rope_freq_buffer_, 0, factors.data(), bytes);
+    rope_.freq_factors = static_cast<const float*>(rope_freq_buffer_->data());
+  }
+  scratch_.resize(kSlotCount);
+  scratch_floats_.assign(kSlotCount, 0);
+}
+
+void MoeDecoderModel::load_attention(Layer& L, int64_t l, WeightLoader& loader) {
+  const ModelConfig& c = config_;
+  const int64_t d = c.hidden, hd = c.head_dim, h = c.n_heads;
+  if (!c.is_mla()) {
+    const int64_t q = h * hd, kv = c.n_kv_heads * hd;
+    L.wq = loader.matrix(blk(l, "attn_q.weight"), q, d);
+    L.wk = loader.matrix(blk(l, "attn_k.weight"), kv, d);
+    L.wv = loader.matrix(blk(l, "attn_v.weight"), kv, d);
+    if (c.attention_bias) {
+      L.bq = loader.vector(blk(l, "attn_q.bias"), q);
+      L.bk = loader.vector(blk(l, "attn_k.bias"), kv);
+      L.bv = loader.vector(blk(l, "attn_v.bias"), kv);
+    }
+    if (c.qk_norm) {
+      L.q_norm = loader.vector(blk(l, "attn_q_norm.weight"), hd);
+      L.k_norm = loader.vector(blk(l, "attn_k_norm.weight"), hd);
+    }
+    L.wo = loader.matrix(blk(l, "attn_output.weight"), d, q);
+    return;
+  }
+  const MlaConfig& m = c.mla;
+  if (m.q_lora_rank > 0) {
+    L.wq_a = loader.matrix(blk(l, "attn_q_a.weight"), m.q_lora_rank, d);
+    L.q_a_norm = loader.vector(blk(l, "attn_q_a_norm.weight"), m.q_lora_rank);
+    L.wq_b = loader.matrix(blk(l, "attn_q_b.weight"), h * hd, m.q_lora_rank);
+  } else {
+    L.wq = loader.matrix(blk(l, "attn_q.weight"), h * hd, d);
+  }
+  // kv_a_proj_with_mqa's rows are [latent | rotary key]: two matrices, so each lands in its own contiguous rows.
+  const std::string kv_a = blk(l, "attn_kv_a_mqa.weight");
+  L.w_latent = loader.matrix_rows(kv_a, m.kv_lora_rank + m.qk_rope_dim, d, {0, m.kv_lora_rank});
+  L.w_rope_key = loader.matrix_rows(kv_a, m.kv_lora_rank + m.qk_rope_dim, d, {m.kv_lora_rank, m.qk_rope_dim});
+  L.latent_norm = loader.vector(blk(l, "attn_kv_a_norm.weight"), m.kv_lora_rank);
+  L.wo = loader.matrix(blk(l, "attn_output.weight"), d, h * m.v_head_dim);
+
+  // kv_b_proj holds per head [key (qk_nope_dim rows) | value (v_head_dim rows)] of kv_lora_rank columns. Decoding
+  // absorbs the key part into the query (q_nope . W_UK = (W_UK^T q_nope) . latent) and applies the value part after
+  // attention, so the cache keeps only the latent. Both are kept as f32 copies laid out per head.
+  const int64_t per_head = m.qk_nope_dim + m.v_head_dim, rank = m.kv_lora_rank;
+  const WeightMatrix kv_b = loader.matrix(blk(l, "attn_kv_b.weight"), h * per_head, rank);
+  std::vector<float> row(static_cast<size_t>(rank));
+  std::vector<float> uk_t(static_cast<size_t>(h * rank * m.qk_nope_dim)), uv(static_cast<size_t>(h * m.v_head_dim * rank));
+  for (int64_t head = 0; head < h; ++head) {
+    for (int64_t r = 0; r < per_head; ++r) {
+      const int64_t src_row = head * per_head + r;
+      dequantize_row(kv_b.type, static_cast<const uint8_t*>(kv_b.data) + src_row * kv_b.row_bytes, row.data(), rank);
+      if (r < m.qk_nope_dim) {
+        for (int64_t k = 0; k < rank; ++k) uk_t[static_cast<size_t>((head * rank + k) * m.qk_nope_dim + r)] = row[static_cast<size_t>(k)];
+      } else {
+        std::copy(row.begin(), row.end(), uv.begin() + (head * m.v_head_dim + r - m.qk_nope_dim) * rank);
+      }
+    }
+  }
+  const auto place = [&](const std::vector<float>& values, int64_t rows, int64_t cols) {
+    owned_.push_back(backend_.allocate(values.size() * sizeof(float)));
+    backend_.upload(*owned_.back(), 0, values.data(), values.size() * sizeof(float));
+    return WeightMatrix{owned_.back()->data(), DType::kF32, rows, cols, cols * static_cast<int64_t>(sizeof(float))};
+  };
+  L.w_uk_t = place(uk_t, h * rank, m.qk_nope_dim);
+  L.w_uv = place(uv, h * m.v_head_dim, rank);
+}
+
+void MoeDecoderModel::load_ffn(Layer& L, int64_t l, WeightLoader& loader) {
+  const ModelConfig& c = config_;
+  const int64_t d = c.hidden;
+  L.moe = c.is_moe() && c.moe.moe_layer[static_cast<size_t>(l)];
+  if (!L.moe) {
+    L.dense = {loader.matrix(blk(l, "ffn_gate.weight"), c.ffn, d), loader.matrix(blk(l, "ffn_up.weight"), c.ffn, d),
+               loader.matrix(blk(l, "ffn_down.weight"), d, c.ffn)};
+    return;
+  }
+  const MoeConfig& m = c.moe;
+  const int64_t e_ffn = m.expert_ffn, E = m.routing.n_experts;
+  L.router = loader.matrix(blk(l, "ffn_gate_inp.weight"), E, d);
+  if (m.selection_bias) L.selection_bias = loader.vector(blk(l, "exp_probs_b.bias"), E);
+  // Experts as one [experts, rows, cols] tensor (llama.cpp's *_exps) or one tensor per expert (HF, older GGUF).
+  const auto expert = [&](const std::string& kind, int64_t e, int64_t rows, int64_t cols) {
+    const std::string stacked = blk(l, kind + "_exps.weight");
+    if (loader.has(stacked)) return loader.matrix_rows(stacked, E * rows, cols, {e * rows, rows});
+    return loader.matrix(blk(l, kind + "." + std::to_string(e) + ".weight"), rows, cols);
+  };
+  for (int64_t e = 0; e < E; ++e) {
+    L.experts.push_back({expert("ffn_gate", e, e_ffn, d), expert("ffn_up", e, e_ffn, d), expert("ffn_down", e, d, e_ffn)});
+  }
+  if (m.shared_ffn > 0) {
+    L.shared = {loader.matrix(blk(l, "ffn_gate_shexp.weight"), m.shared_ffn, d),
+                loader.matrix(blk(l, "ffn_up_shexp.weight"), m.shared_ffn, d),
+                loader.matrix(blk(l, "ffn_down_shexp.weight"), d, m.shared_ffn)};
+    if (m.shared_gate) L.shared_gate = loader.matrix(blk(l, "ffn_gate_inp_shexp.weight"), 1, d);
+  }
+}
+
+float* MoeDecoderModel::scratch(size_t slot, int64_t floats) {
+  if (floats > scratch_floats_[slot]) {
+    const int64_t n = std::max<int64_t>(floats, 1024);
+    scratch_[slot] = backend_.allocate(static_cast<size_t>(n) * sizeof(float));
+    scratch_floats_[slot] = n;
+  }
+  return static_cast<float*>(scratch_[slot]->data());
+}
+
+void MoeDecoderModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) {
+  const auto n_out = static_cast<int64_t>(batch.logits_indices.size());
+  for (const int32_t row : batch.logits_indices) {
+    if (row < 0 || row >= batch.n_tokens()) throw Error(ErrorKind::kInternal, "logits index out of range");
+  }
+  if (batch.n_tokens() == 0 || n_out == 0) {
+    if (batch.n_tokens() > 0) run(batch, kv);
+    logits.clear();
+    return;
+  }
+  run(batch, kv);
+  logits.resize(static_cast<size_t>(n_out * config_.vocab));
+  backend_.download(logits.data(), *scratch_[kLogits], 0, logits.size() * sizeof(float));
+}
+
+void MoeDecoderModel::forward_sampled(const Batch&, KvStorage&, std::span<const SampleRow>, std::vector<int32_t>&) {
+  throw Error(ErrorKind::kInternal, "forward_sampled: this model samples on the host (device_sampling() is false)");
+}
+
+void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
+  const int64_t n = batch.n_tokens(), d = config_.hidden;
+  float* x = scratch(kX, n * d);
+  float* h = scratch(kH, n * d);
+  float* out = scratch(kOut, n * d);
+  backend_.embed(tok_embd_, batch.tokens.data(), n, x);
+  const AttentionBatch ab{n, batch.positions.data(), batch.seq_of_token.data(), batch.block_tables.data(),
+                          batch.max_blocks_per_seq};
+  const float eps = config_.rms_eps;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    const KvLayerView& cache = kv.layer(static_cast<int64_t>(l));
+    // compile = fused: each residual add joins the RMSNorm after it (the same arithmetic in one pass).
+    if (!fused_ || l == 0) backend_.rms_norm(x, L.attn_norm, h, n, d, eps);
+    else backend_.add_rms_norm(x, out, L.attn_norm, h, n, d, eps);
+    if (config_.is_mla()) attention_mla(L, n, h, cache, ab, batch.slot_mapping.data(), out);
+    else attention_gqa(L, n, h, cache, ab, batch.slot_mapping.data(), out);
+    if (fused_) {
+      backend_.add_rms_norm(x, out, L.ffn_norm, h, n, d, eps);
+    } else {
+      backend_.add(x, out, n * d);
+      backend_.rms_norm(x, L.ffn_norm, h, n, d, eps);
+    }
+    if (L.moe) moe(L, n, h, out);
+    else mlp(L.dense, n, h, out);
+    if (!fused_) backend_.add(x, out, n * d);
+  }
+  if (fused_) backend_.add(x, out, n * d);
+  const auto n_out = static_cast<int64_t>(batch.logits_indices.size());
+  if (n_out == 0) return;
+  float* xs = scratch(kLogitsIn, n_out * d);
+  const WeightMatrix hidden{x, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
+  backend_.embed(hidden, batch.logits_indices.data(), n_out, xs);
+  backend_.rms_norm(xs, output_norm_, xs, n_out, d, eps);
+  backend_.matmul(output_, nullptr, xs, n_out, scratch(kLogits, n_out * config_.vocab));
+}
+
+void MoeDecoderModel::attention_gqa(const Layer& L, int64_t n, const float* h, const KvLayerView& cache,
+                                    const AttentionBatch& ab, const int32_t* slots, float* out) {
+  const int64_t hd = config_.head_dim, heads = config_.n_heads, kv_heads = config_.n_kv_heads;
+  float* q = scratch(kQ, n * heads * hd);
+  float* k = scratch(kK, n * kv_heads * hd);
+  float* v = scratch(kV, n * kv_heads * hd);
+  const Backend::MatmulOut qkv[] = {{&L.wq, L.bq, q}, {&L.wk, L.bk, k}, {&L.wv, L.bv, v}};
+  backend_.matmuls(qkv, h, n);
+  if (L.q_norm != nullptr) {  // qwen3: each head's q and k normalised on their own
+    backend_.rms_norm(q, L.q_norm, q, n * heads, hd, config_.rms_eps);
+    backend_.rms_norm(k, L.k_norm, k, n * kv_heads, hd, config_.rms_eps);
+  }
+  backend_.rope(q, ab.positions, n, heads, rope_);
+  backend_.rope(k, ab.positions, n, kv_heads, rope_);
+  backend_.store_kv(cache, k, v, slots, n);
+  float* attn = scratch(kAttn, n * heads * hd);
+  const float scale = config_.attention_scale_factor / std::sqrt(static_cast<float>(hd));
+  backend_.attention(cache, ab, q, heads, scale, attn);
+  backend_.matmul(L.wo, nullptr, attn, n, out);
+}
+
+void MoeDecoderModel::attention_mla(const Layer& L, int64_t n, const float* h, const KvLayerView& cache,
+                                    const AttentionBatch& ab, const int32_t* slots, float* out) {
+  const MlaConfig& m = config_.mla;
+  const int64_t heads = config_.n_heads, hd = config_.head_dim, rank = m.kv_lora_rank, rope = m.qk_rope_dim;
+  const int64_t row = rank + rope;  // a cached latent row: [latent | rotary key]
+  float* q = scratch(kQ, n * heads * hd);
+  if (m.q_lora_rank > 0) {
+    float* qa = scratch(kQA, n * m.q_lora_rank);
+    backend_.matmul(L.wq_a, nullptr, h, n, qa);
+    backend_.rms_norm(qa, L.q_a_norm, qa, n, m.q_lora_rank, config_.rms_eps);
+    backend_.matmul(L.wq_b, nullptr, qa, n, q);
+  } else {
+    backend_.matmul(L.wq, nullptr, h, n, q);
+  }
+  float* latent = scratch(kLatent, n * rank);
+  float* rope_key = scratch(kRopeKey, n * rope);
+  const Backend::MatmulOut kv_a[] = {{&L.w_latent, nullptr, latent}, {&L.w_rope_key, nullptr, rope_key}};
+  backend_.matmuls(kv_a, h, n);
+  backend_.rms_norm(latent, L.latent_norm, latent, n, rank, config_.rms_eps);
+  // Each head's query is [no-rope part | rotary part]: rotate the rotary part in place (head stride hd), and the one
+  // rotary key shared by all heads.
+  backend_.rope(q + m.qk_nope_dim, ab.positions, n, heads, rope_);
+  RopeParams key_rope = rope_;
+  key_rope.head_dim = rope;
+  backend_.rope(rope_key, ab.positions, n, 1, key_rope);
+  backend_.store_latent(cache, latent, rank, rope_key, slots, n);
+
+  float* q_absorbed = scratch(kQAbsorbed, n * heads * row);
+  backend_.head_matmul(L.w_uk_t, heads, q, {heads * hd, hd}, n, q_absorbed, {heads * row, row});
+  backend_.copy_rows(q + m.qk_nope_dim, hd, q_absorbed + rank, row, n * heads, rope);
+  float* attn_latent = scratch(kAttnLatent, n * heads * rank);
+  const float scale = config_.attention_scale_factor / std::sqrt(static_cast<float>(hd));
+  backend_.attention_latent(cache, ab, q_absorbed, heads, rank, scale, attn_latent);
+  float* attn = scratch(kAttn, n * heads * m.v_head_dim);
+  backend_.head_matmul(L.w_uv, heads, attn_latent, {heads * rank, rank}, n, attn, {heads * m.v_head_dim, m.v_head_dim});
+  backend_.matmul(L.wo, nullptr, attn, n, out);
+}
+
+void MoeDecoderModel::mlp(const Mlp& w, int64_t n, const float* h, float* out) {
+  const int64_t width = w.gate.rows;
+  float* gate = scratch(kGate, n * width);
+  float* up = scratch(kUp, n * width);
+  float* act = scratch(kAct, n * width);
+  const Backend::MatmulOut gate_and_up[] = {{&w.gate, nullptr, gate}, {&w.up, nullptr, up}};
+  backend_.matmuls(gate_and_up, h, n);
+  backend_.silu_mul(gate, up, width, n, width, act);
+  backend_.matmul(w.down, nullptr, act, n, out);
+}
+
+void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, float* out) {
+  const int64_t d = config_.hidden, E = config_.moe.routing.n_experts, k = config_.moe.routing.top_k;
+  float* router = scratch(kRouter, n * E);
+  backend_.matmul(L.router, nullptr, h, n, router);
+  router_host_.resize(static_cast<size_t>(n * E));
+  backend_.download(router_host_.data(), *scratch_[kRouter], 0, router_host_.size() * sizeof(float));
+  expert_ids_.resize(static_cast<size_t>(n * k));
+  expert_weights_.resize(static_cast<size_t>(n * k));
+  route_tokens(config_.moe.routing, router_host_.data(), L.selection_bias, n, expert_ids_.data(), expert_weights_.data());
+
+  // Tokens grouped by expert (a stable counting sort): each expert's rows are contiguous, so one matmul serves all
+  // of its tokens.
+  std::vector<int64_t> start(static_cast<size_t>(E + 1), 0);
+  for (const int32_t e : expert_ids_) ++start[static_cast<size_t>(e) + 1];
+  for (int64_t e = 0; e < E; ++e) {
+    expert_tokens_[static_cast<size_t>(e)] += start[static_cast<size_t>(e) + 1];
+    start[static_cast<size_t>(e) + 1] += start[static_cast<size_t>(e)];
+  }
+  order_.resize(static_cast<size_t>(n * k));
+  order_weights_.resize(static_cast<size_t>(n * k));
+  std::vector<int64_t> next(start.begin(), start.end() - 1);
+  for (int64_t i = 0; i < n * k; ++i) {
+    const auto slot = static_cast<size_t>(next[static_cast<size_t>(expert_ids_[static_cast<size_t>(i)])]++);
+    order_[slot] = static_cast<int32_t>(i / k);
+    order_weights_[slot] = expert_weights_[static_cast<size_t>(i)];
+  }
+  float* gathered = scratch(kGathered, n * k * d);
+  const WeightMatrix tokens{h, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
+  backend_.embed(tokens, order_.data(), n * k, gathered);
+  float* expert_out = scratch(kExpertOut, n * k * d);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t first = start[static_cast<size_t>(e)], count = start[static_cast<size_t>(e) + 1] - first;
+    if (count > 0) mlp(L.experts[static_cast<size_t>(e)], count, gathered + first * d, expert_out + first * d);
+  }
+
+  if (config_.moe.shared_ffn > 0 && L.shared_gate.data == nullptr) {
+    mlp(L.shared, n, h, out);  // the routed outputs are added onto the shared expert's
+  } else {
+    const std::vector<float> zeros(static_cast<size_t>(n * d), 0.0f);
+    backend_.upload(*scratch_[kOut], 0, zeros.data(), zeros.size() * sizeof(float));
+    if (config_.moe.shared_ffn > 0) {  // qwen2_moe: the shared expert scaled by sigmoid(x . w) per token
+      float* shared = scratch(kSharedOut, n * d);
+      mlp(L.shared, n, h, shared);
+      float* gate = scratch(kSharedGate, n);
+      backend_.matmul(L.shared_gate, nullptr, h, n, gate);
+      std::vector<float> weights(static_cast<size_t>(n));
+      backend_.download(weights.data(), *scratch_[kSharedGate], 0, weights.size() * sizeof(float));
+      std::vector<int32_t> rows(static_cast<size_t>(n));
+      for (int64_t t = 0; t < n; ++t) {
+        weights[static_cast<size_t>(t)] = 1.0f / (1.0f + std::exp(-weights[static_cast<size_t>(t)]));
+        rows[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+      }
+      backend_.scatter_add_rows(shared, rows.data(), weights.data(), n, d, out);
+    }
+  }
+  backend_.scatter_add_rows(expert_out, order_.data(), order_weights_.data(), n * k, d, out);
+}
+
+}  // namespace servetune

@@ -1,0 +1,96 @@
+// The mixture-of-experts decoder families: Mixtral, Qwen2-MoE, Qwen3-MoE (grouped-query attention, Qwen3's per-head
+// q/k norm) and DeepSeek-V2/V3 (multi-head latent attention over a cache of latent rows). Each layer's FFN is either
+// the dense SwiGLU MLP or routed experts (model/moe_routing.h picks them per token) plus optional shared experts.
+// Runs unsharded (tp_size 1) on backends with the MoE/latent ops (the CPU backend); compile options other than
+// none are refused, not ignored.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/model.h"
+#include "model/moe_routing.h"
+#include "model/weight_loader.h"
+
+namespace servetune {
+
+class MoeDecoderModel final : public Model {
+ public:
+  MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel,
+                  CompileOptions compile = {});
+
+  const ModelConfig& config() const override { return config_; }
+  const ParallelContext& parallel() const override { return parallel_; }
+  int64_t local_kv_heads() const override { return config_.is_mla() ? 1 : config_.n_kv_heads; }
+  void forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) override;
+  bool device_sampling() const override { return false; }
+  void forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) override;
+
+  // Tokens routed to each expert since construction, summed over MoE layers (the expert-load picture).
+  const std::vector<int64_t>& expert_tokens() const { return expert_tokens_; }
+
+ private:
+  struct Mlp {
+    WeightMatrix gate, up, down;
+  };
+  struct Layer {
+    const float* attn_norm = nullptr;
+    // Grouped-query attention.
+    WeightMatrix wq, wk, wv;
+    const float* bq = nullptr;
+    const float* bk = nullptr;
+    const float* bv = nullptr;
+    const float* q_norm = nullptr;  // qwen3: per-head RMSNorm weights [head_dim]
+    const float* k_norm = nullptr;
+    // Latent attention: q straight (wq) or through its low-rank pair; the latent and rotary-key projections; the
+    // key part of kv_b transposed per head for absorbing it into q, and its value part per head.
+    WeightMatrix wq_a, wq_b;
+    const float* q_a_norm = nullptr;
+    WeightMatrix w_latent, w_rope_key;
+    const float* latent_norm = nullptr;
+    WeightMatrix w_uk_t;  // [n_heads * kv_lora_rank, qk_nope_dim], f32
+    WeightMatrix w_uv;    // [n_heads * v_head_dim, kv_lora_rank]
+    WeightMatrix wo;
+    const float* ffn_norm = nullptr;
+    // FFN: dense, or routed experts (+ shared).
+    Mlp dense;
+    bool moe = false;
+    WeightMatrix router;
+    const float* selection_bias = nullptr;
+    std::vector<Mlp> experts;
+    Mlp shared;
+    WeightMatrix shared_gate;  // qwen2_moe: [1, hidden]
+  };
+
+  void load_attention(Layer& L, int64_t l, WeightLoader& loader);
+  void load_ffn(Layer& L, int64_t l, WeightLoader& loader);
+  float* scratch(size_t slot, int64_t floats);
+  void attention_gqa(const Layer& L, int64_t n, const float* h, const KvLayerView& cache, const AttentionBatch& ab,
+                     const int32_t* slots, float* out);
+  void attention_mla(const Layer& L, int64_t n, const float* h, const KvLayerView& cache, const AttentionBatch& ab,
+                     const int32_t* slots, float* out);
+  void mlp(const Mlp& m, int64_t n, const float* h, float* out);
+  void moe(const Layer& L, int64_t n, const float* h, float* out);
+  void run(const Batch& batch, KvStorage& kv);
+
+  ModelConfig config_;
+  ParallelContext parallel_;
+  Backend& backend_;
+  bool fused_;
+  WeightMatrix tok_embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::vector<Layer> layers_;
+  RopeParams rope_;
+  std::unique_ptr<Buffer> rope_freq_buffer_;
+  std::vector<std::unique_ptr<Buffer>> weight_buffers_;
+  std::vector<std::unique_ptr<Buffer>> owned_;        // weights the model derived (the transposed key absorption)
+  std::vector<std::unique_ptr<Buffer>> scratch_;      // activations, grown on demand
+  std::vector<int64_t> scratch_floats_;
+  std::vector<float> logits_host_, router_host_;
+  std::vector<int32_t> expert_ids_, order_;
+  std::vector<float> expert_weights_, order_weights_;
+  std::vector<int64_t> expert_tokens_;
+  float* logits_ = nullptr;
+};
+
+}  // namespace servetune

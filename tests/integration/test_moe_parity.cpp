@@ -1,0 +1,139 @@
+// The mixture-of-experts and latent-attention families against HF transformers: logits of random-weight f32
+// Qwen3-MoE, Mixtral, DeepSeek-V3 and DeepSeek-V2 models (made by scripts/gen_moe_goldens.py with transformers
+// itself) match to 1e-4 relative, in one pass, in two chunks, and one token at a time through the paged cache; and the
+// routing unit picks the experts transformers picked on the first MoE layer.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "model/checkpoint.h"
+#include "model/kv_storage.h"
+#include "formats/safetensors.h"
+#include "model/moe_routing.h"
+#include "model_batches.h"
+#include "test_paths.h"
+
+namespace servetune {
+namespace {
+
+using testing::one_sequence;
+
+const nlohmann::json& goldens() {
+  static const nlohmann::json doc = [] {
+    std::ifstream in(testing::data_path("hf_models/moe_logits.json"));
+    return nlohmann::json::parse(in);
+  }();
+  return doc;
+}
+
+void expect_rows_close(const std::vector<float>& ours, const std::vector<std::vector<float>>& expected, size_t first_row,
+                       const std::string& what) {
+  const size_t vocab = expected[0].size();
+  ASSERT_EQ(ours.size() % vocab, 0u) << what;
+  for (size_t r = 0; r * vocab < ours.size(); ++r) {
+    const auto& row = expected[first_row + r];
+    float scale = 0.0f;
+    for (float v : row) scale = std::max(scale, std::fabs(v));
+    for (size_t i = 0; i < vocab; ++i) {
+      ASSERT_NEAR(ours[r * vocab + i], row[i], 1e-4f * scale) << what << " position " << first_row + r << " token " << i;
+    }
+  }
+}
+
+struct Case {
+  std::string model;
+  bool fused;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model << (c.fused ? " (compile fused)" : ""); }
+
+class MoeParity : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MoeParity, LogitsMatchTransformers) {
+  const Case& p = GetParam();
+  Checkpoint ck(testing::data_path("hf_models/" + p.model), LoadFormat::kSafetensors);
+  auto backend = make_backend("cpu", 2);
+  CompileOptions compile;
+  compile.fused = p.fused;
+  auto model = ck.load(*backend, ParallelContext{}, compile);
+  const int64_t page = 4, blocks = 8;
+  for (const auto& c : goldens().at("models").at(p.model)) {
+    const auto tokens = c.at("tokens").get<std::vector<int32_t>>();
+    const auto expected = c.at("logits").get<std::vector<std::vector<float>>>();
+    const int n = static_cast<int>(tokens.size());
+    std::vector<float> logits;
+    {
+      KvStorage kv(*backend, model->config(), model->local_kv_heads(), blocks, page, DType::kF32);
+      model->forward(one_sequence(tokens, 0, n, page, blocks), kv, logits);
+      expect_rows_close(logits, expected, 0, p.model + " one pass");
+    }
+    if (n > 1) {
+      KvStorage kv(*backend, model->config(), model->local_kv_heads(), blocks, page, DType::kF32);
+      const int half = n / 2;
+      model->forward(one_sequence(tokens, 0, half, page, blocks), kv, logits);
+      model->forward(one_sequence(tokens, half, n, page, blocks), kv, logits);
+      expect_rows_close(logits, expected, static_cast<size_t>(half), p.model + " second chunk");
+      KvStorage decode_kv(*backend, model->config(), model->local_kv_heads(), blocks, page, DType::kF32);
+      for (int t = 0; t < n; ++t) {
+        model->forward(one_sequence(tokens, t, t + 1, page, blocks), decode_kv, logits);
+        expect_rows_close(logits, expected, static_cast<size_t>(t), p.model + " token by token");
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MoeParity,
+                         ::testing::Values(Case{"qwen3_moe_tiny", false}, Case{"mixtral_tiny", false},
+                                           Case{"deepseek_v3_tiny", false}, Case{"deepseek_v2_lite_tiny", false},
+                                           Case{"deepseek_v2_group_tiny", false}, Case{"deepseek_v3_tiny", true},
+                                           Case{"qwen3_moe_tiny", true}),
+                         [](const ::testing::TestParamInfo<Case>& param) {
+                           return param.param.model + (param.param.fused ? "_fused" : "");
+                         });
+
+// The routing unit, fed transformers' router logits of the first MoE layer, picks the same experts with the same
+// weights (transformers lists each token's experts by descending weight).
+TEST(MoeParity, RoutingMatchesTransformers) {
+  for (const auto& [name, golden] : goldens().at("routing").items()) {
+    Checkpoint ck(testing::data_path("hf_models/" + name), LoadFormat::kSafetensors);
+    const MoeRouting& routing = ck.config().moe.routing;
+    const auto logits = golden.at("router_logits").get<std::vector<std::vector<float>>>();
+    const auto ids = golden.at("expert_ids").get<std::vector<std::vector<int32_t>>>();
+    const auto weights = golden.at("expert_weights").get<std::vector<std::vector<float>>>();
+    // DeepSeek-V3's selection bias, straight from the checkpoint file.
+    std::vector<float> bias;
+    if (ck.config().moe.selection_bias) {
+      const SafetensorsSet file(testing::data_path("hf_models/" + name + "/model.safetensors"));
+      const std::string tensor = "model.layers." + std::to_string(golden.at("layer").get<int>()) + ".mlp.gate.e_score_correction_bias";
+      const SafetensorsTensor* t = file.tensor(tensor);
+      ASSERT_NE(t, nullptr) << tensor;
+      bias.resize(static_cast<size_t>(t->n_elements()));
+      std::memcpy(bias.data(), t->data.data(), bias.size() * sizeof(float));
+    }
+    const float* bias_ptr = bias.empty() ? nullptr : bias.data();
+    for (size_t t = 0; t < logits.size(); ++t) {
+      const auto k = static_cast<size_t>(routing.top_k);
+      std::vector<int32_t> got_ids(k);
+      std::vector<float> got_weights(k);
+      route_tokens(routing, logits[t].data(), bias_ptr, 1, got_ids.data(), got_weights.data());
+      std::vector<std::pair<float, int32_t>> ours, theirs;
+      for (size_t i = 0; i < k; ++i) {
+        ours.emplace_back(-got_weights[i], got_ids[i]);
+        theirs.emplace_back(-weights[t][i], ids[t][i]);
+      }
+      std::sort(ours.begin(), ours.end());
+      std::sort(theirs.begin(), theirs.end());
+      for (size_t i = 0; i < k; ++i) {
+        EXPECT_EQ(ours[i].second, theirs[i].second) << name << " token " << t;
+        EXPECT_NEAR(ours[i].first, theirs[i].first, 1e-5f) << name << " token " << t;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace servetune
