@@ -86,7 +86,8 @@ EngineConfig base_config(const std::string& model, const std::string& kv_cache_d
   return c;
 }
 
-void check_model(const std::string& model, const std::string& kv = "auto") {
+// max_prompt > 0 cuts every prompt to that many tokens (the tiny HF models' 256-token context).
+void check_model(const std::string& model, const std::string& kv = "auto", size_t max_prompt = 0) {
   SERVETUNE_REQUIRE_FILE(model);
   std::vector<Job> jobs;
   std::vector<std::vector<int32_t>> alone;
@@ -95,6 +96,9 @@ void check_model(const std::string& model, const std::string& kv = "auto") {
     c.disable_radix_cache = true;
     Engine engine(c);
     jobs = mixed_jobs(engine.tokenizer());
+    for (Job& j : jobs) {
+      if (max_prompt > 0 && j.prompt.size() > max_prompt) j.prompt.resize(max_prompt);
+    }
     for (const auto& j : jobs) alone.push_back(run_one(engine, j));
   }
   struct Variant {
@@ -136,6 +140,22 @@ TEST(EngineRuntime, SmolLM2OutputsIndependentOfScheduling) { check_model(testing
 TEST(EngineRuntime, Stories260KF16KvOutputsIndependentOfScheduling) { check_model(testing::stories_path(), "f16"); }
 TEST(EngineRuntime, Stories260KFp8KvOutputsIndependentOfScheduling) { check_model(testing::stories_path(), "fp8_e4m3"); }
 TEST(EngineRuntime, SmolLM2Fp8KvOutputsIndependentOfScheduling) { check_model(testing::smollm2_path(), "fp8_e4m3"); }
+// The mixture-of-experts families: experts grouped per batch and, for DeepSeek, the latent cache.
+TEST(EngineRuntime, DeepSeekV3TinyOutputsIndependentOfScheduling) {
+  check_model(testing::data_path("hf_models/deepseek_v3_tiny"), "auto", 150);
+}
+TEST(EngineRuntime, DeepSeekV3TinyFp8KvOutputsIndependentOfScheduling) {
+  check_model(testing::data_path("hf_models/deepseek_v3_tiny"), "fp8_e4m3", 150);
+}
+TEST(EngineRuntime, DeepSeekV2LiteTinyOutputsIndependentOfScheduling) {
+  check_model(testing::data_path("hf_models/deepseek_v2_lite_tiny"), "f16", 150);
+}
+TEST(EngineRuntime, Qwen3MoeTinyOutputsIndependentOfScheduling) {
+  check_model(testing::data_path("hf_models/qwen3_moe_tiny"), "auto", 150);
+}
+TEST(EngineRuntime, MixtralTinyOutputsIndependentOfScheduling) {
+  check_model(testing::data_path("hf_models/mixtral_tiny"), "auto", 150);
+}
 
 ErrorKind submit_error(Engine& engine, Request r) {
   try {

@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "model/kv_storage.h"
 #include "runtime/kv_plan.h"
 
 namespace servetune {
@@ -67,6 +68,40 @@ TEST(KvPlan, CacheTypeOnTheCpu) {
   EXPECT_EQ(kv_dtype_for(KvCacheDtype::kF32, *cpu), DType::kF32);
   EXPECT_EQ(kv_dtype_for(KvCacheDtype::kF16, *cpu), DType::kF16);
   EXPECT_EQ(kv_dtype_for(KvCacheDtype::kFp8E4m3, *cpu), DType::kFP8_E4M3);
+}
+
+}  // namespace
+}  // namespace servetune
+
+namespace servetune {
+namespace {
+
+// DeepSeek-V3's attention shape: 61 layers, 128 heads of 192 query/key and 128 value dims, MLA with a 512-value
+// latent and a 64-value rotary key.
+ModelConfig deepseek_v3_attention(bool latent) {
+  ModelConfig c;
+  c.n_layers = 61;
+  c.n_heads = 128;
+  c.n_kv_heads = 128;
+  c.head_dim = 192;
+  c.rope_dim = 64;
+  if (latent) c.mla = {1536, 512, 128, 64, 128};
+  return c;
+}
+
+TEST(KvPlan, LatentAttentionCachesOneLatentRowPerTokenAndLayer) {
+  // Per token: 61 layers x (512 + 64) f16 values = 70,272 bytes; per-head K and V would be 61 x 128 x 2 x 192.
+  EXPECT_EQ(KvStorage::block_bytes(deepseek_v3_attention(true), 1, 1, DType::kF16), 61 * 576 * 2);
+  EXPECT_EQ(KvStorage::block_bytes(deepseek_v3_attention(true), 1, 16, DType::kFP8_E4M3), 16 * 61 * 576);
+  EXPECT_EQ(KvStorage::block_bytes(deepseek_v3_attention(false), 128, 1, DType::kF16), 61 * 128 * 2 * 192 * 2);
+  // So a 1 GiB budget holds 954 blocks of 16 tokens of latent cache in f16.
+  KvSizing s;
+  s.budget_bytes = int64_t{1} << 30;
+  s.block_bytes = KvStorage::block_bytes(deepseek_v3_attention(true), 1, 16, DType::kF16);
+  s.page_size = 16;
+  s.max_running_requests = 1024;
+  s.context_length = 163840;
+  EXPECT_EQ(kv_num_blocks(s), (int64_t{1} << 30) / (16 * 61 * 576 * 2));
 }
 
 }  // namespace
