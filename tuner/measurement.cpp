@@ -127,6 +127,8 @@ nlohmann::ordered_json engine_stats_json(const Measurement& m) {
   j["engine_comm_wait_fraction"] = forward > 0 ? wait / forward : 0.0;
   j["engine_prefix_hit_tokens"] = d.prefix_hit_tokens;
   j["engine_prefix_cache_hit_rate"] = d.prefix_cache_hit_rate();
+  j["engine_kv_bytes_per_token"] = d.kv_bytes_per_token;
+  if (d.moe_experts > 0) j["engine_moe_expert_imbalance"] = d.moe_expert_imbalance();
   return j;
 }
 

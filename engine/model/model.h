@@ -21,6 +21,14 @@ struct CompileOptions {
   int64_t graph_max_bs = 0;
 };
 
+// Routed-expert load of a mixture-of-experts model since it was built: token-expert assignments over all MoE layers
+// and steps, and per layer and step the most tokens any one expert got, summed (experts == 0: a dense model).
+struct ExpertLoad {
+  int64_t experts = 0;
+  int64_t routed = 0;
+  int64_t busiest = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -35,6 +43,7 @@ class Model {
   // Runs `batch` like forward() but draws each logits row's token on the device (rows[i] for row i, see
   // Backend::sample): only the ids come back, into `tokens`. Only where device_sampling().
   virtual void forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) = 0;
+  virtual ExpertLoad expert_load() const { return {}; }
 };
 
 }  // namespace servetune

@@ -43,7 +43,7 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
   tok_embd_ = loader.matrix("token_embd.weight", config.vocab, d);
   output_norm_ = loader.vector("output_norm.weight", d);
   output_ = loader.matrix(config.tied_embeddings ? "token_embd.weight" : "output.weight", config.vocab, d);
-  if (config.is_moe()) expert_tokens_.assign(static_cast<size_t>(config.moe.routing.n_experts), 0);
+  load_.experts = config.is_moe() ? config.moe.routing.n_experts : 0;
   for (int64_t l = 0; l < config.n_layers; ++l) {
     Layer L;
     L.attn_norm = loader.vector(blk(l, "attn_norm.weight"), d);
@@ -311,10 +311,13 @@ void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, float* out)
   // of its tokens.
   std::vector<int64_t> start(static_cast<size_t>(E + 1), 0);
   for (const int32_t e : expert_ids_) ++start[static_cast<size_t>(e) + 1];
+  int64_t busiest = 0;
   for (int64_t e = 0; e < E; ++e) {
-    expert_tokens_[static_cast<size_t>(e)] += start[static_cast<size_t>(e) + 1];
+    busiest = std::max(busiest, start[static_cast<size_t>(e) + 1]);
     start[static_cast<size_t>(e) + 1] += start[static_cast<size_t>(e)];
   }
+  load_.routed += n * k;
+  load_.busiest += busiest;
   order_.resize(static_cast<size_t>(n * k));
   order_weights_.resize(static_cast<size_t>(n * k));
   std::vector<int64_t> next(start.begin(), start.end() - 1);

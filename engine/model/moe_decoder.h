@@ -26,8 +26,7 @@ class MoeDecoderModel final : public Model {
   bool device_sampling() const override { return false; }
   void forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) override;
 
-  // Tokens routed to each expert since construction, summed over MoE layers (the expert-load picture).
-  const std::vector<int64_t>& expert_tokens() const { return expert_tokens_; }
+  ExpertLoad expert_load() const override { return load_; }
 
  private:
   struct Mlp {
@@ -89,7 +88,7 @@ class MoeDecoderModel final : public Model {
   std::vector<float> logits_host_, router_host_;
   std::vector<int32_t> expert_ids_, order_;
   std::vector<float> expert_weights_, order_weights_;
-  std::vector<int64_t> expert_tokens_;
+  ExpertLoad load_;
   float* logits_ = nullptr;
 };
 

@@ -31,6 +31,10 @@ void EngineStats::add_replica(const EngineStats& r) {
   spec_draft_tokens += r.spec_draft_tokens;
   spec_accepted_tokens += r.spec_accepted_tokens;
   spec_draft_kv_blocks_used += r.spec_draft_kv_blocks_used;
+  kv_bytes_per_token = std::max(kv_bytes_per_token, r.kv_bytes_per_token);  // replicas hold the same model
+  moe_experts = std::max(moe_experts, r.moe_experts);
+  moe_routed_tokens += r.moe_routed_tokens;
+  moe_busiest_expert_tokens += r.moe_busiest_expert_tokens;
   if (spec_accepted_per_position.size() < r.spec_accepted_per_position.size()) {
     spec_accepted_per_position.resize(r.spec_accepted_per_position.size(), 0);
   }
@@ -57,6 +61,8 @@ EngineStats EngineStats::since(const EngineStats& b) const {
   d.spec_num_drafts -= b.spec_num_drafts;
   d.spec_draft_tokens -= b.spec_draft_tokens;
   d.spec_accepted_tokens -= b.spec_accepted_tokens;
+  d.moe_routed_tokens -= b.moe_routed_tokens;
+  d.moe_busiest_expert_tokens -= b.moe_busiest_expert_tokens;
   // Positions that `before` has not seen yet count from 0.
   for (size_t i = 0; i < std::min(d.spec_accepted_per_position.size(), b.spec_accepted_per_position.size()); ++i) {
     d.spec_accepted_per_position[i] -= b.spec_accepted_per_position[i];

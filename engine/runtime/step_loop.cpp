@@ -15,6 +15,8 @@ namespace servetune {
 StepLoop::StepLoop(const StepParts& parts) : parts_(parts) {
   device_sampling_ = parts_.ranks->device_sampling();
   keep_alive_ = parts_.ranks->keep_alive_interval();
+  const int64_t page = parts_.blocks->page_size();
+  kv_bytes_per_token_ = parts_.ranks->kv_block_bytes(page, parts_.ranks->kv(0).dtype()) / page;
   publish_stats(0, 0);  // capacity and free blocks are known before the first step
   thread_ = std::thread([this] { loop(); });
 }
@@ -281,6 +283,11 @@ void StepLoop::publish_stats(int64_t seqs, int64_t tokens) {
   s.comm_seconds = parts_.ranks->comm_seconds();
   s.comm_wait_seconds = parts_.ranks->comm_wait_seconds();
   s.spec_draft_kv_blocks_used = parts_.speculator ? parts_.speculator->kv_blocks_used() : 0;
+  s.kv_bytes_per_token = kv_bytes_per_token_;
+  const ExpertLoad load = parts_.ranks->model(0).expert_load();
+  s.moe_experts = load.experts;
+  s.moe_routed_tokens = load.routed;
+  s.moe_busiest_expert_tokens = load.busiest;
   std::lock_guard lock(stats_mutex_);
   stats_ = s;
 }

@@ -67,6 +67,7 @@ class StepLoop {
   void remove(uint64_t id);
   void publish_stats(int64_t seqs, int64_t tokens);
 
+  int64_t kv_bytes_per_token_ = 0;  // over every rank of this replica
   StepParts parts_;
   bool device_sampling_ = false;  // steps whose requests allow it draw their tokens on the device (GPU, one rank)
   std::chrono::milliseconds keep_alive_{0};  // engine thread only after construction

@@ -153,6 +153,19 @@ std::string render_metrics(const ServerMetrics& m, const EngineStats& s, const s
   sample(out, "servetune:comm_seconds_total", labels, s.comm_seconds);
   header(out, "servetune:comm_wait_seconds_total", "counter", "Tensor-parallel collectives: rank 0's waits for slower ranks.");
   sample(out, "servetune:comm_wait_seconds_total", labels, s.comm_wait_seconds);
+  header(out, "servetune:kv_cache_bytes_per_token", "gauge",
+         "KV cache bytes one token takes over all layers (per-head K and V, or a latent-attention model's latent row).");
+  sample(out, "servetune:kv_cache_bytes_per_token", labels, s.kv_bytes_per_token);
+  if (s.moe_experts > 0) {
+    header(out, "servetune:moe_routed_tokens_total", "counter", "Token-expert assignments over all MoE layers and steps.");
+    sample(out, "servetune:moe_routed_tokens_total", labels, s.moe_routed_tokens);
+    header(out, "servetune:moe_busiest_expert_tokens_total", "counter",
+           "Per MoE layer and step, the tokens of the busiest expert, summed.");
+    sample(out, "servetune:moe_busiest_expert_tokens_total", labels, s.moe_busiest_expert_tokens);
+    header(out, "servetune:moe_expert_imbalance", "gauge",
+           "Busiest expert's tokens over the mean per expert, since start (1: even load).");
+    sample(out, "servetune:moe_expert_imbalance", labels, s.moe_expert_imbalance());
+  }
   header(out, "servetune:requests_in_flight", "gauge", "Generation requests accepted by the HTTP server and not finished.");
   sample(out, "servetune:requests_in_flight", labels, m.in_flight.load(std::memory_order_relaxed));
   header(out, "servetune:engine_requests_aborted_total", "counter", "Requests the engine aborted (client gone, shutdown).");

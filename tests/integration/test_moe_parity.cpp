@@ -68,8 +68,18 @@ TEST_P(MoeParity, LogitsMatchTransformers) {
     std::vector<float> logits;
     {
       KvStorage kv(*backend, model->config(), model->local_kv_heads(), blocks, page, DType::kF32);
+      const ExpertLoad before = model->expert_load();
       model->forward(one_sequence(tokens, 0, n, page, blocks), kv, logits);
       expect_rows_close(logits, expected, 0, p.model + " one pass");
+      // Every token of every MoE layer went to top_k experts; the busiest expert of a layer had between the mean
+      // and all of the tokens.
+      const MoeConfig& moe = model->config().moe;
+      const auto moe_layers = std::count(moe.moe_layer.begin(), moe.moe_layer.end(), true);
+      const ExpertLoad after = model->expert_load();
+      EXPECT_EQ(after.experts, moe.routing.n_experts);
+      EXPECT_EQ(after.routed - before.routed, n * moe.routing.top_k * moe_layers);
+      EXPECT_GE((after.busiest - before.busiest) * moe.routing.n_experts, (after.routed - before.routed));
+      EXPECT_LE(after.busiest - before.busiest, n * moe_layers);
     }
     if (n > 1) {
       KvStorage kv(*backend, model->config(), model->local_kv_heads(), blocks, page, DType::kF32);

@@ -83,6 +83,12 @@ struct EngineStats {
   int64_t spec_accepted_tokens = 0;
   std::vector<int64_t> spec_accepted_per_position;  // [i]: drafts whose token at position i was accepted
   int64_t spec_draft_kv_blocks_used = 0;            // KV blocks the draft model's own cache has in use (draft)
+  int64_t kv_bytes_per_token = 0;  // KV cache bytes one token takes over all layers (per-head K and V, or MLA's latent)
+  // Mixture-of-experts load: routed experts (0: a dense model), token-expert assignments over all MoE layers and
+  // steps, and per layer and step the most tokens one expert got, summed.
+  int64_t moe_experts = 0;
+  int64_t moe_routed_tokens = 0;
+  int64_t moe_busiest_expert_tokens = 0;
 
   // Ratios, 0 when the denominator is 0.
   double kv_usage() const { return ratio(kv_blocks_used, kv_blocks_total); }
@@ -90,6 +96,8 @@ struct EngineStats {
   double mean_batch_tokens() const { return ratio(batched_tokens, steps); }
   double mean_running() const { return ratio(batched_seqs, steps); }  // sequences per step
   double spec_acceptance_rate() const { return ratio(spec_accepted_tokens, spec_draft_tokens); }
+  // The busiest expert's tokens against the mean per expert (1: perfectly even; experts at most: all on one).
+  double moe_expert_imbalance() const { return ratio(moe_busiest_expert_tokens * moe_experts, moe_routed_tokens); }
   // 1 + accepted / drafts: tokens per verification step.
   double spec_mean_accepted_length() const {
     return spec_num_drafts > 0 ? 1.0 + ratio(spec_accepted_tokens, spec_num_drafts) : 0.0;
