@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/latent_attention_impl.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/quant.h"
 
@@ -75,60 +77,33 @@ void CpuBackend::store_latent(const KvLayerView& kv, const float* latent, int64_
   }
 }
 
+namespace detail {
+
+void latent_attention_reference(const LatentAttentionItem& item, int64_t t, int64_t h0, int64_t h1,
+                                LatentAttentionScratch& scratch) {
+  latent_attention_body(item, t, h0, h1, scratch);
+}
+
+}  // namespace detail
+
 void CpuBackend::attention_latent(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
                                   int64_t v_dim, float scale, float* out) {
   check_latent_view(kv);
-  const int64_t width = kv.head_dim, n = batch.n_tokens, page = kv.page_size;
-  const int64_t row_bytes = width * dtype_info(kv.dtype).type_size;
-  if (v_dim > width) throw Error(ErrorKind::kInternal, "attention_latent: v_dim above the row width");
+  if (v_dim > kv.head_dim) throw Error(ErrorKind::kInternal, "attention_latent: v_dim above the row width");
+  const CpuIsa isa = cpu_selected_isa();
+  const LatentAttentionKernel kernel = isa == CpuIsa::kAvx512 ? &detail::latent_attention_avx512
+                                       : isa >= CpuIsa::kAvx2 ? &detail::latent_attention_avx2
+                                                              : &detail::latent_attention_reference;
+  const LatentAttentionItem item{&kv, &batch, q, n_heads, v_dim, scale, out};
   // Work items are (token, head range): whole tokens when there are enough of them, else each token's heads split so
   // every thread has some (a decode step of one sequence).
-  const int64_t threads = pool_.size();
+  const int64_t n = batch.n_tokens, threads = pool_.size();
   const int64_t head_groups = n >= threads ? 1 : std::min<int64_t>(n_heads, (threads + n - 1) / n);
   pool_.parallel_for(n * head_groups, 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> row(static_cast<size_t>(kv.dtype == DType::kF32 ? 0 : width));
-    std::vector<float> acc, max_score, sum;
-    for (int64_t item = i0; item < i1; ++item) {
-      const int64_t t = item / head_groups, g = item % head_groups;
-      const int64_t h0 = n_heads * g / head_groups, h1 = n_heads * (g + 1) / head_groups, hn = h1 - h0;
-      acc.assign(static_cast<size_t>(hn * v_dim), 0.0f);
-      max_score.assign(static_cast<size_t>(hn), -std::numeric_limits<float>::infinity());
-      sum.assign(static_cast<size_t>(hn), 0.0f);
-      const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
-      const float* qt = q + (t * n_heads + h0) * width;
-      // One pass with a running maximum per head (online softmax): each cached row is read and widened once.
-      for (int64_t p = 0; p <= batch.positions[t]; ++p) {
-        const int64_t slot = static_cast<int64_t>(table[p / page]) * page + p % page;
-        const uint8_t* stored = static_cast<const uint8_t*>(kv.k) + slot * row_bytes;
-        const float* r = reinterpret_cast<const float*>(stored);
-        if (kv.dtype != DType::kF32) {
-          dequantize_row(kv.dtype, stored, row.data(), width);
-          r = row.data();
-        }
-        for (int64_t h = 0; h < hn; ++h) {
-          const float* qh = qt + h * width;
-          float s = 0.0f;
-          for (int64_t c = 0; c < width; ++c) s += qh[c] * r[c];
-          s *= scale;
-          float* a = acc.data() + h * v_dim;
-          float& m = max_score[static_cast<size_t>(h)];
-          if (s > m) {
-            const float rescale = std::exp(m - s);  // exp(-inf) = 0 on the first row
-            for (int64_t c = 0; c < v_dim; ++c) a[c] *= rescale;
-            sum[static_cast<size_t>(h)] *= rescale;
-            m = s;
-          }
-          const float e = std::exp(s - m);
-          sum[static_cast<size_t>(h)] += e;
-          for (int64_t c = 0; c < v_dim; ++c) a[c] += e * r[c];
-        }
-      }
-      for (int64_t h = 0; h < hn; ++h) {
-        const float inv = 1.0f / sum[static_cast<size_t>(h)];
-        float* o = out + (t * n_heads + h0 + h) * v_dim;
-        const float* a = acc.data() + h * v_dim;
-        for (int64_t c = 0; c < v_dim; ++c) o[c] = a[c] * inv;
-      }
+    LatentAttentionScratch scratch;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / head_groups, g = i % head_groups;
+      kernel(item, t, n_heads * g / head_groups, n_heads * (g + 1) / head_groups, scratch);
     }
   });
 }

@@ -1,0 +1,39 @@
+// Absorbed latent attention (MLA) for one token and a range of its heads, built per ISA (latent_attention_impl.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace servetune::cpu {
+
+struct LatentAttentionItem {
+  const KvLayerView* kv = nullptr;
+  const AttentionBatch* batch = nullptr;
+  const float* q = nullptr;  // [n_tokens, n_heads, kv.head_dim]
+  int64_t n_heads = 0;
+  int64_t v_dim = 0;
+  float scale = 1.0f;
+  float* out = nullptr;      // [n_tokens, n_heads, v_dim]
+};
+
+// Per-thread buffers: a widened cache row, and per head its scores (then weights), their sum and the output sum.
+struct LatentAttentionScratch {
+  std::vector<float> row, scores, sum, acc;
+};
+
+// Token t's heads [h0, h1): out = softmax(q . row * scale) weighted sum of the rows' first v_dim values.
+using LatentAttentionKernel = void (*)(const LatentAttentionItem& item, int64_t t, int64_t h0, int64_t h1,
+                                       LatentAttentionScratch& scratch);
+
+namespace detail {
+void latent_attention_reference(const LatentAttentionItem& item, int64_t t, int64_t h0, int64_t h1,
+                                LatentAttentionScratch& scratch);
+void latent_attention_avx2(const LatentAttentionItem& item, int64_t t, int64_t h0, int64_t h1,
+                           LatentAttentionScratch& scratch);
+void latent_attention_avx512(const LatentAttentionItem& item, int64_t t, int64_t h0, int64_t h1,
+                             LatentAttentionScratch& scratch);
+}  // namespace detail
+
+}  // namespace servetune::cpu
