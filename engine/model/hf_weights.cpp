@@ -180,6 +180,11 @@ std::string hf_tensor_name(const std::string& name, const std::string& model_typ
   return "";
 }
 
+std::string SafetensorsWeightSource::file_name(const std::string& name) const {
+  const std::string hf = hf_tensor_name(name, model_type_);
+  return hf.empty() ? name : hf;
+}
+
 void SafetensorsWeightSource::copied(const uint8_t* data, int64_t bytes) const {
   for (const SafetensorsFile& file : set_.files()) file.drop_pages(data, static_cast<size_t>(bytes));  // its own only
 }

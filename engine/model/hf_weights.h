@@ -24,6 +24,7 @@ class SafetensorsWeightSource final : public WeightSource {
       : set_(set), path_(std::move(path)), tied_(tied_embeddings), model_type_(std::move(model_type)) {}
   const std::string& path() const override { return path_; }
   std::optional<TensorRef> find(const std::string& name) const override;
+  std::string file_name(const std::string& name) const override;
   void copied(const uint8_t* data, int64_t bytes) const override;
   bool frees_copied() const override { return true; }
 

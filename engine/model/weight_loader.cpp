@@ -27,7 +27,10 @@ WeightLoader::WeightLoader(const WeightSource& source, Backend& backend, Paralle
 
 TensorRef WeightLoader::require(const std::string& name) const {
   auto t = source_.find(name);
-  if (!t) throw_format(source_.path(), "missing tensor '" + name + "'");
+  if (!t) {
+    const std::string in_file = source_.file_name(name);
+    throw_format(source_.path(), "missing tensor '" + in_file + "'" + (in_file == name ? "" : " (" + name + ")"));
+  }
   return *t;
 }
 

@@ -40,6 +40,8 @@ class WeightSource {
   virtual ~WeightSource() = default;
   virtual const std::string& path() const = 0;
   virtual std::optional<TensorRef> find(const std::string& name) const = 0;
+  // What the file calls the tensor `name` (for messages): its HF name in a safetensors checkpoint.
+  virtual std::string file_name(const std::string& name) const { return name; }
   // The recipe of a random tensor (dummy weights); nullopt for tensors read from files.
   virtual std::optional<RandomRecipe> random_recipe(const std::string& /*name*/) const { return std::nullopt; }
   // The loader has its own copy of these bytes (part of a tensor find() returned): a source mapping its file may

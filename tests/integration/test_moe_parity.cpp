@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <unistd.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "core/error.h"
 #include "model/checkpoint.h"
 #include "model/kv_storage.h"
 #include "formats/safetensors.h"
@@ -143,6 +146,43 @@ TEST(MoeParity, RoutingMatchesTransformers) {
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace servetune
+
+namespace servetune {
+namespace {
+
+// A DeepSeek-V3 tiny checkpoint without one routed expert's matrix fails to load with the tensor named as the file
+// names it.
+TEST(MoeParity, AMissingExpertTensorIsNamed) {
+  namespace fs = std::filesystem;
+  const fs::path src = testing::data_path("hf_models/deepseek_v3_tiny");
+  const fs::path dir = fs::temp_directory_path() / ("servetune_missing_expert_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(src / "config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(src / "tokenizer.json", dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  const std::string dropped = "model.layers.2.mlp.experts.5.up_proj.weight";
+  {
+    const SafetensorsSet file((src / "model.safetensors").string());
+    std::vector<SafetensorsWriteTensor> kept;
+    for (const std::string& name : file.names()) {
+      const SafetensorsTensor* t = file.tensor(name);
+      if (name != dropped) kept.push_back({name, t->dtype, t->shape, t->data});
+    }
+    write_safetensors((dir / "model.safetensors").string(), kept, {{"format", "pt"}});
+  }
+  Checkpoint ck(dir.string(), LoadFormat::kSafetensors);
+  auto backend = make_backend("cpu", 1);
+  try {
+    ck.load(*backend, ParallelContext{});
+    ADD_FAILURE() << "loaded without " << dropped;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kFormat);
+    EXPECT_NE(std::string(e.what()).find("missing tensor '" + dropped + "'"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
