@@ -1,10 +1,13 @@
 // Plan validation and the --dry-run listing (see plan.h, sweep_runner.h).
 #include "tuner/plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "servetune/error.h"
+#include "servetune/model_info.h"
 #include "tuner/command_line.h"
 #include "tuner/results_table.h"
 #include "tuner/server_command.h"
@@ -36,12 +39,41 @@ void validate_plan(const SweepSpec& spec, const SearchSpace& space) {
               " is excluded:" + why);
 }
 
+namespace {
+
+// What one candidate's engine holds per process: its share of the weights and of a token's KV cache on each of its
+// tp_size ranks (a latent cache row is whole on every rank), and how many replicas hold that.
+std::string memory_estimate(const ModelInfo& m, const EngineConfig& c) {
+  const double tp = std::max(1, c.tp_size);
+  const bool gpu = c.device != Device::kCpu;
+  const double kv_element = c.kv_cache_dtype == KvCacheDtype::kFp8E4m3 ? 1
+                            : c.kv_cache_dtype == KvCacheDtype::kF16 || (c.kv_cache_dtype == KvCacheDtype::kAuto && gpu) ? 2
+                                                                                                                       : 4;
+  const double kv = static_cast<double>(m.kv_values_per_token) * kv_element / (m.kv_shared_by_ranks ? 1.0 : tp);
+  std::string text = "memory per rank: weights " + format_bytes(static_cast<double>(m.weight_bytes) / tp) + ", KV " +
+                     format_bytes(kv) + " per token";
+  if (c.dp_size > 1) text += ", x " + std::to_string(c.dp_size) + " replicas";
+  return text;
+}
+
+}  // namespace
+
 void print_plan(std::FILE* out, const SweepSpec& spec) {
   SearchSpace space(spec);
   validate_plan(spec, space);
   std::fprintf(out, "Sweep %s (%s)\n", spec.name.c_str(), spec.source.c_str());
   if (!spec.description.empty()) std::fprintf(out, "  %s\n", spec.description.c_str());
   std::fprintf(out, "Target: %s, model %s\n", spec.target.engine.c_str(), spec.target.model.c_str());
+  const std::optional<ModelInfo>& shape = space.model_shape();
+  if (spec.builtin() && shape) {
+    std::fprintf(out, "  %s, %lld layers%s, weights %s, KV cache %lld values per token\n", shape->architecture.c_str(),
+                 static_cast<long long>(shape->n_layers),
+                 shape->experts > 0 ? (", " + std::to_string(shape->experts) + " experts (top " +
+                                       std::to_string(shape->experts_per_token) + ")").c_str()
+                                    : "",
+                 format_bytes(static_cast<double>(shape->weight_bytes)).c_str(),
+                 static_cast<long long>(shape->kv_values_per_token));
+  }
   if (!spec.target.settings.empty()) std::fprintf(out, "  fixed settings: %s\n", spec.target.settings.dump().c_str());
   for (const auto& [name, s] : spec.target.servers) {
     std::fprintf(out, "  server %s%s: %s (health %s, backend %s, startup timeout %.0fs)\n", name.c_str(),
@@ -82,6 +114,9 @@ void print_plan(std::FILE* out, const SweepSpec& spec) {
     } else if (spec.builtin()) {
       std::fprintf(out, "  %s %s: servetune serve --model %s %s\n", c.id.c_str(), c.label.c_str(),
                    shell_quote(spec.target.model).c_str(), engine_flags(space.full_settings(c)).c_str());
+      if (space.model_shape()) {
+        std::fprintf(out, "    (%s)\n", memory_estimate(*space.model_shape(), space.engine_config(c)).c_str());
+      }
     } else {
       std::string why;
       const int port = spec.target.port == 0 ? 8000 : spec.target.port;

@@ -42,11 +42,11 @@ class SearchSpace {
   nlohmann::ordered_json full_settings(const Candidate& c) const;
   // The built-in engine's config for a candidate (model and fixed settings included).
   EngineConfig engine_config(const Candidate& c) const;
+  // The target model's shape, read once; nullopt when it cannot be read here (the launch reports why).
+  const std::optional<ModelInfo>& model_shape() const;
 
  private:
   std::string check(const Candidate& c) const;
-  // The target model's shape, read once; nullopt when it cannot be read here (the launch reports why).
-  const std::optional<ModelInfo>& model_shape() const;
 
   const SweepSpec& spec_;
   std::vector<Expr> constraints_;

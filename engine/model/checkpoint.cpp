@@ -2,6 +2,7 @@
 #include "model/checkpoint.h"
 
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "formats/gguf.h"
@@ -14,11 +15,24 @@
 #include "model/moe_decoder.h"
 #include "model/weight_loader.h"
 #include "model/weight_source.h"
+#include "servetune/model_info.h"
 
 namespace servetune {
 namespace {
 
 constexpr const char* kSupportedArchitectures = "llama, qwen2";
+
+// MemAvailable of /proc/meminfo in bytes, or 0 when it cannot be read.
+int64_t available_host_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
 
 }  // namespace
 
@@ -81,12 +95,16 @@ Checkpoint::Checkpoint(const std::string& path, LoadFormat format, uint64_t seed
       gguf_ = std::make_unique<GgufFile>(path);
       config_ = read_gguf_config(*gguf_);
       source_ = std::make_unique<GgufWeightSource>(*gguf_);
+      for (const GgufTensorInfo& t : gguf_->tensors()) weight_bytes_ += t.n_bytes;
       break;
     case LoadFormat::kSafetensors: {
       HfModelConfig hf = read_hf_config(dir_);
       config_ = model_config_from_hf(hf, dir_ + "/config.json");
       safetensors_ = std::make_unique<SafetensorsSet>(path);
       source_ = std::make_unique<SafetensorsWeightSource>(*safetensors_, path, hf.tie_word_embeddings, hf.model_type);
+      for (const SafetensorsFile& file : safetensors_->files()) {
+        for (const SafetensorsTensor& t : file.tensors()) weight_bytes_ += static_cast<int64_t>(t.data.size());
+      }
       break;
     }
     case LoadFormat::kDummy: {
@@ -96,6 +114,11 @@ Checkpoint::Checkpoint(const std::string& path, LoadFormat format, uint64_t seed
       if (hf.torch_dtype == "bfloat16") dtype = DType::kBF16;
       if (hf.torch_dtype == "float16") dtype = DType::kF16;
       source_ = std::make_unique<RandomWeightSource>(hf, path + " (dummy weights)", seed, 0.02f, dtype);
+      for (const RandomTensorSpec& spec : hf_tensor_specs(hf)) {
+        int64_t n = dtype_info(dtype).type_size;
+        for (const int64_t s : spec.shape) n *= s;
+        weight_bytes_ += n;
+      }
       break;
     }
     case LoadFormat::kAuto:
@@ -105,7 +128,20 @@ Checkpoint::Checkpoint(const std::string& path, LoadFormat format, uint64_t seed
 
 Checkpoint::~Checkpoint() = default;
 
+void Checkpoint::check_dummy_fits(const Backend& backend) const {
+  // Random weights are generated whole (every rank's shard is cut from them): all of them must fit.
+  const std::optional<DeviceMemory> device = backend.device_memory();
+  const int64_t available = device ? device->free : available_host_memory();
+  if (available <= 0 || weight_bytes_ <= available) return;
+  const ModelInfo info = model_info_of(config_);
+  throw_usage(path_ + ": random weights of this config take " + format_bytes(static_cast<double>(weight_bytes_)) +
+              " (and its KV cache " + format_bytes(static_cast<double>(info.kv_values_per_token) * 2) +
+              " per token in f16), but the " + backend.name() + " backend has " +
+              format_bytes(static_cast<double>(available)) + " available");
+}
+
 std::unique_ptr<Model> Checkpoint::load(Backend& backend, ParallelContext parallel, CompileOptions compile) const {
+  if (format_ == LoadFormat::kDummy) check_dummy_fits(backend);
   WeightLoader loader(*source_, backend, parallel);
   if (config_.is_moe() || config_.is_mla()) return std::make_unique<MoeDecoderModel>(config_, loader, backend, parallel, compile);
   return std::make_unique<LlamaModel>(config_, loader, backend, parallel, compile);

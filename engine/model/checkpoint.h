@@ -28,11 +28,16 @@ class Checkpoint {
   const std::string& path() const { return path_; }
   LoadFormat format() const { return format_; }
   const ModelConfig& config() const { return config_; }
+  // Bytes of every weight as stored: the files' tensors, or for dummy weights what generating them takes.
+  int64_t weight_bytes() const { return weight_bytes_; }
 
   std::unique_ptr<Model> load(Backend& backend, ParallelContext parallel, CompileOptions compile = {}) const;
   std::unique_ptr<Tokenizer> load_tokenizer() const;
 
  private:
+  // Dummy weights that would not fit in the backend's free memory: Error(kUsage) saying how much they need.
+  void check_dummy_fits(const Backend& backend) const;
+
   std::string path_;
   std::string dir_;  // directory holding config.json / tokenizer.json (HF and dummy)
   LoadFormat format_;
@@ -40,6 +45,7 @@ class Checkpoint {
   std::unique_ptr<SafetensorsSet> safetensors_;
   std::unique_ptr<WeightSource> source_;
   ModelConfig config_;
+  int64_t weight_bytes_ = 0;
 };
 
 // Reads llama-family hyperparameters from GGUF metadata; Error(kUnsupported) lists the supported architectures.

@@ -2,6 +2,8 @@
 // partition, so API users learn a model's shape and splits exactly as the engine computes them.
 #include "servetune/model_info.h"
 
+#include <cstdio>
+
 #include "core/error.h"
 #include "model/checkpoint.h"
 #include "model/model_config.h"
@@ -20,11 +22,30 @@ ModelInfo model_info_of(const ModelConfig& c) {
   info.ffn = c.ffn;
   info.vocab = c.vocab;
   info.context_length = c.context_length;
+  info.experts = c.moe.routing.n_experts;
+  info.experts_per_token = c.moe.routing.top_k;
+  info.kv_values_per_token = c.n_layers * (c.is_mla() ? 1 : c.n_kv_heads) * c.kv_values_per_head();
+  info.kv_shared_by_ranks = c.is_mla();
   return info;
 }
 
 ModelInfo read_model_info(const std::string& path, LoadFormat load_format) {
-  return model_info_of(Checkpoint(path, load_format).config());
+  const Checkpoint checkpoint(path, load_format);
+  ModelInfo info = model_info_of(checkpoint.config());
+  info.weight_bytes = checkpoint.weight_bytes();
+  return info;
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return text;
 }
 
 void check_tensor_parallel_split(const ModelInfo& model, int tp_size) {

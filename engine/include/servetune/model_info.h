@@ -19,7 +19,18 @@ struct ModelInfo {
   int64_t ffn = 0;             // feed-forward (intermediate) dimension
   int64_t vocab = 0;
   int64_t context_length = 0;  // the model's own, before any context_length setting
+  int64_t experts = 0;           // routed experts (0: dense)
+  int64_t experts_per_token = 0;
+  // Memory from the files (or the config alone, for dummy weights): the weights as stored, and the KV cache values
+  // one token takes over all layers (per-head K and V, or a latent-attention model's one latent row per layer); times
+  // the cache's element size that is its bytes per token.
+  int64_t weight_bytes = 0;
+  int64_t kv_values_per_token = 0;
+  bool kv_shared_by_ranks = false;  // latent attention: every tensor-parallel rank caches the whole row
 };
+
+// "1.5 GiB" / "70.3 KiB": a byte count for messages.
+std::string format_bytes(double bytes);
 
 // The shape of the model at `path` as the engine opens it with `load_format`; the weights are mapped, not read.
 // Throws the engine's Error for a bad path or file.
