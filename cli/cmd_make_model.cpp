@@ -1,5 +1,6 @@
-// `servetune make-model`: writes a random-weight llama-family checkpoint (safetensors + config.json + tokenizer.json)
-// of a named preset or explicit shape, for tests and benchmarks.
+// `servetune make-model`: writes a random-weight checkpoint (safetensors + config.json + tokenizer.json) of a named
+// preset (llama-family, or mixture-of-experts / latent-attention) or an explicit llama-family shape, for tests and
+// benchmarks.
 #include <cstdio>
 
 #include "commands.h"
@@ -78,7 +79,7 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "f32 | f16 | bf16")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Weights are deterministic in (shape, seed)");
   cmd->add_option("--init-std", o->init_std, "Standard deviation of the weights")->capture_default_str();
-  cmd->add_option("--out,-o", o->out, "Output directory")->required();
+  cmd->add_option("--out,--output,-o", o->out, "Output directory")->required();
   cmd->callback([o] { run_make_model(*o); });
 }
 

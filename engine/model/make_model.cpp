@@ -15,6 +15,7 @@
 namespace servetune {
 namespace {
 
+// The dense llama-family presets: one row each.
 struct Shape {
   const char* name;
   const char* model_type;
@@ -38,6 +39,149 @@ constexpr Shape kPresets[] = {
     {"qwen2.5-0.5b", "qwen2", 151936, 896, 4864, 24, 14, 2, 32768, 1000000.0, 1e-6, true, 0, 0},
 };
 
+// The mixture-of-experts / latent-attention families at test sizes: each keeps its published model's structure (the
+// config keys of configs/models/<name>/config.json that decide routing, attention and layer layout) and shrinks only
+// the widths and counts. Hidden 64, vocab 512 (the byte-level tokenizer), 4 layers, a few MB in f32.
+HfModelConfig moe_base(const char* model_type, const char* architecture) {
+  HfModelConfig c;
+  c.model_type = model_type;
+  c.architecture = architecture;
+  c.vocab_size = 512;
+  c.hidden_size = 64;
+  c.num_hidden_layers = 4;
+  c.bos_token_id = {1};
+  c.eos_token_id = {2};
+  return c;
+}
+
+// DeepSeek-V3 (and R1, which shares its config): MLA with a compressed query (q_lora_rank), sigmoid routing with the
+// selection-only bias, group-limited top-k (noaux_tc: 16 experts in 4 groups, the best 2 groups, top-4 of their 8),
+// renormalised and scaled by 2.5, one shared expert, the first layer dense, yarn rope with mscale == mscale_all_dim
+// (factor 40 over an original 128-token context, DeepSeek's ratio 163840 / 4096), and one multi-token-prediction
+// layer stored after the decoder's (servetune does not run it).
+HfModelConfig deepseek_v3_tiny() {
+  HfModelConfig c = moe_base("deepseek_v3", "DeepseekV3ForCausalLM");
+  c.intermediate_size = 128;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 4;
+  c.mla = {.q_lora_rank = 32, .kv_lora_rank = 32, .qk_nope_head_dim = 16, .qk_rope_head_dim = 8, .v_head_dim = 16};
+  c.head_dim = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;
+  c.max_position_embeddings = 5120;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 10000.0;
+  c.rope_scaling.type = RopeScalingType::kYarn;
+  c.rope_scaling.factor = 40.0;
+  c.rope_scaling.original_max_position_embeddings = 128;
+  c.rope_scaling.beta_fast = 32.0;
+  c.rope_scaling.beta_slow = 1.0;
+  c.rope_scaling.mscale = 1.0;
+  c.rope_scaling.mscale_all_dim = 1.0;
+  HfMoeConfig& m = c.moe;
+  m.num_experts = 16;
+  m.num_experts_per_tok = 4;
+  m.moe_intermediate_size = 32;
+  m.n_shared_experts = 1;
+  m.norm_topk_prob = true;
+  m.routed_scaling_factor = 2.5;
+  m.scoring_func = "sigmoid";
+  m.topk_method = "noaux_tc";
+  m.n_group = 4;
+  m.topk_group = 2;
+  m.first_k_dense_replace = 1;
+  m.moe_layer_freq = 1;
+  c.num_nextn_predict_layers = 1;
+  return c;
+}
+
+// DeepSeek-V2-Lite: MLA without query compression (plain q_proj), softmax greedy top-6 of 16 (V2-Lite: of 64), not
+// renormalised, routed_scaling_factor 1, two shared experts, the first layer dense, yarn with mscale ==
+// mscale_all_dim == 0.707.
+HfModelConfig deepseek_v2_lite_tiny() {
+  HfModelConfig c = moe_base("deepseek_v2", "DeepseekV2ForCausalLM");
+  c.intermediate_size = 128;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 4;
+  c.mla = {.q_lora_rank = 0, .kv_lora_rank = 32, .qk_nope_head_dim = 16, .qk_rope_head_dim = 8, .v_head_dim = 16};
+  c.head_dim = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;
+  c.max_position_embeddings = 5120;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 10000.0;
+  c.rope_scaling.type = RopeScalingType::kYarn;
+  c.rope_scaling.factor = 40.0;
+  c.rope_scaling.original_max_position_embeddings = 128;
+  c.rope_scaling.beta_fast = 32.0;
+  c.rope_scaling.beta_slow = 1.0;
+  c.rope_scaling.mscale = 0.707;
+  c.rope_scaling.mscale_all_dim = 0.707;
+  HfMoeConfig& m = c.moe;
+  m.num_experts = 16;
+  m.num_experts_per_tok = 6;
+  m.moe_intermediate_size = 32;
+  m.n_shared_experts = 2;
+  m.norm_topk_prob = false;
+  m.routed_scaling_factor = 1.0;
+  m.scoring_func = "softmax";
+  m.topk_method = "greedy";
+  m.n_group = 1;
+  m.topk_group = 1;
+  m.first_k_dense_replace = 1;
+  m.moe_layer_freq = 1;
+  return c;
+}
+
+// Qwen3-30B-A3B: every layer MoE (decoder_sparse_step 1, no mlp_only_layers), softmax top-k renormalised
+// (norm_topk_prob), no shared expert, GQA 8:1 with an explicit head_dim wider than hidden / heads, per-head q/k
+// RMSNorm, rope_theta 1e6.
+HfModelConfig qwen3_moe_tiny() {
+  HfModelConfig c = moe_base("qwen3_moe", "Qwen3MoeForCausalLM");
+  c.intermediate_size = 192;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 1;
+  c.head_dim = 16;  // 8 x 16 = 128 > hidden 64, as Qwen3-30B-A3B's 32 x 128 = 4096 > 2048
+  c.max_position_embeddings = 4096;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1000000.0;
+  c.qk_norm = true;
+  HfMoeConfig& m = c.moe;
+  m.num_experts = 16;
+  m.num_experts_per_tok = 4;
+  m.moe_intermediate_size = 32;
+  m.norm_topk_prob = true;
+  m.decoder_sparse_step = 1;
+  return c;
+}
+
+// Mixtral-8x7B: 8 experts (block_sparse_moe.experts.E.w1/w2/w3), softmax top-2 renormalised, every layer MoE, GQA
+// 4:1, rope_theta 1e6, no sliding window.
+HfModelConfig mixtral_tiny() {
+  HfModelConfig c = moe_base("mixtral", "MixtralForCausalLM");
+  c.intermediate_size = 64;  // Mixtral's expert width
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 1;
+  c.head_dim = 16;
+  c.max_position_embeddings = 4096;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 1000000.0;
+  HfMoeConfig& m = c.moe;
+  m.num_experts = 8;
+  m.num_experts_per_tok = 2;
+  m.moe_intermediate_size = c.intermediate_size;
+  m.norm_topk_prob = true;
+  return c;
+}
+
+struct MoePreset {
+  const char* name;
+  HfModelConfig (*make)();
+};
+
+constexpr MoePreset kMoePresets[] = {
+    {"deepseek-v3-tiny", deepseek_v3_tiny},
+    {"deepseek-v2-lite-tiny", deepseek_v2_lite_tiny},
+    {"qwen3-moe-tiny", qwen3_moe_tiny},
+    {"mixtral-tiny", mixtral_tiny},
+};
+
 DType to_dtype(WeightDType dtype) {
   switch (dtype) {
     case WeightDType::kF16: return DType::kF16;
@@ -59,12 +203,16 @@ const std::vector<std::string>& model_preset_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
     for (const auto& p : kPresets) n.emplace_back(p.name);
+    for (const auto& p : kMoePresets) n.emplace_back(p.name);
     return n;
   }();
   return names;
 }
 
 HfModelConfig model_preset(const std::string& name) {
+  for (const auto& p : kMoePresets) {
+    if (name == p.name) return p.make();
+  }
   for (const auto& p : kPresets) {
     if (name != p.name) continue;
     HfModelConfig c;

@@ -42,8 +42,8 @@ std::vector<RandomTensorSpec> hf_tensor_specs(const HfModelConfig& c) {
   };
   ModelConfig shape;  // which layers are MoE, as the engine reads the config
   if (moe.num_experts > 0) shape = model_config_from_hf(c, "random weights");
-  specs.push_back({"model.embed_tokens.weight", {c.vocab_size, d}, false});
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+  // One decoder layer: attention, then a dense MLP or the MoE block.
+  const auto layer = [&](int64_t i, bool sparse) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     specs.push_back({p + "input_layernorm.weight", {d}, true});
     if (deepseek) {
@@ -75,9 +75,9 @@ std::vector<RandomTensorSpec> hf_tensor_specs(const HfModelConfig& c) {
       specs.push_back({p + "self_attn.o_proj.weight", {d, q}, false});
     }
     specs.push_back({p + "post_attention_layernorm.weight", {d}, true});
-    if (moe.num_experts == 0 || !shape.moe.moe_layer[static_cast<size_t>(i)]) {
+    if (!sparse) {
       mlp(p, c.intermediate_size, "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj");
-      continue;
+      return;
     }
     const std::string router = p + (mixtral ? "block_sparse_moe.gate" : "mlp.gate");
     specs.push_back({router + ".weight", {moe.num_experts, d}, false});
@@ -95,6 +95,25 @@ std::vector<RandomTensorSpec> hf_tensor_specs(const HfModelConfig& c) {
       mlp(s, shape.moe.shared_ffn, "gate_proj", "up_proj", "down_proj");
       if (shape.moe.shared_gate) specs.push_back({p + "mlp.shared_expert_gate.weight", {1, d}, false});
     }
+  };
+  specs.push_back({"model.embed_tokens.weight", {c.vocab_size, d}, false});
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layer(i, moe.num_experts > 0 && shape.moe.moe_layer[static_cast<size_t>(i)]);
+  }
+  // DeepSeek-V3's multi-token-prediction modules, stored as the layers after the decoder's (model.layers.61 in
+  // DeepSeek-V3): a full decoder layer (MoE by the same rule as the others) plus its own embedding, the two input
+  // norms, the projection of [embedding; hidden] and the shared head. servetune does not run them; the files carry
+  // them so that the checkpoint has the published layout.
+  for (int64_t j = 0; j < c.num_nextn_predict_layers; ++j) {
+    const int64_t i = c.num_hidden_layers + j;
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    specs.push_back({p + "embed_tokens.weight", {c.vocab_size, d}, false});
+    specs.push_back({p + "enorm.weight", {d}, true});
+    specs.push_back({p + "hnorm.weight", {d}, true});
+    specs.push_back({p + "eh_proj.weight", {d, 2 * d}, false});
+    layer(i, moe.num_experts > 0 && i >= moe.first_k_dense_replace && i % moe.moe_layer_freq == 0);
+    specs.push_back({p + "shared_head.norm.weight", {d}, true});
+    specs.push_back({p + "shared_head.head.weight", {c.vocab_size, d}, false});
   }
   specs.push_back({"model.norm.weight", {d}, true});
   if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, d}, false});

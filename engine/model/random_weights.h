@@ -19,7 +19,8 @@ struct RandomTensorSpec {
   bool is_norm = false;  // RMSNorm weights are 1 + noise, everything else N(0, std)
 };
 
-// Every tensor an HF checkpoint of `config` holds, in a stable order.
+// Every tensor an HF checkpoint of `config` holds, in a stable order (DeepSeek-V3's multi-token-prediction layers,
+// num_nextn_predict_layers of them after the decoder's, included).
 std::vector<RandomTensorSpec> hf_tensor_specs(const HfModelConfig& config);
 
 // Fills `out` (n_elements values of `dtype`: f32, f16 or bf16) with the tensor's random values.

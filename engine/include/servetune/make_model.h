@@ -1,5 +1,6 @@
-// Random-weight llama-family checkpoints (public API, `servetune make-model`): HF safetensors + config.json + a
-// byte-level tokenizer.json that servetune, transformers and vLLM load. Weights are deterministic in (shape, seed).
+// Random-weight checkpoints (public API, `servetune make-model`): llama-family shapes, and the mixture-of-experts /
+// latent-attention families as presets. HF safetensors + config.json + a byte-level tokenizer.json that servetune,
+// transformers and vLLM load. Weights are deterministic in (shape, seed).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +33,8 @@ struct RandomModelSummary {
   int64_t vocab = 0;
 };
 
-// Preset names (tiny, smollm2-135m, llama-3.2-1b, llama-3-8b, ...), in a fixed order.
+// Preset names (tiny, smollm2-135m, llama-3.2-1b, llama-3-8b, ..., then the mixture-of-experts / latent-attention
+// test shapes deepseek-v3-tiny, deepseek-v2-lite-tiny, qwen3-moe-tiny, mixtral-tiny), in a fixed order.
 const std::vector<std::string>& model_preset_names();
 
 // Write the named preset (Error(kUsage) lists the presets) or an explicit shape (Error(kUsage) names the first bad
