@@ -28,8 +28,11 @@ class EngineReplica::Impl {
  public:
   explicit Impl(const EngineConfig& config) : config_(config) {
     checkpoint_ = std::make_unique<Checkpoint>(config_.model, config_.load_format, config_.seed);
-    tokenizer_ = checkpoint_->load_tokenizer();
+    // A bad tokenizer fails before a long weight load; dummy weights first say whether they fit in memory at all.
+    const bool dummy = checkpoint_->format() == LoadFormat::kDummy;
+    if (!dummy) tokenizer_ = checkpoint_->load_tokenizer();
     start_ranks();
+    if (dummy) tokenizer_ = checkpoint_->load_tokenizer();
     model_config_ = ranks_->model(0).config();
     context_length_ = model_config_.context_length;
     if (config_.context_length) {

@@ -18,6 +18,7 @@
 #include "model/kv_storage.h"
 #include "formats/safetensors.h"
 #include "model/moe_routing.h"
+#include "servetune/model_info.h"
 #include "model_batches.h"
 #include "test_paths.h"
 
@@ -183,6 +184,33 @@ TEST(MoeParity, AMissingExpertTensorIsNamed) {
     EXPECT_NE(std::string(e.what()).find("missing tensor '" + dropped + "'"), std::string::npos) << e.what();
   }
   fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace servetune
+
+namespace servetune {
+namespace {
+
+// The published DeepSeek-V3 config as dummy weights: its size from the config alone (685 B bf16 parameters with the
+// MTP layer; 61 layers x 576 latent values of KV per token), and a clear refusal where it cannot fit.
+TEST(MoeParity, DummyWeightsOfARealConfigSayWhatTheyNeed) {
+  const std::string path = testing::source_path("configs/models/deepseek-v3");
+  const ModelInfo info = read_model_info(path, LoadFormat::kDummy);
+  EXPECT_GT(info.weight_bytes, int64_t{2} * 684'000'000'000);
+  EXPECT_LT(info.weight_bytes, int64_t{2} * 686'000'000'000);
+  EXPECT_EQ(info.kv_values_per_token, 61 * 576);
+  EXPECT_EQ(info.experts, 256);
+  Checkpoint ck(path, LoadFormat::kDummy);
+  auto backend = make_backend("cpu", 1);
+  try {
+    ck.load(*backend, ParallelContext{});
+    ADD_FAILURE() << "1.2 TiB of random weights loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("random weights of this config take 1.2 TiB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("68.6 KiB per token"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
