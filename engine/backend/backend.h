@@ -16,13 +16,16 @@ namespace servetune {
 class ThreadPool;
 
 // A weight matrix with `rows` output features and `cols` input features; rows are contiguous in GGML block layout
-// (row_bytes = dtype_row_bytes(type, cols)). Non-owning; lives in backend memory.
+// (row_bytes = dtype_row_bytes(type, cols)). Non-owning; lives in backend memory, as do the block scales that type
+// kFP8_E4M3_B128 carries (no other type has any). Only backends whose matrix_storage_type keeps kFP8_E4M3_B128 (the
+// CPU) ever see that type; for the others the loader dequantizes such weights.
 struct WeightMatrix {
   const void* data = nullptr;
   DType type = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t row_bytes = 0;
+  BlockScales scales;
 };
 
 // Rotary embedding of the first `rope_dim` dims of each head. Normal (GGUF llama) rotates pairs (2i, 2i+1);

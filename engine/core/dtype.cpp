@@ -11,7 +11,7 @@ constexpr int kQK = 32;     // elements per legacy quant block
 constexpr int kQK_K = 256;  // elements per k-quant super-block
 
 // Indexed by DType's underlying value.
-constexpr std::array<DTypeInfo, 20> kInfos = {{
+constexpr std::array<DTypeInfo, 21> kInfos = {{
     {"F32", 1, 4, false},
     {"F16", 1, 2, false},
     {"BF16", 1, 2, false},
@@ -32,6 +32,7 @@ constexpr std::array<DTypeInfo, 20> kInfos = {{
     {"Q6_K", kQK_K, kQK_K / 2 + kQK_K / 4 + kQK_K / 16 + 2, true},
     {"Q8_K", kQK_K, 4 + kQK_K + kQK_K / 8, true},
     {"FP8_E4M3", 1, 1, false},
+    {"FP8_E4M3_B128", 1, 1, false},
 }};
 
 struct GgmlId {

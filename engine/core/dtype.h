@@ -30,6 +30,27 @@ enum class DType : uint8_t {
   kQ6_K,
   kQ8_K,
   kFP8_E4M3,  // KV-cache / weight storage; not a GGUF type
+  // FP8 E4M3 weight codes whose values are code * a f32 scale per 128x128 block, the scales held beside the matrix
+  // (BlockScales): DeepSeek-V3/R1's block-scaled FP8 weights. A weight-matrix type only: rows are plain E4M3 bytes,
+  // but no row means anything without its scales (no file stores this type; dequantize_row rejects it).
+  kFP8_E4M3_B128,
+};
+
+// Rows and columns of one scale block of kFP8_E4M3_B128.
+constexpr int64_t kFp8ScaleBlock = 128;
+
+// The scales of a kFP8_E4M3_B128 matrix: value[r, c] = e4m3(code[r, c]) * at(r, c). Block row (r + row_offset) / 128
+// starts `stride` floats after the one before; a row slice that starts inside a block keeps the block grid through
+// row_offset (0..127), a column slice must start on a block boundary.
+struct BlockScales {
+  const float* data = nullptr;
+  int64_t stride = 0;  // >= ceil(cols / 128)
+  int64_t row_offset = 0;
+
+  const float* row(int64_t r) const { return data + (r + row_offset) / kFp8ScaleBlock * stride; }
+  float at(int64_t r, int64_t c) const { return row(r)[c / kFp8ScaleBlock]; }
+  // Block rows that rows [0, rows) touch.
+  int64_t block_rows(int64_t rows) const { return (row_offset + rows + kFp8ScaleBlock - 1) / kFp8ScaleBlock; }
 };
 
 struct DTypeInfo {

@@ -403,6 +403,10 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   }
 }
 
+void dequantize_fp8_block_row(const uint8_t* codes, const float* block_scales, float* dst, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) dst[c] = fp8_e4m3_to_f32(codes[c]) * block_scales[c / kFp8ScaleBlock];
+}
+
 bool can_quantize(DType t) {
   switch (t) {
     case DType::kF32:

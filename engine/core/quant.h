@@ -101,6 +101,11 @@ bool can_dequantize(DType t);
 // of the type's block size.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
+// One row of a kFP8_E4M3_B128 matrix: dst[c] = fp8_e4m3_to_f32(codes[c]) * block_scales[c / 128] for c < n (one f32
+// rounding per value), `block_scales` being the row's ceil(n / 128) scales (BlockScales::row). The oracle of the
+// block-scaled FP8 matmul kernels and how the loader dequantizes such weights for backends that keep bf16.
+void dequantize_fp8_block_row(const uint8_t* codes, const float* block_scales, float* dst, int64_t n);
+
 // Reference quantizers (round-to-nearest, as ggml's *_ref functions and gguf.quants.quantize) for F32, F16,
 // BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and FP8_E4M3 (core/half.h's f32_to_fp8_e4m3: saturating, no gguf reference).
 // Throws Error(kUnsupported) for other types, Error(kInternal) for a partial block. Non-finite inputs give defined

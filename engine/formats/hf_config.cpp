@@ -291,6 +291,34 @@ void parse_moe(const Reader& r, HfModelConfig& c) {
   }
 }
 
+// quantization_config: only FP8 E4M3 weights in 128x128 blocks with dynamic activation scales (see HfQuantization).
+std::optional<HfQuantization> parse_quantization(const Reader& top, const std::string& file) {
+  const json* q = top.find("quantization_config");
+  if (q == nullptr) return std::nullopt;
+  if (!q->is_object()) throw_format(file, "key 'quantization_config' must be an object or null, got " + describe(*q));
+  const Reader r(*q, file, "quantization_config.");
+  HfQuantization out;
+  const auto unsupported = [&](const std::string& what) {
+    throw_unsupported(file + ": quantization_config " + what +
+                      " is not supported (servetune reads FP8 E4M3 weights with 128x128 block scales and dynamic "
+                      "activation scales, as DeepSeek-V3 ships them; GGUF files for other quantizations)");
+  };
+  out.quant_method = r.opt_string("quant_method").value_or("");
+  if (out.quant_method != "fp8") unsupported("quant_method '" + out.quant_method + "'");
+  out.fmt = r.opt_string("fmt").value_or(out.fmt);
+  if (out.fmt != "e4m3") unsupported("fmt '" + out.fmt + "'");
+  out.activation_scheme = r.opt_string("activation_scheme").value_or(out.activation_scheme);
+  if (out.activation_scheme != "dynamic") unsupported("activation_scheme '" + out.activation_scheme + "'");
+  const json* block = r.find("weight_block_size");
+  if (block == nullptr) unsupported("without weight_block_size (per-tensor FP8 scales)");
+  if (!block->is_array() || block->size() != 2 || !(*block)[0].is_number_integer() || !(*block)[1].is_number_integer()) {
+    r.fail("weight_block_size", "must be two integers, got " + describe(*block));
+  }
+  out.weight_block_size = {(*block)[0].get<int64_t>(), (*block)[1].get<int64_t>()};
+  if (out.weight_block_size != std::vector<int64_t>{128, 128}) unsupported("weight_block_size " + block->dump());
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::string>& supported_hf_architectures() {
@@ -377,6 +405,7 @@ HfModelConfig parse_hf_config(std::string_view json_text, const std::string& nam
   c.torch_dtype = r.opt_string("torch_dtype").value_or(r.opt_string("dtype").value_or(""));
   c.bos_token_id = r.token_ids("bos_token_id", arch.bos);
   c.eos_token_id = r.token_ids("eos_token_id", arch.eos);
+  c.quantization = parse_quantization(r, name);
   return c;
 }
 
@@ -477,6 +506,12 @@ std::string hf_config_json(const HfModelConfig& c) {
   };
   j["bos_token_id"] = ids(c.bos_token_id);
   j["eos_token_id"] = ids(c.eos_token_id);
+  if (c.quantization) {
+    j["quantization_config"] = {{"quant_method", c.quantization->quant_method},
+                                {"fmt", c.quantization->fmt},
+                                {"activation_scheme", c.quantization->activation_scheme},
+                                {"weight_block_size", c.quantization->weight_block_size}};
+  }
   return j.dump(2) + "\n";
 }
 

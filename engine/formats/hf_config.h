@@ -57,6 +57,17 @@ struct HfMlaConfig {
   bool operator==(const HfMlaConfig&) const = default;
 };
 
+// quantization_config of an FP8 checkpoint whose weights carry 128x128 block scales (DeepSeek-V3/R1, transformers'
+// FineGrainedFP8Config): the one HF quantization servetune reads. Other methods, formats, block sizes and static
+// activation scales are Error(kUnsupported) when parsed.
+struct HfQuantization {
+  std::string quant_method = "fp8";
+  std::string fmt = "e4m3";
+  std::string activation_scheme = "dynamic";  // activations stay f32 (the CPU kernels take no activation scales)
+  std::vector<int64_t> weight_block_size = {128, 128};
+  bool operator==(const HfQuantization&) const = default;
+};
+
 struct HfModelConfig {
   std::string architecture;  // "LlamaForCausalLM", ... (supported_hf_architectures())
   std::string model_type;    // "llama", "mistral", "qwen2", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", ...
@@ -82,6 +93,7 @@ struct HfModelConfig {
   std::string torch_dtype;                // "bfloat16", "float16", "float32" or "" when absent
   std::vector<int64_t> bos_token_id;      // empty when absent or null; a list when the file has one
   std::vector<int64_t> eos_token_id;
+  std::optional<HfQuantization> quantization;  // quantization_config; nullopt when absent or null
 
   bool operator==(const HfModelConfig&) const = default;
 };

@@ -190,9 +190,14 @@ void SafetensorsWeightSource::copied(const uint8_t* data, int64_t bytes) const {
 }
 
 std::optional<TensorRef> SafetensorsWeightSource::find(const std::string& name) const {
-  if (name == "output.weight" && tied_) return std::nullopt;
-  const std::string hf = hf_tensor_name(name, model_type_);
+  // A weight's block scales (FP8 checkpoints) sit beside it under its HF name plus the same suffix.
+  const std::string scale_suffix = block_scale_name("");
+  const bool is_scale = name.ends_with(scale_suffix);
+  const std::string weight = is_scale ? name.substr(0, name.size() - scale_suffix.size()) : name;
+  if (weight == "output.weight" && tied_) return std::nullopt;
+  std::string hf = hf_tensor_name(weight, model_type_);
   if (hf.empty()) return std::nullopt;
+  if (is_scale) hf = block_scale_name(hf);
   const SafetensorsTensor* t = set_.tensor(hf);
   if (t == nullptr) return std::nullopt;
   TensorRef ref;

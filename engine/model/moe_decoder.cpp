@@ -115,7 +115,9 @@ void MoeDecoderModel::load_attention(Layer& L, int64_t l, WeightLoader& loader) 
   for (int64_t head = 0; head < h; ++head) {
     for (int64_t r = 0; r < per_head; ++r) {
       const int64_t src_row = head * per_head + r;
-      dequantize_row(kv_b.type, static_cast<const uint8_t*>(kv_b.data) + src_row * kv_b.row_bytes, row.data(), rank);
+      const uint8_t* stored = static_cast<const uint8_t*>(kv_b.data) + src_row * kv_b.row_bytes;
+      if (kv_b.type == DType::kFP8_E4M3_B128) dequantize_fp8_block_row(stored, kv_b.scales.row(src_row), row.data(), rank);
+      else dequantize_row(kv_b.type, stored, row.data(), rank);
       if (r < m.qk_nope_dim) {
         for (int64_t k = 0; k < rank; ++k) uk_t[static_cast<size_t>((head * rank + k) * m.qk_nope_dim + r)] = row[static_cast<size_t>(k)];
       } else {

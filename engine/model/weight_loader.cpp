@@ -20,6 +20,11 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return o.str();
 }
 
+int64_t scale_blocks(int64_t n) { return (n + kFp8ScaleBlock - 1) / kFp8ScaleBlock; }
+
+// The type a matrix stored in a file as `file_type` is loaded as: FP8 weights carry their block scales.
+DType matrix_type(DType file_type) { return file_type == DType::kFP8_E4M3 ? DType::kFP8_E4M3_B128 : file_type; }
+
 }  // namespace
 
 WeightLoader::WeightLoader(const WeightSource& source, Backend& backend, ParallelContext parallel)
@@ -56,7 +61,7 @@ const void* WeightLoader::place(const void* host, size_t bytes) {
 }
 
 void WeightLoader::append_rows(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first,
-                               int64_t stride, std::vector<uint8_t>& out) const {
+                               int64_t stride, std::vector<uint8_t>& out, const BlockScales* scales) const {
   const DType store = backend_.matrix_storage_type(type);
   const int64_t row_bytes = *dtype_row_bytes(store, cols);
   const size_t begin = out.size();
@@ -66,7 +71,8 @@ void WeightLoader::append_rows(const std::string& name, DType type, int64_t rows
     for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * row_bytes, first + r * stride, static_cast<size_t>(row_bytes));
     return;
   }
-  if (store != DType::kBF16 || !can_dequantize(type)) {
+  const bool block_scaled = type == DType::kFP8_E4M3_B128;
+  if (store != DType::kBF16 || !(can_dequantize(type) || block_scaled)) {
     throw_unsupported(source_.path() + ": tensor '" + name + "' (" + std::string(dtype_name(type)) + ") cannot be converted to " +
                       std::string(dtype_name(store)) + " for the " + backend_.name() + " backend");
   }
@@ -74,18 +80,26 @@ void WeightLoader::append_rows(const std::string& name, DType type, int64_t rows
   std::vector<float> row(static_cast<size_t>(cols));
   auto* bf16 = reinterpret_cast<uint16_t*>(dst);
   for (int64_t r = 0; r < rows; ++r) {
-    dequantize_row(type, first + r * stride, row.data(), cols);
+    if (block_scaled) {
+      dequantize_fp8_block_row(first + r * stride, scales->row(r), row.data(), cols);
+    } else {
+      dequantize_row(type, first + r * stride, row.data(), cols);
+    }
     for (int64_t c = 0; c < cols; ++c) bf16[r * cols + c] = f32_to_bf16(row[static_cast<size_t>(c)]);
   }
 }
 
 WeightMatrix WeightLoader::place_matrix(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first,
-                                        int64_t stride) {
+                                        int64_t stride, const BlockScales* scales) {
+  if ((type == DType::kFP8_E4M3_B128) != (scales != nullptr)) {
+    throw Error(ErrorKind::kInternal, "tensor '" + name + "': block scales go with FP8_E4M3_B128 rows and nothing else");
+  }
   WeightMatrix w;
   w.type = backend_.matrix_storage_type(type);
   w.rows = rows;
   w.cols = cols;
   w.row_bytes = *dtype_row_bytes(w.type, cols);
+  if (w.type == type && scales != nullptr) w.scales = place_scales(*scales, rows, cols);
   if (w.type == type && stride == w.row_bytes) {
     if (backend_.host_memory() && !source_.frees_copied()) {
       w.data = first;
@@ -101,7 +115,7 @@ WeightMatrix WeightLoader::place_matrix(const std::string& name, DType type, int
     return w;
   }
   std::vector<uint8_t> bytes;
-  append_rows(name, type, rows, cols, first, stride, bytes);
+  append_rows(name, type, rows, cols, first, stride, bytes, scales);
   w.data = place(bytes.data(), bytes.size());
   // Whole rows (converted): done with them. Column slices (tensor parallelism) leave the other ranks' columns alone.
   if (stride == *dtype_row_bytes(type, cols)) source_.copied(first, rows * stride);
@@ -113,9 +127,10 @@ bool WeightLoader::stackable(const std::vector<std::string>& names) const {
   for (const std::string& name : names) {
     std::optional<DType> type;
     if (auto recipe = source_.random_recipe(name)) type = recipe->dtype;
-    else if (auto t = source_.find(name)) type = t->type;
+    else if (auto t = source_.find(name)) type = matrix_type(t->type);
     if (!type) return false;
     const DType stored = backend_.matrix_storage_type(*type);
+    if (stored == DType::kFP8_E4M3_B128) return false;
     if (common && *common != stored) return false;
     common = stored;
   }
@@ -164,14 +179,23 @@ WeightMatrix WeightLoader::stacked_rows(const std::vector<RowPart>& parts) {
   for (size_t i = 0; i < parts.size(); ++i) {
     const RowPart& part = parts[i];
     TensorRef t = require_matrix(part.name, part.rows, part.cols);
-    if (i > 0 && backend_.matrix_storage_type(t.type) != backend_.matrix_storage_type(type)) {
+    const DType part_type = matrix_type(t.type);
+    const DType stored = backend_.matrix_storage_type(part_type);
+    if ((i > 0 && stored != backend_.matrix_storage_type(type)) || stored == DType::kFP8_E4M3_B128) {
       throw Error(ErrorKind::kInternal, "tensor '" + part.name + "' cannot be stacked with '" + parts.front().name +
                                             "' (check stackable() first)");
     }
-    type = t.type;
+    type = part_type;
     const int64_t row_bytes = *dtype_row_bytes(t.type, cols);
     const uint8_t* first = t.data + part.range.begin * row_bytes;
-    append_rows(part.name, t.type, part.range.count, cols, first, row_bytes, bytes);
+    if (part_type == DType::kFP8_E4M3_B128) {  // dequantized (stored is bf16)
+      const std::vector<float> grid = block_scales(part.name, t);
+      const BlockScales scales{grid.data() + part.range.begin / kFp8ScaleBlock * scale_blocks(cols), scale_blocks(cols),
+                               part.range.begin % kFp8ScaleBlock};
+      append_rows(part.name, part_type, part.range.count, cols, first, row_bytes, bytes, &scales);
+    } else {
+      append_rows(part.name, t.type, part.range.count, cols, first, row_bytes, bytes);
+    }
     source_.copied(first, part.range.count * row_bytes);  // now in `bytes`
   }
   WeightMatrix w{nullptr, backend_.matrix_storage_type(type), rows, cols, 0};
@@ -205,7 +229,12 @@ WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t rows, in
     throw Error(ErrorKind::kInternal, "row range of tensor '" + name + "' out of bounds");
   }
   const int64_t row_bytes = *dtype_row_bytes(t.type, cols);
-  return place_matrix(name, t.type, range.count, cols, t.data + range.begin * row_bytes, row_bytes);
+  const uint8_t* first = t.data + range.begin * row_bytes;
+  if (matrix_type(t.type) != DType::kFP8_E4M3_B128) return place_matrix(name, t.type, range.count, cols, first, row_bytes);
+  const std::vector<float> grid = block_scales(name, t);
+  const BlockScales scales{grid.data() + range.begin / kFp8ScaleBlock * scale_blocks(cols), scale_blocks(cols),
+                           range.begin % kFp8ScaleBlock};
+  return place_matrix(name, DType::kFP8_E4M3_B128, range.count, cols, first, row_bytes, &scales);
 }
 
 WeightMatrix WeightLoader::matrix_cols(const std::string& name, int64_t rows, int64_t cols, SliceRange range) {
@@ -222,7 +251,49 @@ WeightMatrix WeightLoader::matrix_cols(const std::string& name, int64_t rows, in
                 std::to_string(range.begin) + ", " + std::to_string(range.begin + range.count) + ") of " + std::to_string(cols) +
                 " do not fall on its quant-block boundaries (" + std::to_string(dtype_info(t.type).block_size) + " values)");
   }
-  return place_matrix(name, t.type, rows, range.count, t.data + *begin_bytes, *dtype_row_bytes(t.type, cols));
+  if (matrix_type(t.type) != DType::kFP8_E4M3_B128) {
+    return place_matrix(name, t.type, rows, range.count, t.data + *begin_bytes, *dtype_row_bytes(t.type, cols));
+  }
+  const int64_t end = range.begin + range.count;
+  if (range.begin % kFp8ScaleBlock != 0 || (end % kFp8ScaleBlock != 0 && end != cols)) {
+    throw_usage("tensor '" + name + "' (FP8 with 128x128 block scales) cannot be split by input columns for tp_size " +
+                std::to_string(parallel_.tp_size) + ": rank " + std::to_string(parallel_.tp_rank) + "'s columns [" +
+                std::to_string(range.begin) + ", " + std::to_string(end) + ") of " + std::to_string(cols) +
+                " do not fall on its 128-column scale blocks");
+  }
+  const std::vector<float> grid = block_scales(name, t);
+  const BlockScales scales{grid.data() + range.begin / kFp8ScaleBlock, scale_blocks(cols), 0};
+  return place_matrix(name, DType::kFP8_E4M3_B128, rows, range.count, t.data + range.begin, cols, &scales);
+}
+
+std::vector<float> WeightLoader::block_scales(const std::string& name, const TensorRef& t) const {
+  const std::vector<int64_t> expected{scale_blocks(t.shape[0]), scale_blocks(t.shape[1])};
+  const std::optional<TensorRef> s = source_.find(block_scale_name(name));
+  if (!s) {
+    throw_format(source_.path(), "FP8 tensor '" + t.name + "' " + shape_str(t.shape) + " has no block scales '" +
+                                     block_scale_name(t.name) + "' (servetune reads FP8 weights with 128x128 block "
+                                     "scales, as DeepSeek-V3 ships them: F32 " + shape_str(expected) + ")");
+  }
+  if (s->shape != expected) {
+    throw_format(source_.path(), "scale tensor '" + s->name + "' has shape " + shape_str(s->shape) + " but FP8 tensor '" +
+                                     t.name + "' " + shape_str(t.shape) + " in 128x128 blocks needs " + shape_str(expected));
+  }
+  if (s->type != DType::kF32 && s->type != DType::kBF16 && s->type != DType::kF16) {
+    throw_format(source_.path(), "scale tensor '" + s->name + "' has type " + std::string(dtype_name(s->type)) +
+                                     "; block scales must be F32 (or BF16 / F16)");
+  }
+  std::vector<float> values(static_cast<size_t>(expected[0] * expected[1]));
+  dequantize_row(s->type, s->data, values.data(), static_cast<int64_t>(values.size()));
+  return values;
+}
+
+BlockScales WeightLoader::place_scales(const BlockScales& host, int64_t rows, int64_t cols) {
+  const int64_t block_cols = scale_blocks(cols), block_rows = host.block_rows(rows);
+  std::vector<float> packed(static_cast<size_t>(block_rows * block_cols));
+  for (int64_t r = 0; r < block_rows; ++r) {
+    std::copy_n(host.data + r * host.stride, block_cols, packed.begin() + r * block_cols);
+  }
+  return {static_cast<const float*>(place(packed.data(), packed.size() * sizeof(float))), block_cols, host.row_offset};
 }
 
 const float* WeightLoader::vector(const std::string& name, int64_t n) { return vector(name, n, SliceRange{0, n}); }

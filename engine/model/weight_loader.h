@@ -2,7 +2,9 @@
 // (whole rows for column-parallel layers, whole quant blocks of every row for row-parallel ones) and places it in
 // backend memory. Host backends get every matrix of a memory-mapped checkpoint copied into a few large buffers (see
 // place()) and the map's pages dropped, so the matmuls stream them through 2 MB pages; tensors of sources that
-// cannot give their memory back (dummy weights) are used in place.
+// cannot give their memory back (dummy weights) are used in place. FP8 E4M3 matrices come with their 128x128 block
+// scales (the tensor block_scale_name(name) beside them, as DeepSeek-V3/R1 ship them): one byte a weight plus the
+// scales (kFP8_E4M3_B128) on backends that keep that type (the CPU), dequantized to bf16 once at load on the others.
 #pragma once
 
 #include <map>
@@ -21,12 +23,15 @@ class WeightLoader {
   WeightLoader(const WeightSource& source, Backend& backend, ParallelContext parallel);
 
   bool has(const std::string& name) const { return source_.find(name).has_value(); }
-  // A whole [rows, cols] matrix; throws Error(kFormat) naming the tensor on a shape mismatch with the config.
+  // A whole [rows, cols] matrix; throws Error(kFormat) naming the tensor on a shape mismatch with the config, and for
+  // an FP8 tensor whose block scales are missing or not [ceil(rows / 128), ceil(cols / 128)] (naming the scale tensor).
   WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols);
-  // Rows [range) of a [rows, cols] matrix (column-parallel layers: output features).
+  // Rows [range) of a [rows, cols] matrix (column-parallel layers: output features). An FP8 slice may start inside a
+  // 128-row scale block: its scales keep the block grid through BlockScales::row_offset.
   WeightMatrix matrix_rows(const std::string& name, int64_t rows, int64_t cols, SliceRange range);
   // Columns [range) of every row (row-parallel layers: input features). For block-quantized types the range must
-  // fall on quant-block boundaries, else Error(kUsage) naming the tensor, the range and tp_size.
+  // fall on quant-block boundaries, for FP8 on 128-column scale blocks (or end at the last column), else Error(kUsage)
+  // naming the tensor, the range and tp_size.
   WeightMatrix matrix_cols(const std::string& name, int64_t rows, int64_t cols, SliceRange range);
   // A vector of `n` values as f32 (norm weights, biases), or its part [range) (biases of column-parallel layers).
   const float* vector(const std::string& name, int64_t n);
@@ -42,7 +47,8 @@ class WeightLoader {
   };
   WeightMatrix stacked_rows(const std::vector<RowPart>& parts);
   // Whether these tensors share one storage type in this backend, so stacked_rows can join them (a Q4_K_M GGUF's
-  // attn_v in Q6_K next to Q4_K q and k cannot be on the CPU; on a GPU all become bf16).
+  // attn_v in Q6_K next to Q4_K q and k cannot be on the CPU; on a GPU all become bf16). Never for FP8 tensors kept
+  // block-scaled (the CPU): the parts' rows would not line up with 128-row scale blocks in general.
   bool stackable(const std::vector<std::string>& names) const;
   // Several vectors' parts [range) one after another (the fused QKV bias).
   struct VectorPart {
@@ -63,6 +69,10 @@ class WeightLoader {
  private:
   TensorRef require(const std::string& name) const;
   TensorRef require_matrix(const std::string& name, int64_t rows, int64_t cols) const;
+  // The block scales of FP8 matrix `t` (loaded as `name`) as f32, [ceil(rows / 128), ceil(cols / 128)] row-major.
+  std::vector<float> block_scales(const std::string& name, const TensorRef& t) const;
+  // The scale rows that `rows` rows read from `host` (ceil(cols / 128) of each), packed and placed.
+  BlockScales place_scales(const BlockScales& host, int64_t rows, int64_t cols);
   // `bytes` from `host` in backend memory. Host backends: bump-allocated (64-byte aligned) from buffers of at least
   // kArenaBytes, which host backends map on transparent huge pages (2 MB and up), so a matmul streaming its matrix
   // walks a TLB entry per 2 MB instead of per 4 KB; one buffer per matrix would stay below that size.
@@ -70,11 +80,12 @@ class WeightLoader {
   // Rows `stride` bytes apart starting at `first`, in the backend's storage type for `type` (packed, converted and
   // placed; contiguous rows already in that type are copied once however often they are asked for, as a tied
   // embedding serves as the token table and the output head, or used in place on a host backend when the source
-  // cannot give memory back).
-  WeightMatrix place_matrix(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first, int64_t stride);
+  // cannot give memory back). kFP8_E4M3_B128 rows need `scales` (host memory, row 0 of the rows being the first).
+  WeightMatrix place_matrix(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first,
+                            int64_t stride, const BlockScales* scales = nullptr);
   // Appends `rows` rows (`stride` bytes apart from `first`) to `out` in the backend's storage type for `type`.
   void append_rows(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first, int64_t stride,
-                   std::vector<uint8_t>& out) const;
+                   std::vector<uint8_t>& out, const BlockScales* scales = nullptr) const;
   // Appends values [range) of vector `name` as f32; sets host_view_ when they can be used in place from the map.
   void append_vector(const std::string& name, int64_t n, SliceRange range, std::vector<float>& out);
 

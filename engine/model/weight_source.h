@@ -14,6 +14,11 @@ namespace servetune {
 
 class GgufFile;
 
+// The tensor holding the block scales of FP8 weight `weight_name` ("blk.0.attn_q.weight" ->
+// "blk.0.attn_q.weight_scale_inv"), as HF checkpoints name it: F32 [ceil(rows / 128), ceil(cols / 128)], each the
+// factor its 128x128 block of codes is multiplied by (DeepSeek-V3/R1; the "inv" is of the quantization scale).
+inline std::string block_scale_name(const std::string& weight_name) { return weight_name + "_scale_inv"; }
+
 struct TensorRef {
   std::string name;
   DType type = DType::kF32;

@@ -1,5 +1,6 @@
 // Microbenchmarks for the CPU matmul on SmolLM2-135M shapes: memory bandwidth (streaming read), decode GB/s with
-// weights streamed from DRAM (rotating copies > L3) or cache-resident, prefill GFLOP/s, and thread-pool latency.
+// weights streamed from DRAM (rotating copies > L3) or cache-resident, prefill GFLOP/s, and thread-pool latency; and
+// block-scaled FP8 next to BF16 and F32 on a DeepSeek-V3 expert's shape.
 // Run: bench_matmul --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
@@ -37,6 +38,15 @@ const Shape kKShapes[] = {
     {"q6k_2048x2048", 2048, 2048, DType::kQ6_K},
 };
 
+// A DeepSeek-V3 expert's gate / up projection (hidden 7168 -> 2048) as the checkpoint ships it (FP8 with 128x128 block
+// scales) and as bf16 / f32 conversions of it would be.
+const Shape kFp8Shapes[] = {
+    {"expert_2048x7168", 2048, 7168, DType::kFP8_E4M3_B128},
+    {"expert_2048x7168", 2048, 7168, DType::kBF16},
+    {"expert_2048x7168", 2048, 7168, DType::kF32},
+};
+constexpr float kFp8Scale = 2.5e-4f;  // every block's: codes of N(0, 0.05) weights span E4M3's range
+
 struct AlignedFree {
   void operator()(uint8_t* p) const { ::operator delete(p, std::align_val_t(64)); }
 };
@@ -52,6 +62,11 @@ struct Weights {
   int64_t matrix_bytes = 0;
   int64_t copies = 0;
   int64_t row_bytes = 0;
+  std::vector<float> scales;  // FP8_E4M3_B128's, shared by the copies
+
+  MatrixView view(const Shape& s, int64_t copy) const {
+    return {data.get() + copy * matrix_bytes, s.type, s.rows, s.cols, row_bytes, {scales.data(), (s.cols + 127) / 128, 0}};
+  }
 };
 
 Weights make_weights(const Shape& s, bool cold) {
@@ -63,11 +78,13 @@ Weights make_weights(const Shape& s, bool cold) {
   std::mt19937 rng(42);
   std::normal_distribution<float> dist(0.0f, 0.05f);
   std::vector<float> row(static_cast<size_t>(s.cols));
+  const bool fp8 = s.type == DType::kFP8_E4M3_B128;
+  if (fp8) w.scales.assign(static_cast<size_t>((s.rows + 127) / 128 * ((s.cols + 127) / 128)), kFp8Scale);
   for (int64_t r = 0; r < s.rows; ++r) {
     uint8_t* out = w.data.get() + r * w.row_bytes;
-    if (can_quantize(s.type)) {
-      for (float& f : row) f = dist(rng);
-      quantize_row(s.type, row.data(), out, s.cols);
+    if (can_quantize(fp8 ? DType::kFP8_E4M3 : s.type)) {
+      for (float& f : row) f = fp8 ? dist(rng) / kFp8Scale : dist(rng);
+      quantize_row(fp8 ? DType::kFP8_E4M3 : s.type, row.data(), out, s.cols);
       continue;
     }
     for (int64_t i = 0; i < w.row_bytes; ++i) out[i] = static_cast<uint8_t>(rng());
@@ -126,7 +143,7 @@ void bm_decode(benchmark::State& state, Shape s, CpuIsa isa, bool cold) {
   ThreadPool pool(threads);
   int64_t i = 0;
   for (auto _ : state) {
-    const MatrixView view{w.data.get() + (i % w.copies) * w.matrix_bytes, s.type, s.rows, s.cols, w.row_bytes};
+    const MatrixView view = w.view(s, i % w.copies);
     matmul_with_isa(isa, view, x.data(), n_tokens, s.cols, y.data(), s.rows, pool);
     benchmark::ClobberMemory();
     ++i;
@@ -148,7 +165,7 @@ void bm_prefill(benchmark::State& state, Shape s, CpuIsa isa) {
   const std::vector<float> x = random_activations(n_tokens * s.cols);
   std::vector<float> y(static_cast<size_t>(n_tokens * s.rows));
   ThreadPool pool(threads);
-  const MatrixView view{w.data.get(), s.type, s.rows, s.cols, w.row_bytes};
+  const MatrixView view = w.view(s, 0);
   for (auto _ : state) {
     matmul_with_isa(isa, view, x.data(), n_tokens, s.cols, y.data(), s.rows, pool);
     benchmark::ClobberMemory();
@@ -217,6 +234,24 @@ const bool kRegistered = [] {
         ->Args({2, 128})
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
+  }
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
+    for (const Shape& s : kFp8Shapes) {
+      const std::string name = "fp8/" + std::string(cpu_isa_name(isa)) + "/" + s.name + "/" + dtype_name(s.type).data();
+      benchmark::RegisterBenchmark((name + "/decode").c_str(), bm_decode, s, isa, true)
+          ->ArgNames({"threads", "tokens"})
+          ->Args({1, 1})
+          ->Args({2, 1})
+          ->Args({2, 4})
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark((name + "/prefill").c_str(), bm_prefill, s, isa)
+          ->ArgNames({"threads", "tokens"})
+          ->Args({2, 32})
+          ->Args({2, 128})
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
   return true;
 }();

@@ -1,4 +1,5 @@
-# CPU kernel tests: the thread pool (core) and the CPU matmul kernels against their reference (backend).
+# CPU kernel tests: the thread pool (core) and the CPU matmul kernels (block-scaled FP8 included) against their
+# reference (backend).
 servetune_test(test_thread_pool LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_thread_pool.cpp
   LIBS servetune_core)
@@ -7,6 +8,9 @@ if(TARGET servetune_backend AND EXISTS ${CMAKE_CURRENT_LIST_DIR}/test_cpu_matmul
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_matmul.cpp
     LIBS servetune_backend)
 endif()
+servetune_test(test_cpu_matmul_fp8 LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_matmul_fp8.cpp
+  LIBS servetune_backend)
 servetune_test(test_cpu_ops LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_ops.cpp
   LIBS servetune_backend)

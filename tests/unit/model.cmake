@@ -7,3 +7,6 @@ servetune_test(test_device_style_loading LABEL unit
 servetune_test(test_moe_routing LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_routing.cpp
   LIBS servetune_model)
+servetune_test(test_fp8_loading LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_loading.cpp
+  LIBS servetune_model)

@@ -24,6 +24,24 @@ TEST(DType, GgmlIdsAndSizes) {
   EXPECT_EQ(dtype_from_name("bf16"), DType::kBF16);
   EXPECT_EQ(dtype_from_name("fp8"), DType::kFP8_E4M3);
   EXPECT_FALSE(dtype_from_name("q9").has_value());
+  EXPECT_EQ(dtype_name(DType::kFP8_E4M3_B128), "FP8_E4M3_B128");
+  EXPECT_EQ(dtype_row_bytes(DType::kFP8_E4M3_B128, 260), 260);  // one byte a code; the scales live beside the rows
+}
+
+// A row slice of a block-scaled matrix that starts inside a block finds its scales through the row offset.
+TEST(DType, BlockScalesOfASlice) {
+  const float grid[] = {1, 2, 3, 4, 5, 6};  // 3 block rows of 2 (a matrix of up to 384 rows, 256 columns)
+  const BlockScales whole{grid, 2, 0};
+  EXPECT_EQ(whole.at(0, 0), 1.0f);
+  EXPECT_EQ(whole.at(127, 255), 2.0f);
+  EXPECT_EQ(whole.at(128, 128), 4.0f);
+  EXPECT_EQ(whole.block_rows(300), 3);
+  const BlockScales from_row_100{grid, 2, 100};  // rows [100, 300)
+  EXPECT_EQ(from_row_100.at(27, 0), 1.0f);
+  EXPECT_EQ(from_row_100.at(28, 0), 3.0f);
+  EXPECT_EQ(from_row_100.at(199, 200), 6.0f);
+  EXPECT_EQ(from_row_100.block_rows(200), 3);
+  EXPECT_EQ(from_row_100.block_rows(28), 1);
 }
 
 TEST(Half, RoundTrips) {

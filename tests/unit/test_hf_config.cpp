@@ -284,6 +284,43 @@ TEST(HfConfig, BadConfigsGiveOneClearError) {
   EXPECT_NE(error_for(mistral.dump(), ErrorKind::kFormat).find("key 'sliding_window' is 0"), std::string::npos);
 }
 
+// quantization_config: DeepSeek-V3's FP8 block scaling is read (and written back); any other quantization is a clear
+// Error(kUnsupported) rather than weights misread.
+TEST(HfConfig, Fp8BlockQuantizationOnly) {
+  json config = json::parse(hf_config_json(written_configs()[0].second));
+  config["quantization_config"] =
+      json::parse(R"({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]})");
+  const HfModelConfig c = parse_hf_config(config.dump(), "deepseek-style");
+  ASSERT_TRUE(c.quantization.has_value());
+  EXPECT_EQ(*c.quantization, HfQuantization{});
+  EXPECT_EQ(parse_hf_config(hf_config_json(c), "rewritten"), c);
+  EXPECT_FALSE(written_configs()[0].second.quantization.has_value());
+  struct BadQuantization {
+    std::string value;  // of quantization_config
+    std::string message;
+    ErrorKind kind = ErrorKind::kUnsupported;
+  };
+  const std::vector<BadQuantization> cases = {
+      {R"({"quant_method": "gptq", "bits": 4})", "quant_method 'gptq' is not supported"},
+      {R"({"quant_method": "fp8", "fmt": "e5m2", "weight_block_size": [128, 128]})", "fmt 'e5m2' is not supported"},
+      {R"({"quant_method": "fp8", "activation_scheme": "static", "weight_block_size": [128, 128]})",
+       "activation_scheme 'static' is not supported"},
+      {R"({"quant_method": "fp8"})", "without weight_block_size (per-tensor FP8 scales) is not supported"},
+      {R"({"quant_method": "fp8", "weight_block_size": [64, 64]})", "weight_block_size [64,64] is not supported"},
+      {R"({"quant_method": "fp8", "weight_block_size": 128})",
+       "key 'quantization_config.weight_block_size' must be two integers", ErrorKind::kFormat},
+      {R"(3)", "key 'quantization_config' must be an object or null", ErrorKind::kFormat},
+  };
+  for (const BadQuantization& bad : cases) {
+    SCOPED_TRACE(bad.value);
+    config["quantization_config"] = json::parse(bad.value);
+    const std::string message = error_for(config.dump(), bad.kind);
+    EXPECT_NE(message.find(bad.message), std::string::npos) << message;
+  }
+  config["quantization_config"] = nullptr;
+  EXPECT_FALSE(parse_hf_config(config.dump(), "null").quantization.has_value());
+}
+
 // Keys transformers fills in when a config leaves them out.
 TEST(HfConfig, TransformersDefaults) {
   const HfModelConfig c = parse_hf_config(

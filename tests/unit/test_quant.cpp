@@ -358,5 +358,22 @@ TEST(Quant, Q8KIsScaleTimesCode) {
   for (int j = 0; j < kQK_K; ++j) EXPECT_EQ(out[j], 0.375f * static_cast<float>(j - 128)) << j;
 }
 
+// Block-scaled FP8 rows: each code's value times its 128-column block's scale, one rounding; FP8_E4M3_B128 itself has
+// no row dequantizer (a row means nothing without its scales).
+TEST(Quant, Fp8BlockRowIsCodeTimesItsBlockScale) {
+  std::vector<uint8_t> codes(300);
+  for (size_t i = 0; i < codes.size(); ++i) {
+    codes[i] = static_cast<uint8_t>(i * 37 % 256);
+    if ((codes[i] & 0x7F) == 0x7F) codes[i] ^= 1;  // no NaN: NaN != NaN
+  }
+  const float scales[] = {0.5f, 1.0f / 3.0f, 1e-30f};
+  std::vector<float> out(300);
+  dequantize_fp8_block_row(codes.data(), scales, out.data(), 300);
+  for (size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(out[i], fp8_e4m3_to_f32(codes[i]) * scales[i / 128]) << i;
+  EXPECT_FALSE(can_dequantize(DType::kFP8_E4M3_B128));
+  EXPECT_FALSE(can_quantize(DType::kFP8_E4M3_B128));
+  EXPECT_THROW(dequantize_row(DType::kFP8_E4M3_B128, codes.data(), out.data(), 300), Error);
+}
+
 }  // namespace
 }  // namespace servetune

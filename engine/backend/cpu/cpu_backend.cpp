@@ -115,6 +115,11 @@ void CpuBackend::download(void* dst, const Buffer& src, size_t offset, size_t by
 }
 
 void CpuBackend::embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) {
+  if (table.type == DType::kFP8_E4M3_B128) {
+    throw_unsupported("the cpu backend has no embedding lookup in a block-scaled FP8 table (" +
+                      std::to_string(table.rows) + "x" + std::to_string(table.cols) +
+                      " FP8_E4M3_B128); FP8 checkpoints such as DeepSeek-V3's keep token embeddings in bf16");
+  }
   ref::embed(table, ids, n, out);
 }
 
@@ -127,7 +132,7 @@ void CpuBackend::rms_norm(const float* x, const float* w, float* y, int64_t n, i
 
 namespace {
 
-MatrixView view_of(const WeightMatrix& w) { return {w.data, w.type, w.rows, w.cols, w.row_bytes}; }
+MatrixView view_of(const WeightMatrix& w) { return {w.data, w.type, w.rows, w.cols, w.row_bytes, w.scales}; }
 
 void add_bias(const float* bias, int64_t rows, int64_t n, float* y) {
   if (bias == nullptr) return;

@@ -19,6 +19,7 @@ namespace detail {
 ActKind act_kind(DType weight_type) {
   switch (weight_type) {
     case DType::kF32:
+    case DType::kFP8_E4M3_B128:  // dequantized inside the kernels, which read the f32 activations as given
       return ActKind::kF32;
     case DType::kF16:
       return ActKind::kF16Rounded;
@@ -106,6 +107,16 @@ void validate(const MatrixView& w, const float* x, int64_t n_tokens, int64_t x_s
     throw_usage("matmul: bad weight shape " + shape + " (cols must be a positive multiple of the block size)");
   }
   if (w.row_bytes < *bytes) throw_usage("matmul: row_bytes " + std::to_string(w.row_bytes) + " too small for " + shape);
+  if (w.type == DType::kFP8_E4M3_B128) {
+    const int64_t blocks = (w.cols + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+    if (w.scales.data == nullptr || w.scales.stride < blocks || w.scales.row_offset < 0 ||
+        w.scales.row_offset >= kFp8ScaleBlock) {
+      throw_usage("matmul: " + shape + " needs block scales (a row of " + std::to_string(blocks) +
+                  " per 128 rows, a row offset in [0, 128)); got stride " + std::to_string(w.scales.stride) +
+                  ", row offset " + std::to_string(w.scales.row_offset) +
+                  (w.scales.data == nullptr ? ", no scales" : ""));
+    }
+  }
   if (n_tokens < 0) throw_usage("matmul: negative n_tokens");
   if (n_tokens > 0 && w.rows > 0) {
     if (w.data == nullptr || x == nullptr || y == nullptr) throw_usage("matmul: null data pointer");
@@ -317,7 +328,7 @@ void run_jobs(const IsaKernels& k, const MatmulTarget* targets, int n_targets, c
     }
     if (n_tokens == 0 || mv.rows == 0) continue;
     Job& j = jobs[n_jobs++];
-    j.w = {static_cast<const uint8_t*>(mv.data), mv.type, mv.rows, mv.cols, mv.row_bytes};
+    j.w = {static_cast<const uint8_t*>(mv.data), mv.type, mv.rows, mv.cols, mv.row_bytes, mv.scales};
     j.kernel = kind == ActKind::kDequantF32 ? dequant_kernel : k.kernel_for(mv.type);
     if (j.kernel == nullptr) j.kernel = reference_kernels().kernel_for(mv.type);
     j.y = targets[i].y;

@@ -14,13 +14,15 @@ namespace servetune::cpu {
 class BackgroundPrefetch;
 
 // A weight matrix W with `rows` output features and `cols` input features; rows are contiguous, `row_bytes` apart,
-// in GGML block layout for quantized types (row_bytes >= dtype_row_bytes(type, cols)).
+// in GGML block layout for quantized types (row_bytes >= dtype_row_bytes(type, cols)). `scales`: those of a
+// kFP8_E4M3_B128 matrix (core/dtype.h), unused for other types.
 struct MatrixView {
   const void* data;
   DType type;
   int64_t rows;
   int64_t cols;
   int64_t row_bytes;
+  BlockScales scales;
 };
 
 // Numerics per weight type (what ggml-cpu on x86 does):
@@ -36,6 +38,12 @@ struct MatrixView {
 //   Q4_K, Q6_K  activations quantized per 256-block to Q8_K as ggml's quantize_row_q8_K_ref (f32 d = max/−127,
 //               q = round-half-even(x·−127/max)); per super-block integer sums with the 6-bit / 8-bit sub-block
 //               scales, y = Σ d_w·d_x·isum (− dmin_w·d_x·Σ min·bsum for Q4_K): close to ggml, not bit-exact.
+//   FP8_E4M3_B128
+//               each weight dequantized as core/quant.h's dequantize_fp8_block_row does (e4m3 value times its block's
+//               f32 scale, one rounding) inside the kernel, then the F32 kernel's arithmetic: the result equals the
+//               F32 matmul of the dequantized matrix on the same ISA bit for bit. The weights stay one byte each in
+//               memory (decode reads a quarter of the f32 bytes); batched tiles dequantize a few rows once into
+//               scratch and reuse them for every token.
 //   other types that core/quant.h can dequantize: weights dequantized to f32, then f32 dot (slow fallback; note
 //               ggml would quantize activations to Q8_0/Q8_1/Q8_K for these, so results are close, not identical).
 // An output's value never depends on the batch it is computed in (other tokens, its position, the batch size) or

@@ -55,6 +55,7 @@ struct Weights {
   int64_t rows;
   int64_t cols;
   int64_t row_bytes;
+  BlockScales scales;  // kFP8_E4M3_B128 only
 };
 
 // How activations must be prepared for a weight type.
@@ -105,6 +106,11 @@ void avx512_pack_token_groups(const Activations& a, int64_t g0, int64_t g1, int8
 void avx512_tl_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, float* y,
                      int64_t y_stride);
 RangeKernel avx512_float_kernel_for(DType weight_type);
+// Block-scaled FP8 (kFP8_E4M3_B128) rows [r0, r1) × tokens [t0, t1) over f32 activations.
+void avx512_fp8_block_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
+                            float* y, int64_t y_stride);
+void avx2_fp8_block_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
+                          float* y, int64_t y_stride);
 void avx512_round_f16(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, float* out,
                       int64_t out_stride);
 void avx512_round_bf16(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, float* out,

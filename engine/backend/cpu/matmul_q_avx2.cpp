@@ -214,6 +214,8 @@ RangeKernel kernel_for(DType type) {
       return quant_range<DType::kQ5_1>;
     case DType::kQ8_0:
       return quant_range<DType::kQ8_0>;
+    case DType::kFP8_E4M3_B128:
+      return avx2_fp8_block_range;
     default:
       return avx2_float_kernel_for(type);
   }

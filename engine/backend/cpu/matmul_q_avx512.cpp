@@ -202,6 +202,8 @@ RangeKernel kernel_for(DType type) {
       return quant_range<DType::kQ5_1>;
     case DType::kQ8_0:
       return quant_range<DType::kQ8_0>;
+    case DType::kFP8_E4M3_B128:
+      return avx512_fp8_block_range;
     case DType::kQ4_K:
     case DType::kQ6_K:
       return avx512_k_kernel_for(type);

@@ -175,6 +175,21 @@ void quant_kernel(const Weights& w, const Activations& a, int64_t r0, int64_t r1
   }
 }
 
+// Block-scaled FP8: each row dequantized (dequantize_fp8_block_row), then the F32 kernel's sum.
+void fp8_block_kernel(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, float* y,
+                      int64_t y_stride) {
+  auto* row = static_cast<float*>(thread_scratch(ScratchSlot::kDequant, static_cast<size_t>(w.cols) * sizeof(float)));
+  for (int64_t r = r0; r < r1; ++r) {
+    dequantize_fp8_block_row(w.data + r * w.row_bytes, w.scales.row(r), row, w.cols);
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* xt = a.f + t * a.f_stride;
+      float sum = 0.0f;
+      for (int64_t c = 0; c < w.cols; ++c) sum += row[c] * xt[c];
+      y[t * y_stride + r] = sum;
+    }
+  }
+}
+
 RangeKernel reference_kernel_for(DType type) {
   switch (type) {
     case DType::kF32:
@@ -193,6 +208,8 @@ RangeKernel reference_kernel_for(DType type) {
       return quant_kernel<DType::kQ5_1>;
     case DType::kQ8_0:
       return quant_kernel<DType::kQ8_0>;
+    case DType::kFP8_E4M3_B128:
+      return fp8_block_kernel;
     default:
       return reference_k_kernel_for(type);
   }
