@@ -104,7 +104,8 @@ INSTANTIATE_TEST_SUITE_P(Models, MoeParity,
                          ::testing::Values(Case{"qwen3_moe_tiny", false}, Case{"mixtral_tiny", false},
                                            Case{"deepseek_v3_tiny", false}, Case{"deepseek_v2_lite_tiny", false},
                                            Case{"deepseek_v2_group_tiny", false}, Case{"deepseek_v3_tiny", true},
-                                           Case{"qwen3_moe_tiny", true}),
+                                           Case{"qwen3_moe_tiny", true}, Case{"deepseek_v3_tiny_fp8", false},
+                                           Case{"deepseek_v3_small_fp8", false}),
                          [](const ::testing::TestParamInfo<Case>& param) {
                            return param.param.model + (param.param.fused ? "_fused" : "");
                          });
@@ -210,6 +211,45 @@ TEST(MoeParity, DummyWeightsOfARealConfigSayWhatTheyNeed) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage);
     EXPECT_NE(std::string(e.what()).find("random weights of this config take 1.2 TiB"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("68.6 KiB per token"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace servetune
+
+namespace servetune {
+namespace {
+
+// The FP8 block-scaled checkpoint against the model it was quantized from (deepseek_v3_tiny): the same greedy token
+// at every position of every golden sequence, and logits within the error FP8 implies. E4M3 keeps 3 mantissa bits,
+// so each weight is off by up to 2^-4 of itself (half a step, after its block's scale); through 3 layers of these
+// random weights that moves the logits by up to 21% of the largest (measured on the transformers goldens); the test
+// allows 25%. Exactness against the dequantized model is the LogitsMatchTransformers case above.
+TEST(MoeParity, Fp8CheckpointKeepsTheGreedyTokensOfItsSource) {
+  Checkpoint ck(testing::data_path("hf_models/deepseek_v3_tiny_fp8"), LoadFormat::kSafetensors);
+  auto backend = make_backend("cpu", 2);
+  auto model = ck.load(*backend, ParallelContext{});
+  const auto& source = goldens().at("models").at("deepseek_v3_tiny");
+  const int64_t page = 4, blocks = 8;
+  for (const auto& c : source) {
+    const auto tokens = c.at("tokens").get<std::vector<int32_t>>();
+    const auto expected = c.at("logits").get<std::vector<std::vector<float>>>();
+    const auto argmax = c.at("argmax").get<std::vector<int32_t>>();
+    const int n = static_cast<int>(tokens.size());
+    KvStorage kv(*backend, model->config(), model->local_kv_heads(), blocks, page, DType::kF32);
+    std::vector<float> logits;
+    model->forward(one_sequence(tokens, 0, n, page, blocks), kv, logits);
+    const size_t vocab = expected[0].size();
+    for (size_t r = 0; r < static_cast<size_t>(n); ++r) {
+      const auto row = logits.begin() + static_cast<std::ptrdiff_t>(r * vocab);
+      EXPECT_EQ(std::max_element(row, row + static_cast<std::ptrdiff_t>(vocab)) - row, argmax[r]) << "position " << r;
+      float scale = 0.0f, worst = 0.0f;
+      for (size_t i = 0; i < vocab; ++i) {
+        scale = std::max(scale, std::fabs(expected[r][i]));
+        worst = std::max(worst, std::fabs(row[static_cast<std::ptrdiff_t>(i)] - expected[r][i]));
+      }
+      EXPECT_LE(worst, 0.25f * scale) << "position " << r;
+    }
   }
 }
 

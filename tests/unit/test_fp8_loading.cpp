@@ -117,7 +117,7 @@ class Fp8Loading : public ::testing::Test {
     };
     write_safetensors((dir_ / "model.safetensors").string(), tensors);
     set_ = std::make_unique<SafetensorsSet>(dir_.string());
-    source_ = std::make_unique<SafetensorsWeightSource>(*set_, dir_.string(), false);
+    source_ = std::make_unique<SafetensorsWeightSource>(*set_, dir_.string(), false, "llama");
   }
   void TearDown() override {
     source_.reset();
