@@ -2,7 +2,7 @@
 """GGUF conversions of the tiny MoE / MLA models made by llama.cpp's own converter, and llama.cpp's greedy ids on them.
 
 For issue #37: converts tests/data/hf_models/{qwen3_moe_tiny, mixtral_tiny, deepseek_v3_tiny, deepseek_v2_lite_tiny,
-deepseek_v2_group_tiny} with convert_hf_to_gguf.py from the llama.cpp vendored in the llama-cpp-python 0.3.36 sdist
+deepseek_v2_group_tiny} and a tiny Qwen2-MoE built here (build_qwen2_moe) with convert_hf_to_gguf.py from the llama.cpp vendored in the llama-cpp-python 0.3.36 sdist
 (f32, written to tests/data/gguf_moe/<model>.gguf), then runs 8 token-id prompts x 64 new tokens each through that
 llama.cpp's library with greedy decoding (scripts/llamacpp_greedy.cpp) and writes tests/data/gguf_moe/greedy.json.
 
@@ -44,7 +44,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SDIST_VERSION = "0.3.36"
 LLAMA_CPP = Path(os.environ.get("LLAMA_CPP", f"/tmp/dl/sdist/llama_cpp_python-{SDIST_VERSION}/vendor/llama.cpp"))
 LLAMA_BUILD = Path(os.environ.get("LLAMA_BUILD", "/tmp/llama-build"))
-MODELS = ["qwen3_moe_tiny", "mixtral_tiny", "deepseek_v3_tiny", "deepseek_v2_lite_tiny", "deepseek_v2_group_tiny"]
+MODELS = ["qwen3_moe_tiny", "mixtral_tiny", "deepseek_v3_tiny", "deepseek_v2_lite_tiny", "deepseek_v2_group_tiny",
+          "qwen2_moe_tiny"]
+# Built here (no HF folder is committed for it; only its GGUF): a tiny Qwen2-MoE made by transformers like the others.
+BUILT_HERE = {"qwen2_moe_tiny"}
 OUT = ROOT / "tests/data/gguf_moe"
 N_PROMPTS, N_NEW = 8, 64
 PROMPT_LENGTHS = [1, 3, 8, 15, 24, 32, 40, 57]  # with 64 new tokens, all stay under max_position_embeddings 256
@@ -139,8 +142,35 @@ def convert_one(src: str, out: str) -> None:
     convert_hf_to_gguf.main()
 
 
+def build_qwen2_moe(d: Path) -> None:
+    """A tiny Qwen2-MoE the way scripts/gen_moe_goldens.py makes the others (seeded transformers model, random norms and
+    embeddings, byte-level tokenizer), plus random q/k/v biases (transformers starts them at zero, which would hide a
+    loader that drops them): 2 layers, 8 experts softmax top-2 without renormalisation (norm_topk_prob false, as
+    Qwen1.5-MoE), a 48-wide shared expert behind its sigmoid gate, GQA 4/2."""
+    import torch
+    import transformers
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gen_moe_goldens as g
+    cfg = transformers.Qwen2MoeConfig(
+        **g.COMMON, intermediate_size=96, moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=8,
+        num_experts_per_tok=2, norm_topk_prob=False, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        decoder_sparse_step=1, mlp_only_layers=[], rms_norm_eps=1e-6, sliding_window=None, use_sliding_window=False,
+        qkv_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    model = g.build("Qwen2MoeForCausalLM", cfg, 107)
+    gen = torch.Generator().manual_seed(1107)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")):
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+    g.save_plain(model, str(d))
+
+
 def convert(model: str, work: Path) -> Path:
-    src = ROOT / "tests/data/hf_models" / model
+    if model in BUILT_HERE:
+        src = work / (model + "_hf")
+        subprocess.run([sys.executable, __file__, "--build-qwen2-moe", str(src)], check=True)
+    else:
+        src = ROOT / "tests/data/hf_models" / model
     copy = work / model
     copy.mkdir()
     for f in src.iterdir():
@@ -172,6 +202,9 @@ def greedy(exe: Path, gguf_path: Path, ps: list[list[int]]) -> list[dict]:
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--convert-one":
         convert_one(sys.argv[2], sys.argv[3])
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "--build-qwen2-moe":
+        build_qwen2_moe(Path(sys.argv[2]))
         return
     fetch_llama_cpp()
     exe = build_driver()

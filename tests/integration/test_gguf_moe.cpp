@@ -1,5 +1,5 @@
 // The mixture-of-experts and latent-attention families from GGUF as llama.cpp's own converter writes them: greedy ids
-// of the tiny Qwen3-MoE, Mixtral, DeepSeek-V3 and DeepSeek-V2 models (tests/data/gguf_moe, made by
+// of the tiny Qwen3-MoE, Mixtral, DeepSeek-V3, DeepSeek-V2 and Qwen2-MoE models (tests/data/gguf_moe, made by
 // scripts/gen_gguf_moe_goldens.py with the llama.cpp of the llama-cpp-python 0.3.36 sdist) equal llama.cpp's for
 // 8 prompts x 64 new tokens; the converted weights give transformers' logits; the configs read from GGUF metadata
 // agree with the HF config.json ones; and a file missing one stacked expert tensor or a needed key is refused naming it.
@@ -73,7 +73,7 @@ TEST_P(GgufMoe, GreedyIdsMatchLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GgufMoe,
                          ::testing::Values("qwen3_moe_tiny", "mixtral_tiny", "deepseek_v3_tiny", "deepseek_v2_lite_tiny",
-                                           "deepseek_v2_group_tiny"),
+                                           "deepseek_v2_group_tiny", "qwen2_moe_tiny"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 // The converted weights are the HF ones in llama.cpp's layout (stacked experts, q/k permuted for llama's interleaved
