@@ -87,7 +87,9 @@ void read_gguf_moe(const GgufFile& f, const GgufKeys& k, ModelConfig& c) {
   MoeRouting& r = m.routing;
   r.n_experts = n_experts;
   r.top_k = k.req_int("expert_used_count");
-  m.expert_ffn = k.opt_int("expert_feed_forward_length").value_or(c.ffn);
+  // Absent width: llama.cpp's fallbacks (Mixtral-style llama: the dense width; the qwen families: it over top_k).
+  const bool qwen = c.architecture == "qwen2moe" || c.architecture == "qwen3moe";
+  m.expert_ffn = k.opt_int("expert_feed_forward_length").value_or(qwen && r.top_k > 0 ? c.ffn / r.top_k : c.ffn);
   const double scale = k.opt_float("expert_weights_scale").value_or(0.0);
   r.scaling = scale != 0.0 ? static_cast<float>(scale) : 1.0f;  // llama.cpp: 0 (absent) means no scaling
   if (const int64_t groups = k.opt_int("expert_group_count").value_or(0); groups > 1) {
