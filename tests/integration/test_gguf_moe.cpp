@@ -1,7 +1,7 @@
 // The mixture-of-experts and latent-attention families from GGUF as llama.cpp's own converter writes them: greedy ids
 // of the tiny Qwen3-MoE, Mixtral, DeepSeek-V3, DeepSeek-V2 and Qwen2-MoE models (tests/data/gguf_moe, made by
 // scripts/gen_gguf_moe_goldens.py with the llama.cpp of the llama-cpp-python 0.3.36 sdist) equal llama.cpp's for
-// 8 prompts x 64 new tokens; the converted weights give transformers' logits; the configs read from GGUF metadata
+// 8 prompts x 64 new tokens, run on the model directly and through the Engine; the converted weights give transformers' logits; the configs read from GGUF metadata
 // agree with the HF config.json ones; and a file missing one stacked expert tensor or a needed key is refused naming it.
 #include <gtest/gtest.h>
 
@@ -17,6 +17,7 @@
 #include "model/checkpoint.h"
 #include "model/kv_storage.h"
 #include "model_batches.h"
+#include "servetune/engine.h"
 #include "test_paths.h"
 
 namespace servetune {
@@ -68,6 +69,42 @@ TEST_P(GgufMoe, GreedyIdsMatchLlamaCpp) {
       }
     }
     EXPECT_EQ(ours, expected) << name << " prompt of " << c.at("prompt").size() << " tokens";
+  }
+}
+
+// The same through the Engine's public API: all 8 prompts at once (continuous batching, chunked prefill, prefix
+// cache, paged f32 cache), greedy, EOS ignored as llama.cpp's reference run does.
+TEST_P(GgufMoe, EngineGreedyIdsMatchLlamaCpp) {
+  const std::string& name = GetParam();
+  EngineConfig config;
+  config.model = gguf_path(name);
+  config.kv_cache_dtype = KvCacheDtype::kF32;
+  config.threads = 2;
+  config.chunked_prefill_size = 16;
+  config.page_size = 8;
+  Engine engine(config);
+  const int n_new = goldens().at("n_new").get<int>();
+  const auto& cases = goldens().at("models").at(name);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& c : cases) {
+    Request r;
+    r.prompt_ids = c.at("prompt").get<std::vector<int32_t>>();
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = n_new;
+    r.sampling.ignore_eos = true;
+    r.detokenize = false;
+    streams.push_back(engine.submit(r));
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    std::vector<int32_t> out;
+    while (auto e = streams[i]->next()) {
+      out.insert(out.end(), e->token_ids.begin(), e->token_ids.end());
+      if (e->finish != FinishReason::kNone) {
+        EXPECT_EQ(e->finish, FinishReason::kLength) << e->error;
+        break;
+      }
+    }
+    EXPECT_EQ(out, cases[i].at("ids").get<std::vector<int32_t>>()) << name << " prompt " << i;
   }
 }
 
