@@ -250,6 +250,9 @@ WeightMatrix WeightLoader::stacked_matrices(const std::string& name, int64_t n, 
   if (which.begin < 0 || which.count <= 0 || which.begin + which.count > n) {
     throw Error(ErrorKind::kInternal, "matrix range of tensor '" + name + "' out of bounds");
   }
+  if (matrix_type(t.type) == DType::kFP8_E4M3_B128) {  // block scales are per 2-D matrix; no stacked file has them
+    throw_unsupported(source_.path() + ": tensor '" + name + "': block-scaled FP8 in a stacked [n, rows, cols] tensor is not supported");
+  }
   const int64_t row_bytes = *dtype_row_bytes(t.type, cols);
   return place_matrix(name, t.type, which.count * rows, cols, t.data + which.begin * rows * row_bytes, row_bytes);
 }
