@@ -1,4 +1,4 @@
-// Checkpoint opening and GGUF hyperparameter reading.
+// Checkpoint opening (GGUF hyperparameters: gguf_config.cpp).
 #include "model/checkpoint.h"
 
 #include <filesystem>
@@ -20,8 +20,6 @@
 namespace servetune {
 namespace {
 
-constexpr const char* kSupportedArchitectures = "llama, qwen2";
-
 // MemAvailable of /proc/meminfo in bytes, or 0 when it cannot be read.
 int64_t available_host_memory() {
   std::ifstream meminfo("/proc/meminfo");
@@ -35,51 +33,6 @@ int64_t available_host_memory() {
 }
 
 }  // namespace
-
-ModelConfig read_gguf_config(const GgufFile& f) {
-  ModelConfig c;
-  auto arch = f.get_string("general.architecture");
-  if (!arch) throw_format(f.path(), "missing metadata 'general.architecture'");
-  c.architecture = *arch;
-  if (c.architecture != "llama" && c.architecture != "qwen2") {
-    throw_unsupported(f.path() + ": architecture '" + c.architecture + "' is not supported (supported: " + kSupportedArchitectures + ")");
-  }
-  const std::string a = c.architecture + ".";
-  auto require_int = [&](const std::string& key) {
-    auto v = f.get_int(key);
-    if (!v) throw_format(f.path(), "missing metadata '" + key + "'");
-    return *v;
-  };
-  c.n_layers = require_int(a + "block_count");
-  c.hidden = require_int(a + "embedding_length");
-  c.ffn = require_int(a + "feed_forward_length");
-  c.n_heads = require_int(a + "attention.head_count");
-  c.n_kv_heads = f.get_int(a + "attention.head_count_kv").value_or(c.n_heads);
-  c.head_dim = f.get_int(a + "attention.key_length").value_or(c.n_heads > 0 ? c.hidden / c.n_heads : 0);
-  c.context_length = require_int(a + "context_length");
-  c.rms_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
-  c.rope_theta = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
-  c.rope_dim = f.get_int(a + "rope.dimension_count").value_or(c.head_dim);
-  c.rope_neox = c.architecture == "qwen2";
-  c.attention_bias = c.architecture == "qwen2";
-  std::string scaling = f.get_string(a + "rope.scaling.type").value_or("none");
-  if (scaling == "linear") {
-    c.rope_scaling = RopeKind::kLinear;
-    c.rope_factor = static_cast<float>(f.get_float(a + "rope.scaling.factor").value_or(1.0));
-  } else if (scaling != "none") {
-    throw_unsupported(f.path() + ": rope scaling '" + scaling + "' is not supported (supported: none, linear, llama3 via rope_freqs)");
-  }
-  if (auto v = f.get_int(a + "vocab_size")) {
-    c.vocab = *v;
-  } else if (const GgufValue* tokens = f.find("tokenizer.ggml.tokens")) {
-    c.vocab = static_cast<int64_t>(tokens->size());
-  } else if (const GgufTensorInfo* emb = f.tensor("token_embd.weight"); emb && emb->dims.size() == 2) {
-    c.vocab = emb->dims[1];
-  }
-  c.tied_embeddings = f.tensor("output.weight") == nullptr;
-  validate_model_config(c, f.path());
-  return c;
-}
 
 Checkpoint::Checkpoint(const std::string& path, LoadFormat format, uint64_t seed) : path_(path), format_(format) {
   namespace fs = std::filesystem;

@@ -48,7 +48,9 @@ class Checkpoint {
   int64_t weight_bytes_ = 0;
 };
 
-// Reads llama-family hyperparameters from GGUF metadata; Error(kUnsupported) lists the supported architectures.
+// Reads hyperparameters from GGUF metadata as llama.cpp writes it (llama, qwen2, and the mixture-of-experts /
+// latent-attention families qwen2moe, qwen3moe, deepseek2, llama with experts); Error(kUnsupported) lists the
+// supported architectures, Error(kFormat) names a missing or inconsistent key. Defined in gguf_config.cpp.
 ModelConfig read_gguf_config(const GgufFile& file);
 
 }  // namespace servetune

@@ -109,6 +109,26 @@ void MoeDecoderModel::load_attention(Layer& L, int64_t l, WeightLoader& loader) 
   // absorbs the key part into the query (q_nope . W_UK = (W_UK^T q_nope) . latent) and applies the value part after
   // attention, so the cache keeps only the latent. Both are kept as f32 copies laid out per head.
   const int64_t per_head = m.qk_nope_dim + m.v_head_dim, rank = m.kv_lora_rank;
+  const auto place = [&](const std::vector<float>& values, int64_t rows, int64_t cols) {
+    owned_.push_back(backend_.allocate(values.size() * sizeof(float)));
+    backend_.upload(*owned_.back(), 0, values.data(), values.size() * sizeof(float));
+    return WeightMatrix{owned_.back()->data(), DType::kF32, rows, cols, cols * static_cast<int64_t>(sizeof(float))};
+  };
+  const auto to_f32 = [](const WeightMatrix& w) {
+    std::vector<float> values(static_cast<size_t>(w.rows * w.cols));
+    for (int64_t r = 0; r < w.rows; ++r) {
+      dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + r * w.row_bytes, values.data() + r * w.cols, w.cols);
+    }
+    return values;
+  };
+  // llama.cpp's converter splits kv_b already: attn_k_b [heads, kv_lora_rank, qk_nope] (the key part transposed per
+  // head, W_UK^T) and attn_v_b [heads, v_head_dim, kv_lora_rank], exactly the two layouts kept here.
+  if (const std::string k_b = blk(l, "attn_k_b.weight"); loader.has(k_b)) {
+    L.w_uk_t = place(to_f32(loader.stacked_matrices(k_b, h, rank, m.qk_nope_dim, {0, h})), h * rank, m.qk_nope_dim);
+    L.w_uv = place(to_f32(loader.stacked_matrices(blk(l, "attn_v_b.weight"), h, m.v_head_dim, rank, {0, h})),
+                   h * m.v_head_dim, rank);
+    return;
+  }
   const WeightMatrix kv_b = loader.matrix(blk(l, "attn_kv_b.weight"), h * per_head, rank);
   std::vector<float> row(static_cast<size_t>(rank));
   std::vector<float> uk_t(static_cast<size_t>(h * rank * m.qk_nope_dim)), uv(static_cast<size_t>(h * m.v_head_dim * rank));
@@ -125,11 +145,6 @@ void MoeDecoderModel::load_attention(Layer& L, int64_t l, WeightLoader& loader) 
       }
     }
   }
-  const auto place = [&](const std::vector<float>& values, int64_t rows, int64_t cols) {
-    owned_.push_back(backend_.allocate(values.size() * sizeof(float)));
-    backend_.upload(*owned_.back(), 0, values.data(), values.size() * sizeof(float));
-    return WeightMatrix{owned_.back()->data(), DType::kF32, rows, cols, cols * static_cast<int64_t>(sizeof(float))};
-  };
   L.w_uk_t = place(uk_t, h * rank, m.qk_nope_dim);
   L.w_uv = place(uv, h * m.v_head_dim, rank);
 }
@@ -147,10 +162,12 @@ void MoeDecoderModel::load_ffn(Layer& L, int64_t l, WeightLoader& loader) {
   const int64_t e_ffn = m.expert_ffn, E = m.routing.n_experts;
   L.router = loader.matrix(blk(l, "ffn_gate_inp.weight"), E, d);
   if (m.selection_bias) L.selection_bias = loader.vector(blk(l, "exp_probs_b.bias"), E);
-  // Experts as one [experts, rows, cols] tensor (llama.cpp's *_exps) or one tensor per expert (HF, older GGUF).
+  // Experts as one [experts, rows, cols] tensor per kind (llama.cpp's *_exps) or one tensor per expert (HF, older
+  // GGUF). A layer with any stacked tensor must have all three, so a missing one is named as such.
+  const bool stacked = loader.has(blk(l, "ffn_gate_exps.weight")) || loader.has(blk(l, "ffn_up_exps.weight")) ||
+                       loader.has(blk(l, "ffn_down_exps.weight"));
   const auto expert = [&](const std::string& kind, int64_t e, int64_t rows, int64_t cols) {
-    const std::string stacked = blk(l, kind + "_exps.weight");
-    if (loader.has(stacked)) return loader.matrix_rows(stacked, E * rows, cols, {e * rows, rows});
+    if (stacked) return loader.stacked_matrices(blk(l, kind + "_exps.weight"), E, rows, cols, {e, 1});
     return loader.matrix(blk(l, kind + "." + std::to_string(e) + ".weight"), rows, cols);
   };
   for (int64_t e = 0; e < E; ++e) {

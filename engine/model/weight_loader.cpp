@@ -237,6 +237,26 @@ WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t rows, in
   return place_matrix(name, DType::kFP8_E4M3_B128, range.count, cols, first, row_bytes, &scales);
 }
 
+WeightMatrix WeightLoader::stacked_matrices(const std::string& name, int64_t n, int64_t rows, int64_t cols, SliceRange which) {
+  TensorRef t = require(name);
+  if (t.shape.size() != 3 || t.shape[0] != n || t.shape[1] != rows || t.shape[2] != cols) {
+    throw_format(source_.path(), "tensor '" + name + "' has shape " + shape_str(t.shape) + " but the model config implies " +
+                                     shape_str({n, rows, cols}));
+  }
+  if (!dtype_row_bytes(t.type, cols)) {
+    throw_format(source_.path(), "tensor '" + name + "' (" + std::string(dtype_name(t.type)) + ") rows of " + std::to_string(cols) +
+                                     " values are not whole quant blocks");
+  }
+  if (which.begin < 0 || which.count <= 0 || which.begin + which.count > n) {
+    throw Error(ErrorKind::kInternal, "matrix range of tensor '" + name + "' out of bounds");
+  }
+  if (matrix_type(t.type) == DType::kFP8_E4M3_B128) {  // block scales are per 2-D matrix; no stacked file has them
+    throw_unsupported(source_.path() + ": tensor '" + name + "': block-scaled FP8 in a stacked [n, rows, cols] tensor is not supported");
+  }
+  const int64_t row_bytes = *dtype_row_bytes(t.type, cols);
+  return place_matrix(name, t.type, which.count * rows, cols, t.data + which.begin * rows * row_bytes, row_bytes);
+}
+
 WeightMatrix WeightLoader::matrix_cols(const std::string& name, int64_t rows, int64_t cols, SliceRange range) {
   TensorRef t = require_matrix(name, rows, cols);
   if (range.begin < 0 || range.count <= 0 || range.begin + range.count > cols) {

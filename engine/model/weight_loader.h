@@ -29,6 +29,9 @@ class WeightLoader {
   // Rows [range) of a [rows, cols] matrix (column-parallel layers: output features). An FP8 slice may start inside a
   // 128-row scale block: its scales keep the block grid through BlockScales::row_offset.
   WeightMatrix matrix_rows(const std::string& name, int64_t rows, int64_t cols, SliceRange range);
+  // Matrices [which) of a stack of `n` [rows, cols] matrices stored as one [n, rows, cols] tensor (llama.cpp's
+  // stacked experts, DeepSeek's per-head attn_k_b / attn_v_b), as one [which.count * rows, cols] matrix.
+  WeightMatrix stacked_matrices(const std::string& name, int64_t n, int64_t rows, int64_t cols, SliceRange which);
   // Columns [range) of every row (row-parallel layers: input features). For block-quantized types the range must
   // fall on quant-block boundaries, for FP8 on 128-column scale blocks (or end at the last column), else Error(kUsage)
   // naming the tensor, the range and tp_size.
