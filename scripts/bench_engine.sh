@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Single-stream speed of the built-in engine against llama.cpp's llama-bench on the same model and thread count:
-# 512-token prefill tokens/s and 128-token decode tokens/s, median of N alternating runs, plus decode memory-bandwidth
+# 512-token prefill tokens/s and 128-token decode tokens/s (PROMPT_TOKENS / GEN_TOKENS change them, e.g. for the tiny
+# test models' 256-token context), median of N alternating runs, plus decode memory-bandwidth
 # utilisation (weight bytes read per token x tokens/s / measured read bandwidth).
 # Usage: scripts/bench_engine.sh [MODEL] [THREADS] [RUNS]   (LLAMA_BENCH=path/to/llama-bench, ST=path/to/servetune
 # to time another build of servetune, e.g. a copy of an earlier commit's binary)
@@ -9,6 +10,8 @@ cd "$(dirname "$0")/.."
 MODEL=${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 THREADS=${2:-2}
 RUNS=${3:-5}
+PROMPT_TOKENS=${PROMPT_TOKENS:-512}
+GEN_TOKENS=${GEN_TOKENS:-128}
 LLAMA_BENCH=${LLAMA_BENCH:-/tmp/llama-build/bin/llama-bench}
 ST=${ST:-./build/cpu/servetune}
 [ -x "$ST" ] || [ "$ST" != ./build/cpu/servetune ] || { cmake --preset cpu >/dev/null && cmake --build build/cpu -j "$(nproc)" --target servetune bench_matmul >/dev/null; }
@@ -24,16 +27,16 @@ if ! "$PY" -c 'import gguf, numpy' 2>/dev/null; then
   }
 fi
 
-# A prompt of exactly 512 tokens for this model (BOS included).
-PROMPT=$(python3 - "$ST" "$MODEL" <<'PY'
+# A prompt of exactly PROMPT_TOKENS tokens for this model (BOS included).
+PROMPT=$(python3 - "$ST" "$MODEL" "$PROMPT_TOKENS" <<'PY'
 import json, subprocess, sys
-st, model = sys.argv[1], sys.argv[2]
+st, model, want = sys.argv[1], sys.argv[2], int(sys.argv[3])
 words = ("the quick brown fox jumps over the lazy dog while seven wizards quietly judge boxing matches " * 80).split()
 lo, hi = 1, len(words)
-while lo < hi:  # longest word prefix with <= 512 tokens
+while lo < hi:  # longest word prefix with <= want tokens
     mid = (lo + hi + 1) // 2
     n = len(json.loads(subprocess.check_output([st, "tokenize", "--model", model, " ".join(words[:mid])])))
-    lo, hi = (mid, hi) if n <= 512 else (lo, mid - 1)
+    lo, hi = (mid, hi) if n <= want else (lo, mid - 1)
 print(" ".join(words[:lo]))
 PY
 )
@@ -43,9 +46,9 @@ st_pp=(); st_tg=(); ll_pp=(); ll_tg=()
 for i in $(seq "$RUNS"); do
   out=$("$ST" generate --model "$MODEL" --threads "$THREADS" --prompt "$PROMPT" --max-tokens 1 2>&1 >/dev/null)
   st_pp+=("$(echo "$out" | sed -n 's/^prefill: .*(\(.*\) tok\/s)/\1/p')")
-  out=$("$ST" generate --model "$MODEL" --threads "$THREADS" --prompt "Once upon a time" --max-tokens 129 --ignore-eos 2>&1 >/dev/null)
+  out=$("$ST" generate --model "$MODEL" --threads "$THREADS" --prompt "Once upon a time" --max-tokens $((GEN_TOKENS + 1)) --ignore-eos 2>&1 >/dev/null)
   st_tg+=("$(echo "$out" | sed -n 's/^decode: .*(\(.*\) tok\/s)/\1/p')")
-  js=$("$LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 -o json 2>/dev/null)
+  js=$("$LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$PROMPT_TOKENS" -n "$GEN_TOKENS" -r 1 -o json 2>/dev/null)
   ll_pp+=("$(echo "$js" | python3 -c 'import json,sys; print([r["avg_ts"] for r in json.load(sys.stdin) if r["n_prompt"]>0][0])')")
   ll_tg+=("$(echo "$js" | python3 -c 'import json,sys; print([r["avg_ts"] for r in json.load(sys.stdin) if r["n_gen"]>0][0])')")
 done
@@ -76,8 +79,8 @@ PY
 )
 printf '\nmodel %s, %s threads, median of %s runs\n' "$MODEL" "$THREADS" "$RUNS"
 printf '%-28s %12s %12s %8s\n' "" servetune llama.cpp ratio
-printf '%-28s %12.1f %12.1f %7.2fx\n' "prefill 512 tokens (tok/s)" "$sp" "$lp" "$(echo "$sp / $lp" | bc -l)"
-printf '%-28s %12.1f %12.1f %7.2fx\n' "decode 128 tokens (tok/s)" "$st" "$lt" "$(echo "$st / $lt" | bc -l)"
+printf '%-28s %12.1f %12.1f %7.2fx\n' "prefill $PROMPT_TOKENS tokens (tok/s)" "$sp" "$lp" "$(echo "$sp / $lp" | bc -l)"
+printf '%-28s %12.1f %12.1f %7.2fx\n' "decode $GEN_TOKENS tokens (tok/s)" "$st" "$lt" "$(echo "$st / $lt" | bc -l)"
 python3 -c "
 w, st, bw = $weights, $st, $bw
 print(f'decode bandwidth: {w/1e6:.1f} MB of weights per token x {st:.1f} tok/s = {w*st/1e9:.1f} GB/s of {bw/1e9:.1f} GB/s measured read bandwidth with $THREADS threads ({100*w*st/bw:.0f}% of roofline)')"
