@@ -210,6 +210,11 @@ TEST(EngineSpeculative, Stories260KGreedyIdenticalWithNgram) { check_model(testi
 
 TEST(EngineSpeculative, SmolLM2GreedyIdenticalWithNgram) { check_model(testing::smollm2_path(), kSmolTexts, 40, 48, kNgram); }
 
+// Drafts verified on a mixture-of-experts model with a latent cache (rollback of rejected drafts included).
+TEST(EngineSpeculative, DeepSeekV3TinyGreedyIdenticalWithNgram) {
+  check_model(testing::data_path("gguf_moe/deepseek_v3_tiny.gguf"), kStoriesTexts, 32, 40, kNgram);
+}
+
 // The target as its own draft: every greedy draft should be accepted (a test that fails if drafts and
 // verification disagree on positions, KV or rollback).
 TEST(EngineSpeculative, Stories260KGreedyIdenticalWithItselfAsDraft) {
