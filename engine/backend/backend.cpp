@@ -31,6 +31,7 @@ namespace {
 void Backend::scatter_add_rows(const float*, const int32_t*, const float*, int64_t, int64_t, float*) {
   no_moe_op(name(), "scatter_add_rows");
 }
+void Backend::expert_mlps(std::span<const ExpertMlp>, const float*, float*) { no_moe_op(name(), "expert_mlps"); }
 void Backend::head_matmul(const WeightMatrix&, int64_t, const float*, HeadStrides, int64_t, float*, HeadStrides) {
   no_moe_op(name(), "head_matmul");
 }

@@ -163,6 +163,17 @@ class Backend {
   // into the tokens that chose it.
   virtual void scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int64_t n, int64_t width,
                                 float* dst);
+  // Routed experts' SwiGLU MLPs over tokens grouped by expert (the permutation vLLM's fused MoE and llama.cpp's
+  // mul_mat_id use): for each expert, rows [first, first + count) of x [*, gate.cols] become the same rows of
+  // y = down . (silu(gate . x) * (up . x)). A backend may run experts side by side.
+  struct ExpertMlp {
+    const WeightMatrix* gate;
+    const WeightMatrix* up;
+    const WeightMatrix* down;
+    int64_t first;
+    int64_t count;
+  };
+  virtual void expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y);
   // Per-head matmul: for each head h < n_heads, y[t, h] = W_h . x[t, h], where W_h is rows [h * rows_per_head,
   // (h + 1) * rows_per_head) of w, x[t, h] starts at x + t * x_row_stride + h * x_head_stride (w.cols values) and
   // y[t, h] at y + t * y_row_stride + h * y_head_stride (rows_per_head values). MLA's weight absorption.

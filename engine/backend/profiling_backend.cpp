@@ -142,6 +142,11 @@ void ProfilingBackend::scatter_add_rows(const float* src, const int32_t* rows, c
                                         int64_t width, float* dst) {
   timed("scatter_add_rows", n, [&] { inner_->scatter_add_rows(src, rows, weights, n, width, dst); });
 }
+void ProfilingBackend::expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y) {
+  int64_t rows = 0;
+  for (const ExpertMlp& e : experts) rows += e.count;
+  timed("expert_mlps", rows, [&] { inner_->expert_mlps(experts, x, y); });
+}
 void ProfilingBackend::head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides x_strides,
                                    int64_t n, float* y, HeadStrides y_strides) {
   timed("head_matmul", n, [&] { inner_->head_matmul(w, n_heads, x, x_strides, n, y, y_strides); });

@@ -56,6 +56,7 @@ class ProfilingBackend final : public Backend {
                       int64_t n, int64_t n_heads, const RopeParams& p, float* q_out) override;
   void scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int64_t n, int64_t width,
                         float* dst) override;
+  void expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y) override;
   void head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides x_strides, int64_t n, float* y,
                    HeadStrides y_strides) override;
   void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n, int64_t width) override;

@@ -349,10 +349,13 @@ void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, float* out)
   const WeightMatrix tokens{h, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
   backend_.embed(tokens, order_.data(), n * k, gathered);
   float* expert_out = scratch(kExpertOut, n * k * d);
+  experts_.clear();
   for (int64_t e = 0; e < E; ++e) {
     const int64_t first = start[static_cast<size_t>(e)], count = start[static_cast<size_t>(e) + 1] - first;
-    if (count > 0) mlp(L.experts[static_cast<size_t>(e)], count, gathered + first * d, expert_out + first * d);
+    const Mlp& w = L.experts[static_cast<size_t>(e)];
+    if (count > 0) experts_.push_back({&w.gate, &w.up, &w.down, first, count});
   }
+  backend_.expert_mlps(experts_, gathered, expert_out);
 
   if (config_.moe.shared_ffn > 0 && L.shared_gate.data == nullptr) {
     mlp(L.shared, n, h, out);  // the routed outputs are added onto the shared expert's

@@ -88,6 +88,7 @@ class MoeDecoderModel final : public Model {
   std::vector<float> logits_host_, router_host_;
   std::vector<int32_t> expert_ids_, order_;
   std::vector<float> expert_weights_, order_weights_;
+  std::vector<Backend::ExpertMlp> experts_;
   ExpertLoad load_;
   float* logits_ = nullptr;
 };

@@ -28,6 +28,32 @@ void CpuBackend::scatter_add_rows(const float* src, const int32_t* rows, const f
   });
 }
 
+void CpuBackend::expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y) {
+  // An expert with many tokens runs alone with every thread in its matmuls; the others run side by side, one thread
+  // each (the matmuls' own parallel loops run inline inside a pool task), which is what decode steps have: a few
+  // tokens on each of many experts, too little work for one matmul to share.
+  const int64_t threads = pool_.size();
+  const auto run_one = [&](const ExpertMlp& e, std::vector<float>& gate, std::vector<float>& up) {
+    const int64_t width = e.gate->rows, cols = e.gate->cols;
+    gate.resize(static_cast<size_t>(e.count * width));
+    up.resize(static_cast<size_t>(e.count * width));
+    const MatmulOut gate_and_up[] = {{e.gate, nullptr, gate.data()}, {e.up, nullptr, up.data()}};
+    matmuls(gate_and_up, x + e.first * cols, e.count);
+    silu_mul(gate.data(), up.data(), width, e.count, width, gate.data());
+    matmul(*e.down, nullptr, gate.data(), e.count, y + e.first * e.down->rows);
+  };
+  std::vector<const ExpertMlp*> small;
+  std::vector<float> gate, up;
+  for (const ExpertMlp& e : experts) {
+    if (e.count >= 16 * threads) run_one(e, gate, up);
+    else if (e.count > 0) small.push_back(&e);
+  }
+  pool_.parallel_for(static_cast<int64_t>(small.size()), 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> g, u;
+    for (int64_t i = begin; i < end; ++i) run_one(*small[static_cast<size_t>(i)], g, u);
+  });
+}
+
 void CpuBackend::head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides x_strides, int64_t n,
                              float* y, HeadStrides y_strides) {
   if (n_heads <= 0 || w.rows % n_heads != 0) throw Error(ErrorKind::kInternal, "head_matmul: rows not a multiple of heads");
