@@ -32,6 +32,7 @@ ActKind act_kind(DType weight_type) {
     case DType::kQ5_1:
       return ActKind::kQ8_1;
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K:
       return ActKind::kQ8_K;
     default:

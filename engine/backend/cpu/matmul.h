@@ -33,9 +33,12 @@ struct MatrixView {
 //               an fma chain of m_w·s_x, result acc (+ mins). ggml's x86 vec_dot rounds per 4-element quad into
 //               eight lanes instead: the two differ by f32 rounding only (the quantized inputs are identical), and
 //               one float op per block instead of eight is what lets batched matmuls run at the integer rate.
-//   Q4_K, Q6_K  activations quantized per 256-block to Q8_K as ggml's quantize_row_q8_K_ref (f32 d = max/−127,
-//               q = round-half-even(x·−127/max)); per super-block integer sums with the 6-bit / 8-bit sub-block
-//               scales, y = Σ d_w·d_x·isum (− dmin_w·d_x·Σ min·bsum for Q4_K): close to ggml, not bit-exact.
+//   Q4_K, Q5_K, Q6_K
+//               activations quantized per 256-block to Q8_K as ggml's quantize_row_q8_K_ref (f32 d = max/−127,
+//               q = round-half-even(x·−127/max), bsums per 16). Per super-block the exact integer sums with the
+//               sub-block scales, isum = Σ scale·Σ q_w·q_x (Q6_K's codes − 32) and, for Q4_K / Q5_K, msum =
+//               Σ min·bsum; then acc = fma(d_w·d_x, float(isum), acc), mins = fma(dmin_w·d_x, float(msum), mins),
+//               result acc − mins. ggml's x86 vec_dot rounds per vector lane instead: close, not bit-exact.
 //   other types that core/quant.h can dequantize: weights dequantized to f32, then f32 dot (slow fallback; note
 //               ggml would quantize activations to Q8_0/Q8_1/Q8_K for these, so results are close, not identical).
 // An output's value never depends on the batch it is computed in (other tokens, its position, the batch size) or

@@ -1,8 +1,11 @@
-// AVX-512 VNNI k-quant kernels: Q4_K, Q6_K weights × Q8_K activations.
+// AVX-512 VNNI k-quant kernels: Q4_K, Q5_K, Q6_K weights × Q8_K activations.
 // Each super-block's integer sum is formed exactly (vpmaddubsw, then vpdpwssd with the sub-block scales) and scaled
-// once, so results equal the plain C++ reference bit for bit. Rows are decoded once per 4-token tile.
+// once with the canonical arithmetic of matmul_k_reference.cpp, so results equal it bit for bit. Rows are decoded
+// once per 4-token tile.
+#include <cmath>
 
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/matmul_avx512.h"
 #include "backend/cpu/matmul_internal.h"
@@ -31,7 +34,7 @@ inline __m512i lane_index(int first, int lanes_per_value) {
   return _mm512_load_si512(idx);
 }
 
-// A Q4_K super-block decoded for the dot: 4 × 64 u8 quants in element order, the int16 scale of each quant pair's
+// A Q4_K / Q5_K super-block decoded for the dot: 4 × 64 u8 quants in element order, the int16 scale of each quant pair's
 // sub-block, each min duplicated for the bsum pairs, and d / dmin.
 struct Q4KDecoded {
   __m512i q[4];
@@ -40,7 +43,8 @@ struct Q4KDecoded {
   float d, dmin;
 };
 
-inline void decode_q4k(const BlockQ4_K& b, const __m512i* scale_idx, Q4KDecoded& out) {
+template <class Block>
+inline void decode_q45k(const Block& b, const __m512i* scale_idx, Q4KDecoded& out) {
   uint32_t u[4];
   std::memcpy(u, b.scales, 12);
   constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
@@ -59,24 +63,33 @@ inline void decode_q4k(const BlockQ4_K& b, const __m512i* scale_idx, Q4KDecoded&
     const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * k));
     out.q[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(raw, low4)),
                                   _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4), 1);
+    if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+      // Fifth bits: element 32j + l (sub-blocks j = 2k, 2k + 1 here) has bit j of qh[l].
+      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
+      const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * k))),
+                                             _mm256_set1_epi8(static_cast<char>(2 << (2 * k))), 1);
+      out.q[k] = _mm512_or_si512(out.q[k],
+                                 _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, bit), _mm512_set1_epi8(0x10)));
+    }
     out.scale[k] = _mm512_permutexvar_epi16(scale_idx[k], scales16);
   }
   out.d = f16(b.d);
   out.dmin = f16(b.dmin);
 }
 
-template <int T>
-void q4k_rows(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, float* y, int64_t y_stride) {
+template <class Block, int T>
+void q45k_rows(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, float* y,
+               int64_t y_stride) {
   const int64_t nb = w.cols / kQK_K;
   __m512i scale_idx[4];
   for (int k = 0; k < 4; ++k) scale_idx[k] = lane_index(2 * k, 16);
   for (int64_t r = r0; r < r1; ++r) {
-    const auto* blocks = reinterpret_cast<const BlockQ4_K*>(w.data + r * w.row_bytes);
-    float sum[T] = {};
+    const auto* blocks = reinterpret_cast<const Block*>(w.data + r * w.row_bytes);
+    float acc[T] = {}, mins[T] = {};
     for (int64_t b = 0; b < nb; ++b) {
       prefetch_ahead(&blocks[b]);
       Q4KDecoded dec;
-      decode_q4k(blocks[b], scale_idx, dec);
+      decode_q45k(blocks[b], scale_idx, dec);
       for (int t = 0; t < T; ++t) {
         const int8_t* xq = a.q + (t0 + t) * a.q_stride + b * kQK_K;
         __m512i isum = _mm512_setzero_si512();
@@ -88,10 +101,11 @@ void q4k_rows(const Weights& w, const Activations& a, int64_t r0, int64_t r1, in
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums + (t0 + t) * a.bsum_stride + b * 16));
         const int min_sum = hsum_i32(_mm256_madd_epi16(bs, dec.mins));
         const float dx = a.d[(t0 + t) * a.d_stride + b];
-        sum[t] += dec.d * dx * static_cast<float>(hsum_i32(isum)) - dec.dmin * dx * static_cast<float>(min_sum);
+        acc[t] = std::fma(dec.d * dx, static_cast<float>(hsum_i32(isum)), acc[t]);
+        mins[t] = std::fma(dec.dmin * dx, static_cast<float>(min_sum), mins[t]);
       }
     }
-    for (int t = 0; t < T; ++t) y[t * y_stride + r] = sum[t];
+    for (int t = 0; t < T; ++t) y[t * y_stride + r] = acc[t] - mins[t];
   }
 }
 
@@ -104,7 +118,7 @@ void q6k_rows(const Weights& w, const Activations& a, int64_t r0, int64_t r1, in
   const __m256i bits45 = _mm256_set1_epi8(0x30);
   for (int64_t r = r0; r < r1; ++r) {
     const auto* blocks = reinterpret_cast<const BlockQ6_K*>(w.data + r * w.row_bytes);
-    float sum[T] = {};
+    float acc[T] = {};
     for (int64_t b = 0; b < nb; ++b) {
       const BlockQ6_K& blk = blocks[b];
       prefetch_ahead(&blk);
@@ -139,17 +153,23 @@ void q6k_rows(const Weights& w, const Activations& a, int64_t r0, int64_t r1, in
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums + (t0 + t) * a.bsum_stride + b * 16));
         const int offset = 32 * hsum_i32(_mm256_madd_epi16(bs, scales16));
         const float dx = a.d[(t0 + t) * a.d_stride + b];
-        sum[t] += d * dx * static_cast<float>(hsum_i32(isum) - offset);
+        acc[t] = std::fma(d * dx, static_cast<float>(hsum_i32(isum) - offset), acc[t]);
       }
     }
-    for (int t = 0; t < T; ++t) y[t * y_stride + r] = sum[t];
+    for (int t = 0; t < T; ++t) y[t * y_stride + r] = acc[t];
   }
 }
 
 template <int T>
 struct Q4KRows {
   static void run(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, float* y, int64_t ys) {
-    q4k_rows<T>(w, a, r0, r1, t0, y, ys);
+    q45k_rows<BlockQ4_K, T>(w, a, r0, r1, t0, y, ys);
+  }
+};
+template <int T>
+struct Q5KRows {
+  static void run(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t t0, float* y, int64_t ys) {
+    q45k_rows<BlockQ5_K, T>(w, a, r0, r1, t0, y, ys);
   }
 };
 template <int T>
@@ -191,6 +211,8 @@ RangeKernel avx512_k_kernel_for(DType type) {
   switch (type) {
     case DType::kQ4_K:
       return k_range<Q4KRows>;
+    case DType::kQ5_K:
+      return k_range<Q5KRows>;
     case DType::kQ6_K:
       return k_range<Q6KRows>;
     default:

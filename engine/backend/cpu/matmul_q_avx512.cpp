@@ -203,6 +203,7 @@ RangeKernel kernel_for(DType type) {
     case DType::kQ8_0:
       return quant_range<DType::kQ8_0>;
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K:
       return avx512_k_kernel_for(type);
     default:
