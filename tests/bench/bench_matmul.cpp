@@ -218,6 +218,7 @@ const bool kRegistered = [] {
           ->Args({2, 1})
           ->Args({1, 4})
           ->Args({2, 4})
+          ->Args({2, 32})  // batched decode: two token-lane groups
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark((name + "/prefill").c_str(), bm_prefill, s, isa)

@@ -647,6 +647,27 @@ TEST(CpuMatmul, MultiMatchesSeparateCalls) {
       }
     }
   }
+  // A Q4_K_M / Q5_K_M layer's projections mix the k-quants, which share the Q8_K activations.
+  {
+    const TestMatrix q = make_k_matrix(DType::kQ4_K, 40, 512, 11), k = make_k_matrix(DType::kQ5_K, 21, 512, 12),
+                     v = make_k_matrix(DType::kQ6_K, 8, 512, 13);
+    ASSERT_TRUE(matmul_shares_activations(DType::kQ4_K, DType::kQ6_K));
+    ASSERT_TRUE(matmul_shares_activations(DType::kQ5_K, DType::kQ6_K));
+    for (int64_t n_tokens : {1, 3, 40}) {
+      const std::vector<float> x = random_activations(n_tokens, 512, 512, 14);
+      ThreadPool pool(2);
+      std::vector<float> yq(static_cast<size_t>(n_tokens * 40)), yk(static_cast<size_t>(n_tokens * 21)),
+          yv(static_cast<size_t>(n_tokens * 8));
+      const MatmulTarget targets[] = {{q.view(), yq.data(), 40}, {k.view(), yk.data(), 21}, {v.view(), yv.data(), 8}};
+      matmul_multi(targets, 3, x.data(), n_tokens, 512, pool);
+      for (const MatmulTarget& t : targets) {
+        std::vector<float> want(static_cast<size_t>(n_tokens * t.w.rows));
+        matmul(t.w, x.data(), n_tokens, 512, want.data(), t.w.rows, pool);
+        EXPECT_EQ(std::memcmp(want.data(), t.y, want.size() * sizeof(float)), 0)
+            << dtype_name(t.w.type) << " " << n_tokens;
+      }
+    }
+  }
   const TestMatrix a = make_matrix(DType::kQ4_1, 4, 64, 1), b = make_matrix(DType::kQ4_1, 4, 96, 2);
   const TestMatrix c = make_matrix(DType::kQ8_0, 4, 64, 3);
   std::vector<float> x(96), y1(4), y2(4);
