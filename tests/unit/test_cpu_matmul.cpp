@@ -719,16 +719,17 @@ TEST(CpuMatmul, SwigluMatchesSiluMulThenMatmul) {
 // A background walk changes no result, and the token-lane tiles (AVX-512) advance every thread's walk.
 TEST(CpuMatmul, BackgroundPrefetchChangesNoResult) {
   const std::vector<char> other(1 << 20);
-  for (DType type : {DType::kQ4_1, DType::kQ8_0, DType::kF16}) {
-    const TestMatrix m = make_matrix(type, 96, 576, 31);
+  constexpr int64_t kCols = 768;
+  for (DType type : {DType::kQ4_1, DType::kQ8_0, DType::kF16, DType::kQ4_K}) {
+    const TestMatrix m = type == DType::kQ4_K ? make_k_matrix(type, 96, kCols, 31) : make_matrix(type, 96, kCols, 31);
     for (int64_t n_tokens : {1, 32, 70}) {
-      const std::vector<float> x = random_activations(n_tokens, 576, 576, 32);
+      const std::vector<float> x = random_activations(n_tokens, kCols, kCols, 32);
       ThreadPool pool(2);
       std::vector<float> want(static_cast<size_t>(n_tokens * 96)), got(want.size());
-      matmul(m.view(), x.data(), n_tokens, 576, want.data(), 96, pool);
+      matmul(m.view(), x.data(), n_tokens, kCols, want.data(), 96, pool);
       BackgroundPrefetch prefetch;
       prefetch.publish({{other.data(), 1 << 19}, {other.data() + (1 << 19), 1 << 19}}, 2);
-      matmul(m.view(), x.data(), n_tokens, 576, got.data(), 96, pool, &prefetch);
+      matmul(m.view(), x.data(), n_tokens, kCols, got.data(), 96, pool, &prefetch);
       EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
           << dtype_name(type) << " tokens " << n_tokens;
       if (cpu_selected_isa() == CpuIsa::kAvx512 && type != DType::kF16 && n_tokens >= 16) {

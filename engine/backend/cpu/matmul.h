@@ -48,6 +48,9 @@ struct MatrixView {
 // tokens → row-lane kernel over 16-row panels decoded to quad-major order, next panel prefetched (decode).
 // Paths (AVX2, quantized): whole groups of 16 tokens → token-lane vpmaddubsw GEMM; other tokens → row octets read in
 // place (eight rows as the lanes of one vector).
+// The k-quants split the same way on both ISAs: token-lane GEMMs that scale each sub-block's exact sums (vpmulld /
+// vpmaddwd), and rows decoded in place whose partial sums a tree of adds reduces to a lane per row (16-row panels on
+// AVX-512, octets on AVX2), so every path spends one fma per super-block, row and token.
 bool matmul_supports(DType weight_type);
 
 // y[t*y_stride + r] = Σ_c x[t*x_stride + c] * W[r, c]   for t < n_tokens, r < rows. y must not overlap x or W.

@@ -103,6 +103,9 @@ void avx512_quantize_q8(const float* x, int64_t x_stride, int64_t t0, int64_t t1
 void avx512_quantize_q8k(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, int8_t* q,
                          int64_t q_stride, float* d, int64_t d_stride, int16_t* bsums, int64_t bsum_stride);
 RangeKernel avx512_k_kernel_for(DType weight_type);
+// Token-lane GEMM of Q4_K / Q5_K / Q6_K rows [r0, r1) for token groups [g0, g1).
+void avx512_k_tl_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1,
+                       float* y, int64_t y_stride);
 void avx512_pack_token_groups(const Activations& a, int64_t g0, int64_t g1, int8_t* xp, float* dt, float* st,
                               int32_t* nxs, int32_t* bst);
 // Token-lane GEMM of Q4_0 / Q4_1 / Q8_0 rows [r0, r1) for token groups [g0, g1) (tokens 16*g0 .. 16*g1).
