@@ -120,17 +120,10 @@ static inline void pair_scales(__m256i scales, __m256i* out) {
   const __m256i low = _mm256_permute4x64_epi64(scales, _MM_SHUFFLE(1, 0, 1, 0));   // sub-blocks 0-7 in both halves
   const __m256i high = _mm256_permute4x64_epi64(scales, _MM_SHUFFLE(3, 2, 3, 2));  // sub-blocks 8-15
   for (int k = 0; k < 8; ++k) {
-    // Low half: word 2k % 8 in every word; high half: word 2k % 8 + 1.
-    const char lo = static_cast<char>(4 * (k % 4)), hi = static_cast<char>(4 * (k % 4) + 2);
-    const __m256i select = _mm256_setr_epi8(lo, static_cast<char>(lo + 1), lo, static_cast<char>(lo + 1), lo,
-                                            static_cast<char>(lo + 1), lo, static_cast<char>(lo + 1), lo,
-                                            static_cast<char>(lo + 1), lo, static_cast<char>(lo + 1), lo,
-                                            static_cast<char>(lo + 1), lo, static_cast<char>(lo + 1), hi,
-                                            static_cast<char>(hi + 1), hi, static_cast<char>(hi + 1), hi,
-                                            static_cast<char>(hi + 1), hi, static_cast<char>(hi + 1), hi,
-                                            static_cast<char>(hi + 1), hi, static_cast<char>(hi + 1), hi,
-                                            static_cast<char>(hi + 1), hi, static_cast<char>(hi + 1));
-    out[k] = _mm256_shuffle_epi8(k < 4 ? low : high, select);
+    // Every word of the low half takes word 2k % 8 of its source half, every word of the high half word 2k % 8 + 1.
+    alignas(32) int8_t select[32];
+    for (int i = 0; i < 32; ++i) select[i] = static_cast<int8_t>(4 * (k % 4) + (i < 16 ? 0 : 2) + i % 2);
+    out[k] = _mm256_shuffle_epi8(k < 4 ? low : high, _mm256_load_si256(reinterpret_cast<const __m256i*>(select)));
   }
 }
 
