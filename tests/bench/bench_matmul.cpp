@@ -32,10 +32,12 @@ const Shape kShapes[] = {
     {"output_49152x576", 49152, 576, DType::kQ8_0},
 };
 
-// k-quant weights (Q4_K_M models) need cols divisible by 256; random bytes with sane scales stand in for real ones.
+// k-quant weights (GGUF Q4_K_M / Q5_K_M models) need cols divisible by 256; random bytes with sane scales stand in for
+// real ones. Q4_0 and Q8_0 of the same shape are the yardstick the k-quant kernels are compared with.
 const Shape kKShapes[] = {
-    {"q4k_2048x2048", 2048, 2048, DType::kQ4_K},
-    {"q6k_2048x2048", 2048, 2048, DType::kQ6_K},
+    {"2048x2048", 2048, 2048, DType::kQ4_0}, {"2048x2048", 2048, 2048, DType::kQ8_0},
+    {"2048x2048", 2048, 2048, DType::kQ4_K}, {"2048x2048", 2048, 2048, DType::kQ5_K},
+    {"2048x2048", 2048, 2048, DType::kQ6_K},
 };
 
 // A DeepSeek-V3 expert's gate / up projection (hidden 7168 -> 2048) as the checkpoint ships it (FP8 with 128x128 block
@@ -90,10 +92,10 @@ Weights make_weights(const Shape& s, bool cold) {
     for (int64_t i = 0; i < w.row_bytes; ++i) out[i] = static_cast<uint8_t>(rng());
     const int64_t block = dtype_info(s.type).type_size;
     const uint16_t scale =
-        0x2000;  // f16 ~0.0078: finite super-block scales (d at the end for Q6_K, d/dmin first for Q4_K)
+        0x2000;  // f16 ~0.0078: finite super-block scales (d at the end for Q6_K, d/dmin first for Q4_K, Q5_K)
     for (int64_t off = 0; off < w.row_bytes; off += block) {
       std::memcpy(out + off + (s.type == DType::kQ6_K ? block - 2 : 0), &scale, 2);
-      if (s.type == DType::kQ4_K) std::memcpy(out + off + 2, &scale, 2);
+      if (s.type == DType::kQ4_K || s.type == DType::kQ5_K) std::memcpy(out + off + 2, &scale, 2);
     }
   }
   for (int64_t i = 1; i < w.copies; ++i) std::memcpy(w.data.get() + i * w.matrix_bytes, w.data.get(), w.matrix_bytes);
@@ -222,18 +224,27 @@ const bool kRegistered = [] {
           ->Unit(benchmark::kMicrosecond);
     }
   }
-  for (const Shape& s : kKShapes) {
-    const std::string name = std::string("kquant/avx512/") + s.name + "/" + dtype_name(s.type).data();
-    benchmark::RegisterBenchmark((name + "/decode").c_str(), bm_decode, s, CpuIsa::kAvx512, false)
-        ->ArgNames({"threads", "tokens"})
-        ->Args({2, 1})
-        ->UseRealTime()
-        ->Unit(benchmark::kMicrosecond);
-    benchmark::RegisterBenchmark((name + "/prefill").c_str(), bm_prefill, s, CpuIsa::kAvx512)
-        ->ArgNames({"threads", "tokens"})
-        ->Args({2, 128})
-        ->UseRealTime()
-        ->Unit(benchmark::kMicrosecond);
+  // Filter with --benchmark_filter=kquant/ to compare the k-quant kernels with Q4_0 / Q8_0 per ISA.
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
+    for (const Shape& s : kKShapes) {
+      const std::string name =
+          std::string("kquant/") + cpu_isa_name(isa).data() + "/" + s.name + "/" + dtype_name(s.type).data();
+      benchmark::RegisterBenchmark((name + "/decode").c_str(), bm_decode, s, isa, false)
+          ->ArgNames({"threads", "tokens"})
+          ->Args({1, 1})
+          ->Args({2, 1})
+          ->Args({1, 4})
+          ->Args({2, 4})
+          ->Args({2, 32})  // batched decode: two token-lane groups
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark((name + "/prefill").c_str(), bm_prefill, s, isa)
+          ->ArgNames({"threads", "tokens"})
+          ->Args({1, 128})
+          ->Args({2, 128})
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
   for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
     for (const Shape& s : kFp8Shapes) {

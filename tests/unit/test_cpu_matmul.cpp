@@ -350,7 +350,7 @@ TestMatrix make_k_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) 
 
 // Weight types without a dedicated kernel: dequantized rows, f32 dots against unquantized activations.
 TEST(CpuMatmul, DequantizeFallbackTypes) {
-  for (DType type : {DType::kQ2_K, DType::kQ3_K, DType::kQ5_K}) {
+  for (DType type : {DType::kQ2_K, DType::kQ3_K}) {
     if (!can_dequantize(type)) continue;
     SCOPED_TRACE(std::string(dtype_name(type)));
     const int64_t rows = 6, cols = 512, n_tokens = 3;
@@ -376,49 +376,121 @@ TEST(CpuMatmul, DequantizeFallbackTypes) {
   }
 }
 
-// Q4_K / Q6_K: the reference approximates the float64 product within the Q8_K activation rounding, and every ISA
-// matches the reference (its kernels form the same exact integer sums).
-TEST(CpuMatmul, KQuantsMatchReference) {
-  const std::vector<Case> cases = {{1, 256, 1}, {5, 512, 2}, {7, 768, 3}, {37, 256, 5}, {20, 1536, 17}, {9, 512, 33}};
-  for (DType type : {DType::kQ4_K, DType::kQ6_K}) {
-    ASSERT_TRUE(matmul_supports(type));
-    uint32_t seed = 100;
-    for (const Case& c : cases) {
-      SCOPED_TRACE(label(type, c));
-      const TestMatrix m = make_k_matrix(type, c.rows, c.cols, seed++);
-      const int64_t x_stride = c.cols + 1;
-      const std::vector<float> x = random_activations(c.n_tokens, c.cols, x_stride, seed++);
-      std::vector<float> ref(static_cast<size_t>(c.n_tokens * c.rows));
-      matmul_reference(m.view(), x.data(), c.n_tokens, x_stride, ref.data(), c.rows);
-      std::vector<double> magnitude(ref.size());
-      for (int64_t t = 0; t < c.n_tokens; ++t) {
-        const float* xt = x.data() + t * x_stride;
-        for (int64_t r = 0; r < c.rows; ++r) {
-          double want = 0, mag = 0, bound = 0;
-          for (int64_t b = 0; b < c.cols / 256; ++b) {
-            double amax = 0, wabs = 0;
-            for (int64_t j = b * 256; j < (b + 1) * 256; ++j) {
-              const double w = m.dequant[static_cast<size_t>(r * c.cols + j)];
-              want += w * xt[j];
-              mag += std::fabs(w * xt[j]);
-              amax = std::max(amax, std::fabs(static_cast<double>(xt[j])));
-              wabs += std::fabs(w);
-            }
-            bound += wabs * 0.5 * amax / 127.0 * 1.01;
+// Q8_K activations of one token as the kernels see them (the reference quantizer), dequantized: d·q per element.
+std::vector<double> q8k_values(const float* x, int64_t cols) {
+  std::vector<int8_t> q(static_cast<size_t>(cols));
+  std::vector<float> d(static_cast<size_t>(cols / 256));
+  std::vector<int16_t> bsums(static_cast<size_t>(cols / 16));
+  quantize_activations_q8k(CpuIsa::kReference, x, cols, q.data(), d.data(), bsums.data());
+  std::vector<double> v(static_cast<size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) v[static_cast<size_t>(c)] = static_cast<double>(d[c / 256]) * q[c];
+  return v;
+}
+
+// The reference implements the k-quant contract: within f32 rounding of Σ w·(d_x·q_x) over the dequantized weights and
+// Q8_K activations, and within the activation rounding of the float64 product with the f32 activations. Every ISA's
+// kernels (row tiles for odd token counts, token lanes for whole 16-token groups) give its bits, on 1, 2 and 3
+// threads, without writing past the rows.
+void check_k_type(DType type, const std::vector<Case>& cases) {
+  ASSERT_TRUE(matmul_supports(type));
+  uint32_t seed = 100;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(label(type, c));
+    const TestMatrix m = make_k_matrix(type, c.rows, c.cols, seed++);
+    const int64_t x_stride = c.cols + 1;
+    const int64_t y_stride = c.rows + 3;
+    const std::vector<float> x = random_activations(c.n_tokens, c.cols, x_stride, seed++);
+    const float kSentinel = -12345.0f;
+    std::vector<float> ref(static_cast<size_t>(c.n_tokens * y_stride), kSentinel);
+    matmul_reference(m.view(), x.data(), c.n_tokens, x_stride, ref.data(), y_stride);
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+      const float* xt = x.data() + t * x_stride;
+      const std::vector<double> xq = q8k_values(xt, c.cols);
+      for (int64_t r = 0; r < c.rows; ++r) {
+        double want = 0, want_q = 0, mag = 0, bound = 0;
+        for (int64_t b = 0; b < c.cols / 256; ++b) {
+          double amax = 0, wabs = 0;
+          for (int64_t j = b * 256; j < (b + 1) * 256; ++j) {
+            const double w = m.dequant[static_cast<size_t>(r * c.cols + j)];
+            want += w * xt[j];
+            want_q += w * xq[static_cast<size_t>(j)];
+            mag += std::fabs(w * xt[j]);
+            amax = std::max(amax, std::fabs(static_cast<double>(xt[j])));
+            wabs += std::fabs(w);
           }
-          magnitude[static_cast<size_t>(t * c.rows + r)] = mag + bound;
-          ASSERT_NEAR(ref[static_cast<size_t>(t * c.rows + r)], want, bound + 1e-5 * mag + 1e-30)
-              << "reference vs float64 dequantized product, t=" << t << " r=" << r;
+          bound += wabs * 0.5 * amax / 127.0 * 1.01;
+        }
+        const float got = ref[static_cast<size_t>(t * y_stride + r)];
+        ASSERT_NEAR(got, want_q, 2e-6 * mag + 1e-30) << "reference vs contract, t=" << t << " r=" << r;
+        ASSERT_NEAR(got, want, bound + 1e-5 * mag + 1e-30)
+            << "reference vs float64 dequantized product, t=" << t << " r=" << r;
+      }
+      for (int64_t r = c.rows; r < y_stride; ++r) ASSERT_EQ(ref[static_cast<size_t>(t * y_stride + r)], kSentinel);
+    }
+    for (CpuIsa isa : available_isas()) {
+      for (int threads : {1, 2, 3}) {
+        SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " threads=" + std::to_string(threads));
+        ThreadPool pool(threads);
+        std::vector<float> y(ref.size(), kSentinel);
+        matmul_with_isa(isa, m.view(), x.data(), c.n_tokens, x_stride, y.data(), y_stride, pool);
+        for (size_t i = 0; i < y.size(); ++i) {
+          ASSERT_EQ(std::memcmp(&y[i], &ref[i], sizeof(float)), 0)
+              << "differs from the reference at t=" << i / y_stride << " r=" << i % y_stride << ": " << y[i]
+              << " vs " << ref[i];
         }
       }
-      for (CpuIsa isa : available_isas()) {
-        for (int threads : {1, 2, 3}) {
-          SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " threads=" + std::to_string(threads));
-          ThreadPool pool(threads);
-          std::vector<float> y(ref.size());
-          matmul_with_isa(isa, m.view(), x.data(), c.n_tokens, x_stride, y.data(), c.rows, pool);
-          for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], 1e-6 * magnitude[i] + 1e-30) << "i=" << i;
+    }
+  }
+}
+
+// Token counts 1, 3 (row tiles), 17 (a token-lane group and one more), 64 (four groups), 35 with a partial row panel;
+// row counts off the 8- and 16-row tiles; 4352 columns = 17 super-blocks.
+const std::vector<Case> kKQuantCases = {{1, 256, 1},   {5, 512, 2},   {7, 768, 3},    {37, 256, 5},
+                                        {20, 1536, 17}, {9, 512, 33}, {67, 512, 64},  {130, 256, 1},
+                                        {19, 4352, 3},  {33, 768, 64}, {18, 1024, 35}};
+
+TEST(CpuMatmul, Q4_KMatchesReference) { check_k_type(DType::kQ4_K, kKQuantCases); }
+TEST(CpuMatmul, Q5_KMatchesReference) { check_k_type(DType::kQ5_K, kKQuantCases); }
+TEST(CpuMatmul, Q6_KMatchesReference) { check_k_type(DType::kQ6_K, kKQuantCases); }
+
+// Integer sums at their limits: every code, scale and min at its extreme (Q4_K nibbles 15, Q5_K codes 31, scales and
+// mins 63; Q6_K codes 63 or 0 with scales 127 or -128) against activations that all quantize to +127 or -127, over 35
+// tokens. The AVX2 kernels keep pair sums in 16 bits for several quads; any overflow or saturation shows here.
+TEST(CpuMatmul, ExtremeKCodesMatchReference) {
+  const int64_t rows = 18, cols = 512, n_tokens = 35;
+  std::vector<float> x(static_cast<size_t>(n_tokens * cols));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(t * cols + c)] = (t % 2 == 0 ? 1.0f : -1.0f) * 0.5f;
+  }
+  for (DType type : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    for (int variant = 0; variant < 2; ++variant) {
+      SCOPED_TRACE(std::string(dtype_name(type)) + " variant " + std::to_string(variant));
+      const int64_t block_bytes = dtype_info(type).type_size;
+      const int64_t row_bytes = *dtype_row_bytes(type, cols);
+      std::vector<uint8_t> w(static_cast<size_t>(rows * row_bytes));
+      const uint16_t one = f32_to_fp16(1.0f), half = f32_to_fp16(0.5f);
+      for (int64_t off = 0; off < static_cast<int64_t>(w.size()); off += block_bytes) {
+        uint8_t* blk = &w[static_cast<size_t>(off)];
+        if (type == DType::kQ6_K) {
+          std::memset(blk, variant == 0 ? 0xFF : 0x00, 192);           // ql, qh: codes 63 (value 31) or 0 (-32)
+          std::memset(blk + 192, variant == 0 ? 0x7F : 0x80, 16);     // scales 127 or -128
+          std::memcpy(blk + 208, &one, 2);
+          continue;
         }
+        std::memcpy(blk, &one, 2);
+        std::memcpy(blk + 2, &half, 2);
+        std::memset(blk + 4, variant == 0 ? 0xFF : 0x3F, 12);  // all scales and mins 63 (or the low six bits only)
+        std::memset(blk + 16, 0xFF, static_cast<size_t>(block_bytes - 16));
+      }
+      const MatrixView view{w.data(), type, rows, cols, row_bytes};
+      std::vector<float> ref(static_cast<size_t>(n_tokens * rows));
+      matmul_reference(view, x.data(), n_tokens, cols, ref.data(), rows);
+      for (CpuIsa isa : available_isas()) {
+        SCOPED_TRACE(std::string(cpu_isa_name(isa)));
+        ThreadPool pool(2);
+        std::vector<float> y(ref.size());
+        matmul_with_isa(isa, view, x.data(), n_tokens, cols, y.data(), rows, pool);
+        ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)), 0) << "differs from the reference";
       }
     }
   }
@@ -575,6 +647,27 @@ TEST(CpuMatmul, MultiMatchesSeparateCalls) {
       }
     }
   }
+  // A Q4_K_M / Q5_K_M layer's projections mix the k-quants, which share the Q8_K activations.
+  {
+    const TestMatrix q = make_k_matrix(DType::kQ4_K, 40, 512, 11), k = make_k_matrix(DType::kQ5_K, 21, 512, 12),
+                     v = make_k_matrix(DType::kQ6_K, 8, 512, 13);
+    ASSERT_TRUE(matmul_shares_activations(DType::kQ4_K, DType::kQ6_K));
+    ASSERT_TRUE(matmul_shares_activations(DType::kQ5_K, DType::kQ6_K));
+    for (int64_t n_tokens : {1, 3, 40}) {
+      const std::vector<float> x = random_activations(n_tokens, 512, 512, 14);
+      ThreadPool pool(2);
+      std::vector<float> yq(static_cast<size_t>(n_tokens * 40)), yk(static_cast<size_t>(n_tokens * 21)),
+          yv(static_cast<size_t>(n_tokens * 8));
+      const MatmulTarget targets[] = {{q.view(), yq.data(), 40}, {k.view(), yk.data(), 21}, {v.view(), yv.data(), 8}};
+      matmul_multi(targets, 3, x.data(), n_tokens, 512, pool);
+      for (const MatmulTarget& t : targets) {
+        std::vector<float> want(static_cast<size_t>(n_tokens * t.w.rows));
+        matmul(t.w, x.data(), n_tokens, 512, want.data(), t.w.rows, pool);
+        EXPECT_EQ(std::memcmp(want.data(), t.y, want.size() * sizeof(float)), 0)
+            << dtype_name(t.w.type) << " " << n_tokens;
+      }
+    }
+  }
   const TestMatrix a = make_matrix(DType::kQ4_1, 4, 64, 1), b = make_matrix(DType::kQ4_1, 4, 96, 2);
   const TestMatrix c = make_matrix(DType::kQ8_0, 4, 64, 3);
   std::vector<float> x(96), y1(4), y2(4);
@@ -626,16 +719,17 @@ TEST(CpuMatmul, SwigluMatchesSiluMulThenMatmul) {
 // A background walk changes no result, and the token-lane tiles (AVX-512) advance every thread's walk.
 TEST(CpuMatmul, BackgroundPrefetchChangesNoResult) {
   const std::vector<char> other(1 << 20);
-  for (DType type : {DType::kQ4_1, DType::kQ8_0, DType::kF16}) {
-    const TestMatrix m = make_matrix(type, 96, 576, 31);
+  constexpr int64_t kCols = 768;
+  for (DType type : {DType::kQ4_1, DType::kQ8_0, DType::kF16, DType::kQ4_K}) {
+    const TestMatrix m = type == DType::kQ4_K ? make_k_matrix(type, 96, kCols, 31) : make_matrix(type, 96, kCols, 31);
     for (int64_t n_tokens : {1, 32, 70}) {
-      const std::vector<float> x = random_activations(n_tokens, 576, 576, 32);
+      const std::vector<float> x = random_activations(n_tokens, kCols, kCols, 32);
       ThreadPool pool(2);
       std::vector<float> want(static_cast<size_t>(n_tokens * 96)), got(want.size());
-      matmul(m.view(), x.data(), n_tokens, 576, want.data(), 96, pool);
+      matmul(m.view(), x.data(), n_tokens, kCols, want.data(), 96, pool);
       BackgroundPrefetch prefetch;
       prefetch.publish({{other.data(), 1 << 19}, {other.data() + (1 << 19), 1 << 19}}, 2);
-      matmul(m.view(), x.data(), n_tokens, 576, got.data(), 96, pool, &prefetch);
+      matmul(m.view(), x.data(), n_tokens, kCols, got.data(), 96, pool, &prefetch);
       EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
           << dtype_name(type) << " tokens " << n_tokens;
       if (cpu_selected_isa() == CpuIsa::kAvx512 && type != DType::kF16 && n_tokens >= 16) {
@@ -653,9 +747,9 @@ TEST(CpuMatmul, SupportsAndRejects) {
     EXPECT_TRUE(matmul_supports(t)) << dtype_name(t);
   }
   EXPECT_FALSE(matmul_supports(DType::kI32));
+  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) EXPECT_TRUE(matmul_supports(t)) << dtype_name(t);
   // Everything else core/quant.h can dequantize goes through the slow fallback.
-  for (DType t : {DType::kQ4_K, DType::kQ6_K}) EXPECT_TRUE(matmul_supports(t)) << dtype_name(t);
-  for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ5_K, DType::kFP8_E4M3}) {
+  for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kFP8_E4M3}) {
     EXPECT_EQ(matmul_supports(t), can_dequantize(t)) << dtype_name(t);
   }
   ThreadPool pool(1);

@@ -25,7 +25,9 @@
 #include "backend/cpu/rope_simd.h"
 #include "backend/cpu/vector_math.h"
 #include "core/cpu_features.h"
+#include "core/error.h"
 #include "core/half.h"
+#include "core/quant.h"
 
 namespace servetune::cpu {
 namespace {
@@ -546,6 +548,55 @@ TEST(CpuOps, BackendRopeTableEqualsReference) {
         ASSERT_EQ(x, want) << "theta " << theta << " neox " << neox << " first position " << positions[0];
       }
     }
+  }
+}
+
+// Embedding rows of k-quant tables are their dequantized rows (core/quant.h, checked against gguf.quants by
+// test_quant); Q5_K's are also spelled out here from ggml's block_q5_K layout: element 32j + l of a super-block is
+// d·scale_j·q − dmin·min_j with q the nibble of qs[32(j/2) + l] (low for even j) plus 16 for bit j of qh[l].
+TEST(CpuOps, EmbedKQuantRows) {
+  CpuBackend backend(2);
+  std::mt19937 rng(17);
+  for (DType type : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    SCOPED_TRACE(std::string(dtype_name(type)));
+    const int64_t rows = 11, cols = 768;
+    const int64_t row_bytes = *dtype_row_bytes(type, cols);
+    const int64_t block_bytes = dtype_info(type).type_size;
+    std::vector<uint8_t> table(static_cast<size_t>(rows * row_bytes));
+    for (uint8_t& b : table) b = static_cast<uint8_t>(rng());
+    std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+    for (int64_t off = 0; off < static_cast<int64_t>(table.size()); off += block_bytes) {
+      const uint16_t d = f32_to_fp16(scale(rng)), dmin = f32_to_fp16(scale(rng));
+      std::memcpy(&table[static_cast<size_t>(off + (type == DType::kQ6_K ? block_bytes - 2 : 0))], &d, 2);
+      if (type != DType::kQ6_K) std::memcpy(&table[static_cast<size_t>(off + 2)], &dmin, 2);
+    }
+    const WeightMatrix w{table.data(), type, rows, cols, row_bytes};
+    const std::vector<int32_t> ids = {3, 0, 10, 3};
+    std::vector<float> out(ids.size() * cols);
+    backend.embed(w, ids.data(), static_cast<int64_t>(ids.size()), out.data());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const uint8_t* row = table.data() + ids[i] * row_bytes;
+      std::vector<float> want(static_cast<size_t>(cols));
+      dequantize_row(type, row, want.data(), cols);
+      ASSERT_EQ(std::memcmp(out.data() + i * cols, want.data(), want.size() * sizeof(float)), 0) << "id " << ids[i];
+      if (type != DType::kQ5_K) continue;
+      for (int64_t e = 0; e < cols; ++e) {
+        BlockQ5_K blk;
+        std::memcpy(&blk, row + e / 256 * block_bytes, sizeof blk);
+        const int j = static_cast<int>(e % 256 / 32), l = static_cast<int>(e % 32);
+        const uint8_t* s = blk.scales;
+        const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4;
+        const int mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+        const int nibble = j % 2 == 0 ? blk.qs[32 * (j / 2) + l] & 0xF : blk.qs[32 * (j / 2) + l] >> 4;
+        const int q = nibble + ((blk.qh[l] >> j) & 1) * 16;
+        const float d1 = fp16_to_f32(blk.d) * static_cast<float>(sc);
+        const float m1 = fp16_to_f32(blk.dmin) * static_cast<float>(mn);
+        const float v = d1 * static_cast<float>(q);
+        ASSERT_EQ(out[i * cols + static_cast<size_t>(e)], v - m1) << "id " << ids[i] << " element " << e;
+      }
+    }
+    const int32_t bad = static_cast<int32_t>(rows);
+    EXPECT_THROW(backend.embed(w, &bad, 1, out.data()), Error);
   }
 }
 

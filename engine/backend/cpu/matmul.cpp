@@ -33,6 +33,7 @@ ActKind act_kind(DType weight_type) {
     case DType::kQ5_1:
       return ActKind::kQ8_1;
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K:
       return ActKind::kQ8_K;
     default:
@@ -136,6 +137,7 @@ struct ActStorage {
   float* dt = nullptr;
   float* st = nullptr;
   int32_t* nxs = nullptr;
+  int32_t* bst = nullptr;
 };
 
 // `token_lanes`: also reserve the token-lane layout of the whole 16-token groups (see Activations).
@@ -177,17 +179,31 @@ ActStorage allocate_activations(ActKind kind, int64_t n_tokens, int64_t cols, Ac
     a.d_stride = round_up(a.nb, 16);
     a.q_stride = round_up(cols, kActAlign);
     a.bsum_stride = round_up(cols / 16, 32);
+    a.n_groups = token_lanes ? n_tokens / kTokenGroup : 0;
     const int64_t q_bytes = a.q_stride * n_tokens;
     const int64_t d_bytes = a.d_stride * n_tokens * static_cast<int64_t>(sizeof(float));
     const int64_t bsum_bytes = a.bsum_stride * n_tokens * static_cast<int64_t>(sizeof(int16_t));
-    auto* base = static_cast<uint8_t*>(
-        thread_scratch(ScratchSlot::kActivations, static_cast<size_t>(q_bytes + d_bytes + bsum_bytes)));
+    // Token-lane quads, scales and bsum pairs of the whole groups.
+    const int64_t lane_tokens = a.n_groups * kTokenGroup;
+    const int64_t lane_bytes = lane_tokens * (a.q_stride + a.d_stride * static_cast<int64_t>(sizeof(float)) +
+                                              a.bsum_stride * static_cast<int64_t>(sizeof(int16_t)));
+    auto* base = static_cast<uint8_t*>(thread_scratch(ScratchSlot::kActivations,
+                                                      static_cast<size_t>(q_bytes + d_bytes + bsum_bytes + lane_bytes)));
     st.q = reinterpret_cast<int8_t*>(base);
     st.d = reinterpret_cast<float*>(base + q_bytes);
     st.bsums = reinterpret_cast<int16_t*>(base + q_bytes + d_bytes);
     a.q = st.q;
     a.d = st.d;
     a.bsums = st.bsums;
+    if (a.n_groups > 0) {
+      uint8_t* lanes = base + q_bytes + d_bytes + bsum_bytes;
+      st.xp = reinterpret_cast<int8_t*>(lanes);
+      st.dt = reinterpret_cast<float*>(lanes + lane_tokens * a.q_stride);
+      st.bst = reinterpret_cast<int32_t*>(st.dt + lane_tokens * a.d_stride);
+      a.xp = st.xp;
+      a.dt = st.dt;
+      a.bst = st.bst;
+    }
   } else {
     a.f_stride = round_up(cols, kActAlign / static_cast<int64_t>(sizeof(float)));
     st.f = static_cast<float*>(
@@ -198,7 +214,7 @@ ActStorage allocate_activations(ActKind kind, int64_t n_tokens, int64_t cols, Ac
 }
 
 void pack_token_groups(const IsaKernels& k, int64_t g0, int64_t g1, const ActStorage& st, const Activations& a) {
-  if (a.n_groups > 0) k.pack_token_groups(a, g0, g1, st.xp, st.dt, st.st, st.nxs);
+  if (a.n_groups > 0) k.pack_token_groups(a, g0, g1, st.xp, st.dt, st.st, st.nxs, st.bst);
 }
 
 void prepare_activations(const IsaKernels& k, ActKind kind, const float* x, int64_t x_stride, int64_t t0, int64_t t1,

@@ -35,9 +35,12 @@ struct MatrixView {
 //               an fma chain of m_w·s_x, result acc (+ mins). ggml's x86 vec_dot rounds per 4-element quad into
 //               eight lanes instead: the two differ by f32 rounding only (the quantized inputs are identical), and
 //               one float op per block instead of eight is what lets batched matmuls run at the integer rate.
-//   Q4_K, Q6_K  activations quantized per 256-block to Q8_K as ggml's quantize_row_q8_K_ref (f32 d = max/−127,
-//               q = round-half-even(x·−127/max)); per super-block integer sums with the 6-bit / 8-bit sub-block
-//               scales, y = Σ d_w·d_x·isum (− dmin_w·d_x·Σ min·bsum for Q4_K): close to ggml, not bit-exact.
+//   Q4_K, Q5_K, Q6_K
+//               activations quantized per 256-block to Q8_K as ggml's quantize_row_q8_K_ref (f32 d = max/−127,
+//               q = round-half-even(x·−127/max), bsums per 16). Per super-block the exact integer sums with the
+//               sub-block scales, isum = Σ scale·Σ q_w·q_x (Q6_K's codes − 32) and, for Q4_K / Q5_K, msum =
+//               Σ min·bsum; then acc = fma(d_w·d_x, float(isum), acc), mins = fma(dmin_w·d_x, float(msum), mins),
+//               result acc − mins. ggml's x86 vec_dot rounds per vector lane instead: close, not bit-exact.
 //   FP8_E4M3_B128
 //               each weight dequantized as core/quant.h's dequantize_fp8_block_row does (e4m3 value times its block's
 //               f32 scale, one rounding) inside the kernel, then the F32 kernel's arithmetic: the result equals the
@@ -53,6 +56,9 @@ struct MatrixView {
 // tokens → row-lane kernel over 16-row panels decoded to quad-major order, next panel prefetched (decode).
 // Paths (AVX2, quantized): whole groups of 16 tokens → token-lane vpmaddubsw GEMM; other tokens → row octets read in
 // place (eight rows as the lanes of one vector).
+// The k-quants split the same way on both ISAs: token-lane GEMMs that scale each sub-block's exact sums (vpmulld /
+// vpmaddwd), and rows decoded in place whose partial sums a tree of adds reduces to a lane per row (16-row panels on
+// AVX-512, octets on AVX2), so every path spends one fma per super-block, row and token.
 bool matmul_supports(DType weight_type);
 
 // y[t*y_stride + r] = Σ_c x[t*x_stride + c] * W[r, c]   for t < n_tokens, r < rows. y must not overlap x or W.

@@ -38,11 +38,13 @@ struct Activations {
   // xp + g*q_stride*16 the quads (4 consecutive quants) of its 16 tokens, quad-major (s8), and at
   // dt / st + g*d_stride*16 the block scales / Q8_1 sums, block-major (16 tokens per block).
   // For Q8_0 activations also nxs + g*d_stride*16: −Σ of each block's 32 quants, block-major (16 tokens per block;
-  // the offset correction of signed weight codes).
+  // the offset correction of signed weight codes). For Q8_K, dt holds the super-block scales and bst +
+  // g*(bsum_stride/2)*16 the bsums in pairs, pair-major: the dword of pair p holds bsums 2p (low) and 2p + 1 (high).
   const int8_t* xp = nullptr;
   const float* dt = nullptr;
   const float* st = nullptr;
   const int32_t* nxs = nullptr;
+  const int32_t* bst = nullptr;
   int64_t n_groups = 0;
   // The calling thread's share of memory to fetch for a later operation while the tiles compute (may be null).
   PrefetchCursor* background = nullptr;
@@ -78,8 +80,10 @@ using RoundFn = void (*)(const float* x, int64_t x_stride, int64_t t0, int64_t t
 using QuantizeKFn = void (*)(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, int8_t* q,
                              int64_t q_stride, float* d, int64_t d_stride, int16_t* bsums, int64_t bsum_stride);
 
-// Builds the token-lane layout of groups [g0, g1) from the quantized activations in `a`.
-using PackFn = void (*)(const Activations& a, int64_t g0, int64_t g1, int8_t* xp, float* dt, float* st, int32_t* nxs);
+// Builds the token-lane layout of groups [g0, g1) from the quantized activations in `a` (st, nxs, bst: null when the
+// scheme has none).
+using PackFn = void (*)(const Activations& a, int64_t g0, int64_t g1, int8_t* xp, float* dt, float* st, int32_t* nxs,
+                        int32_t* bst);
 
 struct IsaKernels {
   QuantizeFn quantize_q8;
@@ -100,8 +104,11 @@ void avx512_quantize_q8(const float* x, int64_t x_stride, int64_t t0, int64_t t1
 void avx512_quantize_q8k(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, int8_t* q,
                          int64_t q_stride, float* d, int64_t d_stride, int16_t* bsums, int64_t bsum_stride);
 RangeKernel avx512_k_kernel_for(DType weight_type);
+// Token-lane GEMM of Q4_K / Q5_K / Q6_K rows [r0, r1) for token groups [g0, g1).
+void avx512_k_tl_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1,
+                       float* y, int64_t y_stride);
 void avx512_pack_token_groups(const Activations& a, int64_t g0, int64_t g1, int8_t* xp, float* dt, float* st,
-                              int32_t* nxs);
+                              int32_t* nxs, int32_t* bst);
 // Token-lane GEMM of Q4_0 / Q4_1 / Q8_0 rows [r0, r1) for token groups [g0, g1) (tokens 16*g0 .. 16*g1).
 void avx512_tl_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, float* y,
                      int64_t y_stride);
@@ -116,10 +123,16 @@ void avx512_round_f16(const float* x, int64_t x_stride, int64_t t0, int64_t t1, 
 void avx512_round_bf16(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, float* out,
                        int64_t out_stride);
 void avx2_pack_token_groups(const Activations& a, int64_t g0, int64_t g1, int8_t* xp, float* dt, float* st,
-                            int32_t* nxs);
+                            int32_t* nxs, int32_t* bst);
 // Token-lane GEMM of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows [r0, r1) for token groups [g0, g1).
 void avx2_tl_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, float* y,
                    int64_t y_stride);
+void avx2_quantize_q8k(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, int8_t* q,
+                       int64_t q_stride, float* d, int64_t d_stride, int16_t* bsums, int64_t bsum_stride);
+RangeKernel avx2_k_kernel_for(DType weight_type);
+// Token-lane GEMM of Q4_K / Q5_K / Q6_K rows [r0, r1) for token groups [g0, g1).
+void avx2_k_tl_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, float* y,
+                     int64_t y_stride);
 RangeKernel avx2_float_kernel_for(DType weight_type);
 void avx2_round_f16(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, float* out,
                     int64_t out_stride);

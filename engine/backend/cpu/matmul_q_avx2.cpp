@@ -216,6 +216,10 @@ RangeKernel kernel_for(DType type) {
       return quant_range<DType::kQ8_0>;
     case DType::kFP8_E4M3_B128:
       return avx2_fp8_block_range;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return avx2_k_kernel_for(type);
     default:
       return avx2_float_kernel_for(type);
   }
@@ -224,7 +228,7 @@ RangeKernel kernel_for(DType type) {
 }  // namespace
 
 const IsaKernels& avx2_kernels() {
-  static const IsaKernels kernels{quantize_q8, quantize_q8k_reference, avx2_round_f16, avx2_round_bf16,
+  static const IsaKernels kernels{quantize_q8, avx2_quantize_q8k, avx2_round_f16, avx2_round_bf16,
                                   kernel_for,  avx2_pack_token_groups};
   return kernels;
 }

@@ -205,6 +205,7 @@ RangeKernel kernel_for(DType type) {
     case DType::kFP8_E4M3_B128:
       return avx512_fp8_block_range;
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K:
       return avx512_k_kernel_for(type);
     default:

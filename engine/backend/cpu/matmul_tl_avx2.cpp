@@ -208,7 +208,7 @@ void tl_range_impl(const Weights& w, const Activations& a, int64_t r0, int64_t r
 }  // namespace
 
 void avx2_pack_token_groups(const Activations& a, int64_t g0, int64_t g1, int8_t* xp, float* dt, float* st,
-                            int32_t* nxs) {
+                            int32_t* nxs, int32_t* bst) {
   const int64_t xp_stride = a.q_stride * 16;
   const int64_t dt_stride = a.d_stride * 16;
   const __m256i ones8 = _mm256_set1_epi8(1);
@@ -243,6 +243,17 @@ void avx2_pack_token_groups(const Activations& a, int64_t g0, int64_t g1, int8_t
           for (int t = 0; t < 8; ++t) v[t] = _mm256_load_ps(src + (t0 + t) * a.d_stride + c);
           transpose8(v);
           for (int i = 0; i < 8; ++i) _mm256_store_ps(dst + g * dt_stride + (c + i) * 16 + h * 8, v[i]);
+        }
+      }
+      // Q8_K bsums, a pair per dword: 8 tokens × 8 pairs → 8 pairs × 8 tokens.
+      if (bst == nullptr) continue;
+      const int64_t pairs = a.bsum_stride / 2;
+      const auto* src = reinterpret_cast<const float*>(a.bsums);
+      for (int64_t c = 0; c < pairs; c += 8) {
+        for (int t = 0; t < 8; ++t) v[t] = _mm256_load_ps(src + (t0 + t) * pairs + c);
+        transpose8(v);
+        for (int i = 0; i < 8; ++i) {
+          _mm256_store_ps(reinterpret_cast<float*>(bst) + g * pairs * 16 + (c + i) * 16 + h * 8, v[i]);
         }
       }
     }

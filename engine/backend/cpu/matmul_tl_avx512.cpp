@@ -386,7 +386,7 @@ void tl_range_impl(const Weights& w, const Activations& a, int64_t r0, int64_t r
 }  // namespace
 
 void avx512_pack_token_groups(const Activations& a, int64_t g0, int64_t g1, int8_t* xp, float* dt, float* st,
-                              int32_t* nxs) {
+                              int32_t* nxs, int32_t* bst) {
   const int64_t xp_stride = a.q_stride * 16;
   const int64_t dt_stride = a.d_stride * 16;
   const __m512i ones = _mm512_set1_epi8(1);
@@ -414,6 +414,15 @@ void avx512_pack_token_groups(const Activations& a, int64_t g0, int64_t g1, int8
         transpose16(v);
         for (int i = 0; i < 16; ++i) _mm512_store_si512(dst + g * dt_stride + (c + i) * 16, v[i]);
       }
+    }
+    // Q8_K bsums, a pair per dword: 16 tokens × 16 pairs → 16 pairs × 16 tokens.
+    if (bst == nullptr) continue;
+    const int64_t pairs = a.bsum_stride / 2;
+    const auto* src = reinterpret_cast<const int32_t*>(a.bsums);
+    for (int64_t c = 0; c < pairs; c += 16) {
+      for (int t = 0; t < 16; ++t) v[t] = _mm512_load_si512(src + (g * 16 + t) * pairs + c);
+      transpose16(v);
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(bst + g * pairs * 16 + (c + i) * 16, v[i]);
     }
   }
 }
