@@ -125,9 +125,12 @@ void CpuBackend::attention_latent(const KvLayerView& kv, const AttentionBatch& b
   // every thread has some (a decode step of one sequence).
   const int64_t n = batch.n_tokens, threads = pool_.size();
   const int64_t head_groups = n >= threads ? 1 : std::min<int64_t>(n_heads, (threads + n - 1) / n);
-  pool_.parallel_for(n * head_groups, 1, [&](int64_t i0, int64_t i1) {
+  // Items go round-robin to the threads: a prefill's later tokens see more positions, so contiguous ranges would
+  // leave the first thread idle while the last one works through the long contexts.
+  const int64_t items = n * head_groups;
+  pool_.run([&](int index, int n_threads) {
     LatentAttentionScratch scratch;
-    for (int64_t i = i0; i < i1; ++i) {
+    for (int64_t i = index; i < items; i += n_threads) {
       const int64_t t = i / head_groups, g = i % head_groups;
       kernel(item, t, n_heads * g / head_groups, n_heads * (g + 1) / head_groups, scratch);
     }
