@@ -97,26 +97,14 @@ HfModelConfig deepseek_v3_tiny() {
 // renormalised, routed_scaling_factor 1, two shared experts, the first layer dense, yarn with mscale ==
 // mscale_all_dim == 0.707.
 HfModelConfig deepseek_v2_lite_tiny() {
-  HfModelConfig c = moe_base("deepseek_v2", "DeepseekV2ForCausalLM");
-  c.intermediate_size = 128;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 4;
-  c.mla = {.q_lora_rank = 0, .kv_lora_rank = 32, .qk_nope_head_dim = 16, .qk_rope_head_dim = 8, .v_head_dim = 16};
-  c.head_dim = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;
-  c.max_position_embeddings = 5120;
-  c.rms_norm_eps = 1e-6;
-  c.rope_theta = 10000.0;
-  c.rope_scaling.type = RopeScalingType::kYarn;
-  c.rope_scaling.factor = 40.0;
-  c.rope_scaling.original_max_position_embeddings = 128;
-  c.rope_scaling.beta_fast = 32.0;
-  c.rope_scaling.beta_slow = 1.0;
+  HfModelConfig c = deepseek_v3_tiny();  // the same widths, layers and yarn band
+  c.model_type = "deepseek_v2";
+  c.architecture = "DeepseekV2ForCausalLM";
+  c.mla.q_lora_rank = 0;
   c.rope_scaling.mscale = 0.707;
   c.rope_scaling.mscale_all_dim = 0.707;
   HfMoeConfig& m = c.moe;
-  m.num_experts = 16;
   m.num_experts_per_tok = 6;
-  m.moe_intermediate_size = 32;
   m.n_shared_experts = 2;
   m.norm_topk_prob = false;
   m.routed_scaling_factor = 1.0;
@@ -124,8 +112,7 @@ HfModelConfig deepseek_v2_lite_tiny() {
   m.topk_method = "greedy";
   m.n_group = 1;
   m.topk_group = 1;
-  m.first_k_dense_replace = 1;
-  m.moe_layer_freq = 1;
+  c.num_nextn_predict_layers = 0;
   return c;
 }
 
