@@ -23,16 +23,17 @@ struct LatentAttentionScratch {
   std::vector<float> row, scores, sum, acc;
 };
 
-// Token t's heads [h0, h1): out = softmax(q . row * scale) weighted sum of the rows' first v_dim values.
-using LatentAttentionKernel = void (*)(const LatentAttentionItem& item, int64_t t, int64_t h0, int64_t h1,
+// Tokens [t0, t1) (one sequence, consecutive positions), heads [h0, h1): out = softmax(q . row * scale) weighted
+// sum of the rows' first v_dim values.
+using LatentAttentionKernel = void (*)(const LatentAttentionItem& item, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
                                        LatentAttentionScratch& scratch);
 
 namespace detail {
-void latent_attention_reference(const LatentAttentionItem& item, int64_t t, int64_t h0, int64_t h1,
+void latent_attention_reference(const LatentAttentionItem& item, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
                                 LatentAttentionScratch& scratch);
-void latent_attention_avx2(const LatentAttentionItem& item, int64_t t, int64_t h0, int64_t h1,
+void latent_attention_avx2(const LatentAttentionItem& item, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
                            LatentAttentionScratch& scratch);
-void latent_attention_avx512(const LatentAttentionItem& item, int64_t t, int64_t h0, int64_t h1,
+void latent_attention_avx512(const LatentAttentionItem& item, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
                              LatentAttentionScratch& scratch);
 }  // namespace detail
 

@@ -3,9 +3,9 @@
 
 namespace servetune::cpu::detail {
 
-void latent_attention_avx2(const LatentAttentionItem& item, int64_t t, int64_t h0, int64_t h1,
+void latent_attention_avx2(const LatentAttentionItem& item, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
                            LatentAttentionScratch& scratch) {
-  latent_attention_body(item, t, h0, h1, scratch);
+  latent_attention_body(item, t0, t1, h0, h1, scratch);
 }
 
 }  // namespace servetune::cpu::detail

@@ -2,6 +2,7 @@
 // that ISA (the same additions in the same order everywhere). Internal linkage: safe in any ISA's file.
 #pragma once
 
+#include <algorithm>
 #include <span>
 #include <vector>
 
@@ -43,41 +44,51 @@ struct CachedRows {
   }
 };
 
-// Three passes over the token's positions: every head's scores (each row read once for all heads, which share it),
-// the softmax weights by the vector exp, then the weighted sum of the rows' first v_dim values.
-inline void latent_attention_body(const LatentAttentionItem& item, int64_t t, int64_t h0, int64_t h1,
+// Tokens [t0, t1) of one sequence at consecutive positions (a prefill chunk's run, or one decode token), heads
+// [h0, h1): three passes over the positions: every (token, head)'s scores (each cached row read once for all of them,
+// since the heads share it and every later token sees it too), the softmax weights by the vector exp, then the
+// weighted sum of the rows' first v_dim values.
+inline void latent_attention_body(const LatentAttentionItem& item, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
                                   LatentAttentionScratch& s) {
   const KvLayerView& kv = *item.kv;
   const AttentionBatch& batch = *item.batch;
-  const int64_t width = kv.head_dim, v_dim = item.v_dim, hn = h1 - h0, n_pos = batch.positions[t] + 1;
-  const CachedRows rows{kv, batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq,
+  const int64_t width = kv.head_dim, v_dim = item.v_dim, hn = h1 - h0, first = batch.positions[t0];
+  const int64_t span = batch.positions[t1 - 1] + 1;  // positions any of the tokens sees; scores' row stride
+  const int64_t lanes = (t1 - t0) * hn;                // (token, head) pairs, token-major
+  const CachedRows rows{kv, batch.block_tables + batch.seq_of_token[t0] * batch.max_blocks_per_seq,
                         width * dtype_info(kv.dtype).type_size};
   s.row.resize(static_cast<size_t>(width));
-  s.scores.resize(static_cast<size_t>(hn * n_pos));
-  s.acc.assign(static_cast<size_t>(hn * v_dim), 0.0f);
-  s.sum.resize(static_cast<size_t>(hn));
-  const float* qt = item.q + (t * item.n_heads + h0) * width;
-  for (int64_t p = 0; p < n_pos; ++p) {
+  s.scores.resize(static_cast<size_t>(lanes * span));
+  s.acc.assign(static_cast<size_t>(lanes * v_dim), 0.0f);
+  s.sum.resize(static_cast<size_t>(lanes));
+  // Token t0 + j sees positions [0, first + j]: a row at position p serves the tokens from j = p - first on.
+  const auto first_token = [&](int64_t p) { return std::max<int64_t>(0, p - first); };
+  for (int64_t p = 0; p < span; ++p) {
     const float* r = rows.get(p, s.row);
-    for (int64_t h = 0; h < hn; ++h) s.scores[static_cast<size_t>(h * n_pos + p)] = lane_dot(qt + h * width, r, width);
+    for (int64_t j = first_token(p); j < t1 - t0; ++j) {
+      const float* qt = item.q + ((t0 + j) * item.n_heads + h0) * width;
+      float* scores = s.scores.data() + j * hn * span + p;
+      for (int64_t h = 0; h < hn; ++h) scores[h * span] = lane_dot(qt + h * width, r, width);
+    }
   }
-  for (int64_t h = 0; h < hn; ++h) {
-    const std::span<float> head(s.scores.data() + h * n_pos, static_cast<size_t>(n_pos));
-    const float max = max_value(head);
-    s.sum[static_cast<size_t>(h)] = static_cast<float>(exp_scaled(head, max, item.scale, head));
+  for (int64_t lane = 0; lane < lanes; ++lane) {
+    const std::span<float> seen(s.scores.data() + lane * span, static_cast<size_t>(first + lane / hn + 1));
+    const float max = max_value(seen);
+    s.sum[static_cast<size_t>(lane)] = static_cast<float>(exp_scaled(seen, max, item.scale, seen));
   }
-  for (int64_t p = 0; p < n_pos; ++p) {
+  for (int64_t p = 0; p < span; ++p) {
     const float* r = rows.get(p, s.row);
-    for (int64_t h = 0; h < hn; ++h) {
-      const float w = s.scores[static_cast<size_t>(h * n_pos + p)];
-      float* a = s.acc.data() + h * v_dim;
+    for (int64_t lane = first_token(p) * hn; lane < lanes; ++lane) {
+      const float w = s.scores[static_cast<size_t>(lane * span + p)];
+      float* a = s.acc.data() + lane * v_dim;
       for (int64_t c = 0; c < v_dim; ++c) a[c] += w * r[c];
     }
   }
-  for (int64_t h = 0; h < hn; ++h) {
-    const float inv = 1.0f / s.sum[static_cast<size_t>(h)];
-    float* o = item.out + (t * item.n_heads + h0 + h) * v_dim;
-    const float* a = s.acc.data() + h * v_dim;
+  for (int64_t lane = 0; lane < lanes; ++lane) {
+    const float inv = 1.0f / s.sum[static_cast<size_t>(lane)];
+    const int64_t t = t0 + lane / hn, h = h0 + lane % hn;
+    float* o = item.out + (t * item.n_heads + h) * v_dim;
+    const float* a = s.acc.data() + lane * v_dim;
     for (int64_t c = 0; c < v_dim; ++c) o[c] = a[c] * inv;
   }
 }

@@ -105,9 +105,9 @@ void CpuBackend::store_latent(const KvLayerView& kv, const float* latent, int64_
 
 namespace detail {
 
-void latent_attention_reference(const LatentAttentionItem& item, int64_t t, int64_t h0, int64_t h1,
+void latent_attention_reference(const LatentAttentionItem& item, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
                                 LatentAttentionScratch& scratch) {
-  latent_attention_body(item, t, h0, h1, scratch);
+  latent_attention_body(item, t0, t1, h0, h1, scratch);
 }
 
 }  // namespace detail
@@ -121,18 +121,32 @@ void CpuBackend::attention_latent(const KvLayerView& kv, const AttentionBatch& b
                                        : isa >= CpuIsa::kAvx2 ? &detail::latent_attention_avx2
                                                               : &detail::latent_attention_reference;
   const LatentAttentionItem item{&kv, &batch, q, n_heads, v_dim, scale, out};
-  // Work items are (token, head range): whole tokens when there are enough of them, else each token's heads split so
-  // every thread has some (a decode step of one sequence).
+  // Work items are (token run, head range). A run is up to kRun consecutive tokens of one sequence (a prefill
+  // chunk's), which read each cached row once between them; a decode token is a run of its own. Runs are split by
+  // heads when there are fewer than threads (a decode step of one sequence).
+  constexpr int64_t kRun = 8;
   const int64_t n = batch.n_tokens, threads = pool_.size();
-  const int64_t head_groups = n >= threads ? 1 : std::min<int64_t>(n_heads, (threads + n - 1) / n);
-  // Items go round-robin to the threads: a prefill's later tokens see more positions, so contiguous ranges would
-  // leave the first thread idle while the last one works through the long contexts.
-  const int64_t items = n * head_groups;
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (int64_t t = 0; t < n;) {
+    int64_t end = t + 1;
+    while (end < n && end - t < kRun && batch.seq_of_token[end] == batch.seq_of_token[t] &&
+           batch.positions[end] == batch.positions[end - 1] + 1) {
+      ++end;
+    }
+    runs.emplace_back(t, end);
+    t = end;
+  }
+  const auto n_runs = static_cast<int64_t>(runs.size());
+  const int64_t head_groups = n_runs >= threads ? 1 : std::min<int64_t>(n_heads, (threads + n_runs - 1) / n_runs);
+  // Items go round-robin to the threads: a prefill's later runs see more positions, so contiguous ranges would leave
+  // the first thread idle while the last one works through the long contexts.
+  const int64_t items = n_runs * head_groups;
   pool_.run([&](int index, int n_threads) {
     LatentAttentionScratch scratch;
     for (int64_t i = index; i < items; i += n_threads) {
-      const int64_t t = i / head_groups, g = i % head_groups;
-      kernel(item, t, n_heads * g / head_groups, n_heads * (g + 1) / head_groups, scratch);
+      const auto [t0, t1] = runs[static_cast<size_t>(i / head_groups)];
+      const int64_t g = i % head_groups;
+      kernel(item, t0, t1, n_heads * g / head_groups, n_heads * (g + 1) / head_groups, scratch);
     }
   });
 }
