@@ -27,13 +27,6 @@ namespace servetune {
 namespace cpu {
 namespace {
 
-// The kernel built for the selected ISA: AVX-512, else AVX2, else the reference.
-template <class Kernel>
-Kernel for_selected_isa(Kernel avx512, Kernel avx2, Kernel reference) {
-  const CpuIsa isa = cpu_selected_isa();
-  return isa == CpuIsa::kAvx512 ? avx512 : isa >= CpuIsa::kAvx2 ? avx2 : reference;
-}
-
 // Host memory, 64-byte aligned. Buffers of 2 MB and more (the KV cache's layers, a prefill's activations) are
 // mapped on 2 MB boundaries and advised to use transparent huge pages: their first touch costs one page fault per
 // 2 MB instead of per 4 KB (on virtual machines a first touch is expensive), and the attention's scattered

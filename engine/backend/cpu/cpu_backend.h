@@ -6,9 +6,17 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/background_prefetch.h"
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
 
 namespace servetune::cpu {
+
+// The kernel built for the selected ISA: AVX-512, else AVX2, else the reference.
+template <class Kernel>
+Kernel for_selected_isa(Kernel avx512, Kernel avx2, Kernel reference) {
+  const CpuIsa isa = cpu_selected_isa();
+  return isa == CpuIsa::kAvx512 ? avx512 : isa >= CpuIsa::kAvx2 ? avx2 : reference;
+}
 
 class CpuBackend final : public Backend {
  public:

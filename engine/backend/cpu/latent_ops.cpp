@@ -8,7 +8,6 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/latent_attention_impl.h"
-#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/quant.h"
 
@@ -116,10 +115,8 @@ void CpuBackend::attention_latent(const KvLayerView& kv, const AttentionBatch& b
                                   int64_t v_dim, float scale, float* out) {
   check_latent_view(kv);
   if (v_dim > kv.head_dim) throw Error(ErrorKind::kInternal, "attention_latent: v_dim above the row width");
-  const CpuIsa isa = cpu_selected_isa();
-  const LatentAttentionKernel kernel = isa == CpuIsa::kAvx512 ? &detail::latent_attention_avx512
-                                       : isa >= CpuIsa::kAvx2 ? &detail::latent_attention_avx2
-                                                              : &detail::latent_attention_reference;
+  const LatentAttentionKernel kernel = for_selected_isa<LatentAttentionKernel>(
+      &detail::latent_attention_avx512, &detail::latent_attention_avx2, &detail::latent_attention_reference);
   const LatentAttentionItem item{&kv, &batch, q, n_heads, v_dim, scale, out};
   // Work items are (token run, head range). A run is up to kRun consecutive tokens of one sequence (a prefill
   // chunk's), which read each cached row once between them; a decode token is a run of its own. Runs are split by
