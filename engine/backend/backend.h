@@ -163,9 +163,10 @@ class Backend {
   // into the tokens that chose it.
   virtual void scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int64_t n, int64_t width,
                                 float* dst);
-  // Routed experts' SwiGLU MLPs over tokens grouped by expert (the permutation vLLM's fused MoE and llama.cpp's
-  // mul_mat_id use): for each expert, rows [first, first + count) of x [*, gate.cols] become the same rows of
-  // y = down . (silu(gate . x) * (up . x)). A backend may run experts side by side.
+  // SwiGLU MLPs over row ranges: for each entry, rows [first, first + count) of x [*, gate.cols] become the same rows
+  // of y = down . (silu(gate . x) * (up . x)). Routed experts over tokens grouped by expert (the permutation vLLM's
+  // fused MoE and llama.cpp's mul_mat_id use) are one entry each, a dense MLP one entry of all rows. A backend may run
+  // entries side by side.
   struct ExpertMlp {
     const WeightMatrix* gate;
     const WeightMatrix* up;

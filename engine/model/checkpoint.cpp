@@ -66,12 +66,9 @@ Checkpoint::Checkpoint(const std::string& path, LoadFormat format, uint64_t seed
       DType dtype = DType::kF32;
       if (hf.torch_dtype == "bfloat16") dtype = DType::kBF16;
       if (hf.torch_dtype == "float16") dtype = DType::kF16;
-      source_ = std::make_unique<RandomWeightSource>(hf, path + " (dummy weights)", seed, 0.02f, dtype);
-      for (const RandomTensorSpec& spec : hf_tensor_specs(hf)) {
-        int64_t n = dtype_info(dtype).type_size;
-        for (const int64_t s : spec.shape) n *= s;
-        weight_bytes_ += n;
-      }
+      auto random = std::make_unique<RandomWeightSource>(hf, path + " (dummy weights)", seed, 0.02f, dtype);
+      weight_bytes_ = random->total_bytes();
+      source_ = std::move(random);
       break;
     }
     case LoadFormat::kAuto:

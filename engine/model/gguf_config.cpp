@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "model/checkpoint.h"
+#include "model/weight_source.h"
 
 namespace servetune {
 namespace {
@@ -62,12 +63,8 @@ void read_gguf_rope_scaling(const GgufFile& f, const GgufKeys& k, ModelConfig& c
   c.rope_original_context = k.opt_int("rope.scaling.original_context_length").value_or(c.context_length);
   c.yarn_beta_fast = static_cast<float>(k.opt_float("rope.scaling.yarn_beta_fast").value_or(32.0));
   c.yarn_beta_slow = static_cast<float>(k.opt_float("rope.scaling.yarn_beta_slow").value_or(1.0));
-  // The converter stores 0.1 * mscale_all_dim; llama.cpp's deepseek2 graph scales the softmax by
-  // (1 + stored * ln(factor))^2, transformers' (0.1 * mscale_all_dim * ln(factor) + 1)^2.
-  if (factor > 1.0) {
-    const double m = 1.0 + *log_mul * std::log(factor);
-    c.attention_scale_factor = static_cast<float>(m * m);
-  }
+  // The converter stores 0.1 * mscale_all_dim; llama.cpp's deepseek2 graph scales the softmax as transformers does.
+  c.attention_scale_factor = yarn_softmax_scale(factor, *log_mul);
 }
 
 // Experts and routing, as llama.cpp's graphs run them (src/models/<arch>.cpp build_moe_ffn arguments): softmax
@@ -114,7 +111,7 @@ void read_gguf_moe(const GgufFile& f, const GgufKeys& k, ModelConfig& c) {
     m.shared_ffn = k.opt_int("expert_shared_count").value_or(0) * m.expert_ffn;
     dense_lead = k.opt_int("leading_dense_block_count").value_or(0);
     // DeepSeek-V3's selection-only bias: llama.cpp uses it wherever the file has it.
-    m.selection_bias = dense_lead < c.n_layers && f.tensor("blk." + std::to_string(dense_lead) + ".exp_probs_b.bias") != nullptr;
+    m.selection_bias = dense_lead < c.n_layers && f.tensor(blk(dense_lead, "exp_probs_b.bias")) != nullptr;
   } else {
     throw_unsupported(f.path() + ": experts in a '" + c.architecture + "' model are not supported (supported: " +
                       kGgufArchitectures + ")");

@@ -61,11 +61,10 @@ void set_routing(const HfModelConfig& hf, MoeConfig& c) {
   }
 }
 
-// DeepSeek's yarn softmax scale: (0.1 * mscale_all_dim * ln(factor) + 1)^2 when mscale_all_dim is set.
+// DeepSeek's yarn softmax scale when mscale_all_dim is set.
 float yarn_attention_scale(const RopeScaling& r) {
-  if (r.type != RopeScalingType::kYarn || r.mscale_all_dim == 0.0 || r.factor <= 1.0) return 1.0f;
-  const double m = 0.1 * r.mscale_all_dim * std::log(r.factor) + 1.0;
-  return static_cast<float>(m * m);
+  if (r.type != RopeScalingType::kYarn || r.mscale_all_dim == 0.0) return 1.0f;
+  return yarn_softmax_scale(r.factor, 0.1 * r.mscale_all_dim);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@ namespace servetune {
 
 int64_t KvStorage::block_bytes(const ModelConfig& config, int64_t local_kv_heads, int64_t page_size, DType dtype) {
   const int64_t elem = dtype_info(dtype).type_size;
-  return config.n_layers * page_size * local_kv_heads * config.kv_values_per_head() * elem;
+  return config.kv_values_per_token(local_kv_heads) * page_size * elem;
 }
 
 KvStorage::KvStorage(Backend& backend, const ModelConfig& config, int64_t local_kv_heads, int64_t num_blocks,

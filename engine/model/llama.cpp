@@ -9,12 +9,6 @@
 #include "core/error.h"
 
 namespace servetune {
-namespace {
-
-std::string blk(int64_t i, const char* name) { return "blk." + std::to_string(i) + "." + name; }
-
-}  // namespace
-
 LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel,
                        CompileOptions compile)
     : config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused), graph_max_bs_(compile.graph_max_bs),

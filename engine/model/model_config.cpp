@@ -68,6 +68,12 @@ std::vector<float> yarn_freq_factors(const ModelConfig& c) {
 
 }  // namespace
 
+float yarn_softmax_scale(double factor, double log_multiplier) {
+  if (factor <= 1.0) return 1.0f;
+  const double m = 1.0 + log_multiplier * std::log(factor);
+  return static_cast<float>(m * m);
+}
+
 std::vector<float> rope_freq_factors(const ModelConfig& c) {
   if (c.rope_scaling == RopeKind::kYarn) return yarn_freq_factors(c);
   if (c.rope_scaling != RopeKind::kLlama3) return {};

@@ -65,6 +65,10 @@ struct ModelConfig {
   bool is_mla() const { return mla.kv_lora_rank > 0; }
   // Values one token's cache entry holds per layer and KV head: K and V of head_dim each, or MLA's one latent row.
   int64_t kv_values_per_head() const { return is_mla() ? mla.kv_lora_rank + mla.qk_rope_dim : 2 * head_dim; }
+  // KV heads an unsharded model caches: its KV heads, or the one latent row every head shares (MLA).
+  int64_t cache_heads() const { return is_mla() ? 1 : n_kv_heads; }
+  // Values one token takes in a cache of `kv_heads` heads per layer, over all layers.
+  int64_t kv_values_per_token(int64_t kv_heads) const { return n_layers * kv_heads * kv_values_per_head(); }
 
   int64_t q_width() const { return n_heads * head_dim; }
   int64_t kv_width() const { return n_kv_heads * head_dim; }
@@ -76,6 +80,10 @@ void validate_model_config(const ModelConfig& c, const std::string& source);
 
 // The public view of a config (servetune/model_info.h).
 ModelInfo model_info_of(const ModelConfig& c);
+
+// DeepSeek's yarn softmax scale, (1 + log_multiplier * ln(factor))^2, where log_multiplier is 0.1 * mscale_all_dim
+// (HF config) or GGUF's rope.scaling.yarn_log_multiplier; 1 when factor <= 1.
+float yarn_softmax_scale(double factor, double log_multiplier);
 
 // Per-frequency divisors (rope_dim / 2 values) for kLlama3 and kYarn scaling; empty otherwise.
 std::vector<float> rope_freq_factors(const ModelConfig& c);

@@ -24,7 +24,7 @@ ModelInfo model_info_of(const ModelConfig& c) {
   info.context_length = c.context_length;
   info.experts = c.moe.routing.n_experts;
   info.experts_per_token = c.moe.routing.top_k;
-  info.kv_values_per_token = c.n_layers * (c.is_mla() ? 1 : c.n_kv_heads) * c.kv_values_per_head();
+  info.kv_values_per_token = c.kv_values_per_token(c.cache_heads());
   info.kv_shared_by_ranks = c.is_mla();
   return info;
 }

@@ -12,11 +12,9 @@
 namespace servetune {
 namespace {
 
-std::string blk(int64_t i, const std::string& name) { return "blk." + std::to_string(i) + "." + name; }
-
 // Activation buffers by role.
 enum Slot : size_t {
-  kX, kH, kOut, kQ, kK, kV, kAttn, kQA, kLatent, kRopeKey, kQAbsorbed, kAttnLatent, kGate, kUp, kAct, kRouter,
+  kX, kH, kOut, kQ, kK, kV, kAttn, kQA, kLatent, kRopeKey, kQAbsorbed, kAttnLatent, kRouter,
   kGathered, kExpertOut, kSharedOut, kSharedGate, kLogitsIn, kLogits, kSlotCount
 };
 
@@ -306,25 +304,19 @@ void MoeDecoderModel::attention_mla(const Layer& L, int64_t n, const float* h, c
 }
 
 void MoeDecoderModel::mlp(const Mlp& w, int64_t n, const float* h, float* out) {
-  const int64_t width = w.gate.rows;
-  float* gate = scratch(kGate, n * width);
-  float* up = scratch(kUp, n * width);
-  float* act = scratch(kAct, n * width);
-  const Backend::MatmulOut gate_and_up[] = {{&w.gate, nullptr, gate}, {&w.up, nullptr, up}};
-  backend_.matmuls(gate_and_up, h, n);
-  backend_.silu_mul(gate, up, width, n, width, act);
-  backend_.matmul(w.down, nullptr, act, n, out);
+  const Backend::ExpertMlp all_rows[] = {{&w.gate, &w.up, &w.down, 0, n}};
+  backend_.expert_mlps(all_rows, h, out);
 }
 
 void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, float* out) {
   const int64_t d = config_.hidden, E = config_.moe.routing.n_experts, k = config_.moe.routing.top_k;
   float* router = scratch(kRouter, n * E);
   backend_.matmul(L.router, nullptr, h, n, router);
-  router_host_.resize(static_cast<size_t>(n * E));
-  backend_.download(router_host_.data(), *scratch_[kRouter], 0, router_host_.size() * sizeof(float));
+  // Routing runs on the host, reading the router's output in place (the backend's memory is host memory: checked at
+  // construction).
   expert_ids_.resize(static_cast<size_t>(n * k));
   expert_weights_.resize(static_cast<size_t>(n * k));
-  route_tokens(config_.moe.routing, router_host_.data(), L.selection_bias, n, expert_ids_.data(), expert_weights_.data());
+  route_tokens(config_.moe.routing, router, L.selection_bias, n, expert_ids_.data(), expert_weights_.data());
 
   // Tokens grouped by expert (a stable counting sort): each expert's rows are contiguous, so one matmul serves all
   // of its tokens.
@@ -360,8 +352,8 @@ void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, float* out)
   if (config_.moe.shared_ffn > 0 && L.shared_gate.data == nullptr) {
     mlp(L.shared, n, h, out);  // the routed outputs are added onto the shared expert's
   } else {
-    const std::vector<float> zeros(static_cast<size_t>(n * d), 0.0f);
-    backend_.upload(*scratch_[kOut], 0, zeros.data(), zeros.size() * sizeof(float));
+    if (zeros_.size() < static_cast<size_t>(n * d)) zeros_.resize(static_cast<size_t>(n * d), 0.0f);
+    backend_.upload(*scratch_[kOut], 0, zeros_.data(), static_cast<size_t>(n * d) * sizeof(float));
     if (config_.moe.shared_ffn > 0) {  // qwen2_moe: the shared expert scaled by sigmoid(x . w) per token
       float* shared = scratch(kSharedOut, n * d);
       mlp(L.shared, n, h, shared);

@@ -21,7 +21,7 @@ class MoeDecoderModel final : public Model {
 
   const ModelConfig& config() const override { return config_; }
   const ParallelContext& parallel() const override { return parallel_; }
-  int64_t local_kv_heads() const override { return config_.is_mla() ? 1 : config_.n_kv_heads; }
+  int64_t local_kv_heads() const override { return config_.cache_heads(); }
   void forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) override;
   bool device_sampling() const override { return false; }
   void forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) override;
@@ -85,12 +85,11 @@ class MoeDecoderModel final : public Model {
   std::vector<std::unique_ptr<Buffer>> owned_;        // weights the model derived (the transposed key absorption)
   std::vector<std::unique_ptr<Buffer>> scratch_;      // activations, grown on demand
   std::vector<int64_t> scratch_floats_;
-  std::vector<float> logits_host_, router_host_;
   std::vector<int32_t> expert_ids_, order_;
   std::vector<float> expert_weights_, order_weights_;
   std::vector<Backend::ExpertMlp> experts_;
+  std::vector<float> zeros_;  // the routed sum's starting value when no shared expert writes it first
   ExpertLoad load_;
-  float* logits_ = nullptr;
 };
 
 }  // namespace servetune

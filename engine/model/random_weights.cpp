@@ -141,7 +141,12 @@ void fill_random_tensor(const RandomTensorSpec& spec, uint64_t seed, float init_
 
 RandomWeightSource::RandomWeightSource(const HfModelConfig& config, std::string path, uint64_t seed, float init_std, DType dtype)
     : path_(std::move(path)), seed_(seed), init_std_(init_std), dtype_(dtype), tied_(config.tie_word_embeddings), model_type_(config.model_type) {
-  for (auto& spec : hf_tensor_specs(config)) specs_.emplace(spec.hf_name, spec);
+  for (auto& spec : hf_tensor_specs(config)) {
+    int64_t bytes = dtype_info(dtype).type_size;
+    for (const int64_t s : spec.shape) bytes *= s;
+    total_bytes_ += bytes;
+    specs_.emplace(spec.hf_name, spec);
+  }
 }
 
 std::optional<RandomRecipe> RandomWeightSource::random_recipe(const std::string& name) const {

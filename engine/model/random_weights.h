@@ -33,6 +33,8 @@ class RandomWeightSource final : public WeightSource {
   const std::string& path() const override { return path_; }
   std::optional<TensorRef> find(const std::string& name) const override;
   std::optional<RandomRecipe> random_recipe(const std::string& name) const override;
+  // Bytes every tensor takes once generated.
+  int64_t total_bytes() const { return total_bytes_; }
 
  private:
   std::string path_;
@@ -41,6 +43,7 @@ class RandomWeightSource final : public WeightSource {
   DType dtype_;
   bool tied_;
   std::string model_type_;
+  int64_t total_bytes_ = 0;
   std::map<std::string, RandomTensorSpec> specs_;  // by HF name
   mutable std::map<std::string, std::vector<uint8_t>> data_;
 };

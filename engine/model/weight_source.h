@@ -6,11 +6,17 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/dtype.h"
 
 namespace servetune {
+
+// A layer's tensor under its GGUF-style name: blk.<layer>.<name>.
+inline std::string blk(int64_t layer, std::string_view name) {
+  return "blk." + std::to_string(layer) + "." + std::string(name);
+}
 
 class GgufFile;
 
