@@ -1,8 +1,13 @@
 // Batches for tests that drive a Model directly: one sequence's positions [begin, end) with logits for each,
-// its KV blocks laid out in reverse so block tables are exercised.
+// its KV blocks laid out in reverse so block tables are exercised; and the comparison of its logits with a golden.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/batch.h"
@@ -21,6 +26,22 @@ inline Batch one_sequence(const std::vector<int32_t>& tokens, int begin, int end
   b.max_blocks_per_seq = blocks;
   for (int64_t i = 0; i < blocks; ++i) b.block_tables.push_back(static_cast<int32_t>(blocks - 1 - i));
   return b;
+}
+
+// Logits rows [n, vocab] against golden rows from `first_row` on, each within 1e-4 of that golden row's largest
+// magnitude.
+inline void expect_rows_close(const std::vector<float>& ours, const std::vector<std::vector<float>>& expected,
+                              size_t first_row, const std::string& what) {
+  const size_t vocab = expected[0].size();
+  ASSERT_EQ(ours.size() % vocab, 0u) << what;
+  for (size_t r = 0; r * vocab < ours.size(); ++r) {
+    const auto& row = expected[first_row + r];
+    float scale = 0.0f;
+    for (float v : row) scale = std::max(scale, std::fabs(v));
+    for (size_t i = 0; i < vocab; ++i) {
+      ASSERT_NEAR(ours[r * vocab + i], row[i], 1e-4f * scale) << what << " position " << first_row + r << " token " << i;
+    }
+  }
 }
 
 }  // namespace servetune::testing

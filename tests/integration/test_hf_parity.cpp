@@ -17,20 +17,8 @@
 namespace servetune {
 namespace {
 
+using testing::expect_rows_close;
 using testing::one_sequence;
-
-void expect_rows_close(const std::vector<float>& ours, const std::vector<std::vector<float>>& expected, size_t first_row,
-                       const std::string& what) {
-  const size_t vocab = expected[0].size();
-  for (size_t r = 0; r * vocab < ours.size(); ++r) {
-    const auto& row = expected[first_row + r];
-    float scale = 0.0f;
-    for (float v : row) scale = std::max(scale, std::fabs(v));
-    for (size_t i = 0; i < vocab; ++i) {
-      ASSERT_NEAR(ours[r * vocab + i], row[i], 1e-4f * scale) << what << " position " << first_row + r << " token " << i;
-    }
-  }
-}
 
 class HfParity : public ::testing::TestWithParam<std::string> {};
 
