@@ -1,6 +1,10 @@
 // `servetune sweep FILE [--output RUN_DIR] [--resume RUN_DIR] [--dry-run]`: the tuner (see tuner/sweep_runner.h).
+#include <cstdlib>
+
 #include "commands.h"
 #include "report/report.h"
+#include "servetune/error.h"
+#include "tuner/interrupt.h"
 #include "tuner/sweep_runner.h"
 
 namespace servetune::cli {
@@ -19,6 +23,16 @@ void add_sweep_command(CLI::App& app) {
     report::write_reports(outcome.run_dir);
     std::fprintf(o->out, "%zu trials run, %zu reused, %zu candidates skipped, %zu failed. Report: %s/report.md\n",
                  outcome.trials_run, outcome.trials_reused, outcome.skipped, outcome.failed, outcome.run_dir.c_str());
+    if (outcome.interrupted_by != 0) {
+      std::fprintf(o->out, "Interrupted by %s: the report covers what finished; go on with: servetune sweep --resume %s\n",
+                   tuner::signal_name(outcome.interrupted_by), outcome.run_dir.c_str());
+      std::fflush(nullptr);
+      std::exit(128 + outcome.interrupted_by);  // as a shell reports a process the signal ended
+    }
+    if (outcome.succeeded == 0) {
+      throw servetune::Error(servetune::ErrorKind::kInternal, "no candidate completed its trial; " + outcome.run_dir +
+                                            "/report.md lists each one and why it failed or was skipped");
+    }
   });
 }
 

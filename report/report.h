@@ -47,6 +47,9 @@ void write_reports(const std::string& run_dir);
 // Shared by the renderers.
 std::string format_number(double v);  // 3 significant digits below 100, else no decimals ("0.123", "45.6", "1234")
 std::string format_change(double from, double to);  // "+12.3%", "-4.0%", "n/a"
+// `to` against `from` on the goal over their repeats (the change of the means): "means +8.4%, 95% CI [+2.1%, +14.7%], significant" or "..., within
+// noise"; "" when either has fewer than two repeats at its scored level (no estimate of noise).
+std::string noise_text(const ReportData& data, const std::string& from, const std::string& to, const tuner::Goal& goal);
 std::string settings_text(const nlohmann::ordered_json& settings, const std::vector<std::string>& dims);
 // " (imported)" for a candidate whose results came from `servetune import`, else "".
 std::string source_mark(const ReportData& data, const std::string& candidate);

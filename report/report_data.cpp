@@ -34,6 +34,15 @@ std::string format_change(double from, double to) {
   return buf;
 }
 
+std::string noise_text(const ReportData& d, const std::string& from, const std::string& to, const Goal& goal) {
+  const auto diff = compare_scores(d.table, from, to, goal);
+  if (!diff) return "";
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "means %+.1f%%, 95%% CI [%+.1f%%, %+.1f%%], %s", diff->change * 100.0, diff->low * 100.0,
+                diff->high * 100.0, diff->significant() ? "significant" : "within noise");
+  return buf;
+}
+
 std::string settings_text(const nlohmann::ordered_json& settings, const std::vector<std::string>& dims) {
   std::string out;
   for (const auto& d : dims) {
@@ -53,7 +62,9 @@ ReportData load_report(const std::string& run_dir, const std::string& baseline) 
   ReportData d;
   d.run_dir = run_dir;
   ResultsStore store(run_dir);
-  std::vector<nlohmann::ordered_json> records = load_records(run_dir);
+  // A sweep in which every candidate failed still has its report: the trials say why each failed.
+  std::vector<nlohmann::ordered_json> records;
+  if (!store.exists() || !store.records().empty()) records = load_records(run_dir);
   std::vector<nlohmann::ordered_json> trials;
   if (store.exists()) trials = store.trials();
   d.table = ResultsTable::build(records, trials);

@@ -38,6 +38,37 @@ std::string label_of(const ReportData& d, const std::string& id) {
   return c == nullptr ? id : settings_text(c->settings, d.dims);
 }
 
+// Whether the conclusion is more than noise: the best against the baseline and against the runner-up, over the
+// repeats (Welch's t-test); with one repeat, that nothing can be said.
+void significance(std::ostringstream& o, const ReportData& d) {
+  std::string runner_up;
+  Score runner_score;
+  for (const auto& c : d.table.candidates()) {
+    if (c.id == d.best) continue;
+    const Score s = score(d.table, c.id, d.goal);
+    if (s.measured && (runner_up.empty() || better(s, runner_score, d.goal.maximize))) {
+      runner_up = c.id;
+      runner_score = s;
+    }
+  }
+  if (runner_up.empty()) return;
+  const std::string vs_base = d.baseline.empty() || d.baseline == d.best ? "" : noise_text(d, d.baseline, d.best, d.goal);
+  const std::string vs_runner = noise_text(d, runner_up, d.best, d.goal);
+  if (vs_base.empty() && vs_runner.empty()) {
+    o << "*Noise:* each candidate has fewer than two repeats on the deciding workload, so these differences come "
+         "with no estimate of noise; `repeat: 3` (or more) tells which of them are real.\n\n";
+    return;
+  }
+  o << "*Noise* (Welch's t-test over the repeats):";
+  if (!vs_base.empty()) o << " the best against the baseline: " << vs_base << ";";
+  if (!vs_runner.empty()) {
+    o << " against the runner-up `" << runner_up << "` (" << label_of(d, runner_up) << "): " << vs_runner;
+    if (vs_runner.find("within noise") != std::string::npos) o << ": these repeats cannot tell the two apart";
+    o << ".";
+  }
+  o << "\n\n";
+}
+
 void conclusion(std::ostringstream& o, const ReportData& d) {
   o << "## Conclusion\n\n";
   if (d.best.empty()) {
@@ -71,6 +102,7 @@ void conclusion(std::ostringstream& o, const ReportData& d) {
     o << (best.feasible ? ")." : "); shown is the best regardless.");
   }
   o << "\n\n";
+  significance(o, d);
   const auto cmds = reproduce_commands(d, d.best);
   if (!cmds.empty()) {
     o << "Reproduce it:\n\n```bash\n";
@@ -124,6 +156,21 @@ void stage_gains(std::ostringstream& o, const ReportData& d) {
       << (base.measured && after_full.measured && st.kept == 0 ? format_change(base.value, after_full.value) : "n/a") << " |\n";
   }
   o << "\n";
+  // Which stage decisions are more than noise (staged strategies promote only beyond it).
+  std::string notes;
+  for (const auto& st : d.stages) {
+    Goal g = d.goal;
+    g.workload = st.workload;
+    if (!st.not_promoted.empty()) {
+      notes += "- " + st.name + ": `" + st.not_promoted + "` measured best, but its lead over `" + st.incumbent +
+               "` was within noise (" + noise_text(d, st.incumbent, st.not_promoted, g) + "), so `" + st.incumbent +
+               "` stayed.\n";
+    } else if (!st.winner.empty() && st.winner != st.incumbent) {
+      const std::string n = noise_text(d, st.incumbent, st.winner, g);
+      if (!n.empty()) notes += "- " + st.name + ": `" + st.winner + "` over `" + st.incumbent + "`: " + n + ".\n";
+    }
+  }
+  if (!notes.empty()) o << notes << "\n";
 }
 
 void candidate_tables(std::ostringstream& o, const ReportData& d) {

@@ -27,7 +27,8 @@ enum class TrialFailure {
   kCrashed,         // crashed: the server or engine process died
   kOom,             // oom: out of memory (the server's log says so, or the kernel's OOM killer struck)
   kTimedOut,        // timed_out: startup, a request or the whole trial ran past its timeout
-  kRequestsFailed,  // requests_failed: the candidate ran, but every request of a workload failed
+  kRequestsFailed,  // requests_failed: the candidate ran, but more of a run's requests failed than target.max_failed_fraction
+  kInterrupted,     // interrupted: the sweep was interrupted (SIGINT/SIGTERM/SIGHUP) during the trial; --resume re-runs it
 };
 constexpr const char* trial_failure_name(TrialFailure failure) {  // "" for kNone
   switch (failure) {
@@ -37,6 +38,7 @@ constexpr const char* trial_failure_name(TrialFailure failure) {  // "" for kNon
     case TrialFailure::kOom: return "oom";
     case TrialFailure::kTimedOut: return "timed_out";
     case TrialFailure::kRequestsFailed: return "requests_failed";
+    case TrialFailure::kInterrupted: return "interrupted";
   }
   return "";
 }

@@ -119,6 +119,11 @@ void ResultsTable::order_workloads(const std::vector<std::string>& order) {
 
 Score score(const ResultsTable& table, const std::string& candidate, const Goal& goal) {
   Score best;
+  // A failed trial's records stay in the tables, but it competes as unmeasured: it cannot win, nor lead a stage.
+  if (const CandidateRow* row = table.candidate(candidate); row != nullptr && row->status == "failed") {
+    best.violation = "its trial failed (" + row->failure + ")";
+    return best;
+  }
   for (const auto& w : table.group(goal.workload)) {
     const auto v = table.metric(candidate, w, goal.metric);
     if (!v) continue;
@@ -154,6 +159,26 @@ bool better(const Score& a, const Score& b, bool maximize) {
   if (a.measured != b.measured) return a.measured;
   if (a.feasible != b.feasible) return a.feasible;
   return maximize ? a.value > b.value : a.value < b.value;
+}
+
+std::optional<MeanDifference> compare_scores(const ResultsTable& table, const std::string& incumbent,
+                                             const std::string& challenger, const Goal& goal) {
+  const Score a = score(table, incumbent, goal), b = score(table, challenger, goal);
+  if (!a.measured || !b.measured) return std::nullopt;
+  const Cell* ca = table.cell(incumbent, a.workload);
+  const Cell* cb = table.cell(challenger, b.workload);
+  if (ca == nullptr || cb == nullptr || !ca->samples.count(goal.metric) || !cb->samples.count(goal.metric)) return std::nullopt;
+  return compare_means(ca->samples.at(goal.metric), cb->samples.at(goal.metric));
+}
+
+bool beats_beyond_noise(const ResultsTable& table, const std::string& incumbent, const std::string& challenger,
+                        const Goal& goal) {
+  const Score a = score(table, incumbent, goal), b = score(table, challenger, goal);
+  if (!better(b, a, goal.maximize)) return false;
+  if (a.feasible != b.feasible || !a.measured) return true;  // feasibility is not a matter of noise
+  const auto d = compare_scores(table, incumbent, challenger, goal);
+  if (!d) return true;
+  return goal.maximize ? d->low > 0.0 : d->high < 0.0;
 }
 
 std::optional<std::string> best_of(const ResultsTable& table, const std::vector<std::string>& ids, const Goal& goal) {

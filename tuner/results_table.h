@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tuner/noise.h"
+
 namespace servetune::tuner {
 
 struct CandidateRow {
@@ -71,11 +73,21 @@ struct Score {
   std::string violation;  // "p99_tpot_ms 61.2 > 50" when infeasible
 };
 
+// A candidate whose trial failed scores as unmeasured (whatever records it left).
 Score score(const ResultsTable& table, const std::string& candidate, const Goal& goal);
 // Measured beats unmeasured, feasible beats infeasible, then the better value.
 bool better(const Score& a, const Score& b, bool maximize);
 // The best of `ids` (ties: earlier in `ids`); nullopt when none is measured.
 std::optional<std::string> best_of(const ResultsTable& table, const std::vector<std::string>& ids, const Goal& goal);
+
+// `challenger` against `incumbent` on the goal's metric, each at its scored level, over their repeats; nullopt
+// when either is unmeasured or has fewer than two repeats there (no estimate of noise).
+std::optional<MeanDifference> compare_scores(const ResultsTable& table, const std::string& incumbent,
+                                             const std::string& challenger, const Goal& goal);
+// Whether `challenger` should replace `incumbent`: better by score, and, when repeats give an estimate of noise,
+// better beyond it (the interval of the change excludes zero in the goal's direction).
+bool beats_beyond_noise(const ResultsTable& table, const std::string& incumbent, const std::string& challenger,
+                        const Goal& goal);
 
 double median(std::vector<double> v);
 

@@ -1,11 +1,10 @@
-// External server processes (see server_process.h).
+// External server processes, the sweep's side (see server_process.h).
 #include "tuner/server_process.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,20 +20,23 @@
 #include <vector>
 
 #include "servetune/error.h"
+#include "tuner/process_tree.h"
+#include "tuner/server_supervisor.h"
 
 extern char** environ;
 
 namespace servetune::tuner {
 
 ServerProcess::ServerProcess(const std::string& command, const std::map<std::string, std::string>& env,
-                             const std::string& log_path) {
+                             const std::string& log_path, double stop_grace_s)
+    : stop_grace_s_(stop_grace_s) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(log_path).parent_path(), ec);
   const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log < 0) throw_io(log_path, std::string("cannot open the server log: ") + std::strerror(errno));
   const std::string header = "$ " + command + "\n";
   (void)!::write(log, header.data(), header.size());
-  // Everything the child needs is prepared before fork: it only calls async-signal-safe functions.
+  // Everything the supervisor needs is prepared before fork (it allocates nothing).
   std::vector<std::string> env_text;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
@@ -45,55 +47,104 @@ ServerProcess::ServerProcess(const std::string& command, const std::map<std::str
   std::vector<char*> envp;
   for (auto& s : env_text) envp.push_back(s.data());
   envp.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
     ::close(log);
-    throw_io(log_path, std::string("cannot start the server: fork failed: ") + std::strerror(errno));
+    throw_io(log_path, std::string("cannot start the server: pipe failed: ") + std::strerror(errno));
   }
+  SupervisorArgs args;
+  args.sweep = ::getpid();
+  args.message_fd = pipe_fds[1];
+  args.log_fd = log;
+  args.command = command.c_str();
+  args.envp = envp.data();
+  args.stop_grace_s = stop_grace_s;
+  const pid_t pid = ::fork();
   if (pid == 0) {
-    ::setsid();
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(127);
-    const int null = ::open("/dev/null", O_RDONLY);
-    if (null >= 0) ::dup2(null, 0);
-    ::dup2(log, 1);
-    ::dup2(log, 2);
-    const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
-    ::execve("/bin/sh", const_cast<char* const*>(argv), envp.data());
-    ::_exit(127);
+    ::close(pipe_fds[0]);
+    run_supervisor(args);
   }
   ::close(log);
-  pid_ = pid;
+  ::close(pipe_fds[1]);
+  if (pid < 0) {
+    ::close(pipe_fds[0]);
+    throw_io(log_path, std::string("cannot start the server: fork failed: ") + std::strerror(errno));
+  }
+  supervisor_ = pid;
+  messages_ = pipe_fds[0];
+  // The first message names the shell; the pipe closes without one when the supervisor could not start it.
+  SupervisorMessage m;
+  ssize_t got;
+  while ((got = ::read(messages_, &m, sizeof(m))) < 0 && errno == EINTR) {
+  }
+  if (got != static_cast<ssize_t>(sizeof(m)) || m.kind != SupervisorMessage::kShellStarted) {
+    stop();
+    throw_io(log_path, "cannot start the server: its supervisor exited before starting /bin/sh");
+  }
+  shell_ = m.value;
+  if (auto s = read_process_stat(supervisor_)) supervisor_start_ticks_ = s->start_ticks;
+  ::fcntl(messages_, F_SETFL, ::fcntl(messages_, F_GETFL) | O_NONBLOCK);
 }
 
-ServerProcess::~ServerProcess() { stop(5.0); }
+ServerProcess::~ServerProcess() {
+  stop();
+  if (messages_ >= 0) ::close(messages_);
+}
+
+void ServerProcess::read_messages() {
+  SupervisorMessage m;
+  while (messages_ >= 0 && ::read(messages_, &m, sizeof(m)) == static_cast<ssize_t>(sizeof(m))) {
+    if (m.kind == SupervisorMessage::kShellExited && !status_) status_ = m.value;
+  }
+}
 
 std::optional<int> ServerProcess::poll() {
-  if (status_ || pid_ <= 0) return status_;
+  read_messages();
+  if (status_ || supervisor_ <= 0 || supervisor_reaped_) return status_;
   int st = 0;
-  const pid_t r = ::waitpid(pid_, &st, WNOHANG);
-  if (r == pid_) status_ = st;
+  if (::waitpid(supervisor_, &st, WNOHANG) == supervisor_) {
+    supervisor_reaped_ = true;
+    read_messages();
+    if (!status_) status_ = st;  // the supervisor itself was killed: the shell went with it or is orphaned
+  }
   return status_;
 }
 
-void ServerProcess::stop(double grace_s) {
-  if (pid_ <= 0) return;
+bool ServerProcess::launched(pid_t pid) const {
+  if (pid == supervisor_) return true;
+  for (pid_t p = pid; p > 1;) {
+    const auto s = read_process_stat(p);
+    if (!s) return false;
+    if (s->ppid == supervisor_) return true;
+    p = s->ppid;
+  }
+  return false;
+}
+
+void ServerProcess::stop() {
+  if (supervisor_ <= 0) return;
   if (!poll()) stopped_by_us_ = true;
-  // The group outlives the shell when the server forked workers; signal it either way.
-  ::kill(-pid_, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
-  while (std::chrono::steady_clock::now() < deadline) {
-    poll();
-    if (status_ && ::kill(-pid_, 0) != 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ::kill(-pid_, SIGKILL);
-  if (!status_) {
+  // A supervisor that died before us (killed from outside) left its tree behind: kill the server's group.
+  bool orphaned = supervisor_reaped_;
+  if (!supervisor_reaped_) {
+    ::kill(supervisor_, SIGTERM);
+    // The supervisor gives the tree stop_grace_s, then kills what is left; allow it that and a margin.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(stop_grace_s_ + 5.0);
     int st = 0;
-    if (::waitpid(pid_, &st, 0) == pid_) status_ = st;
+    while (::waitpid(supervisor_, &st, WNOHANG) != supervisor_) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(supervisor_, SIGKILL);
+        ::waitpid(supervisor_, &st, 0);
+        orphaned = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    supervisor_reaped_ = true;
   }
-  pid_ = -1;
+  if (orphaned && shell_ > 0) ::kill(-shell_, SIGKILL);
+  read_messages();
+  supervisor_ = -1;
 }
 
 std::string describe_wait_status(int status) {

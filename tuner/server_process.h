@@ -1,10 +1,14 @@
-// One external server process: `/bin/sh -c COMMAND` in its own session (process group) with stdout and stderr
-// appended to a log file; stop() signals the whole group (SIGTERM, then SIGKILL after a grace period) and reaps it.
-// The child also gets SIGTERM if the sweep dies (PR_SET_PDEATHSIG), so a killed sweep does not leave it serving.
+// One external server process under a supervisor. The sweep forks the supervisor (a session of its own, dies with
+// the sweep through PR_SET_PDEATHSIG, and adopts orphans as a child subreaper); the supervisor runs `/bin/sh -c
+// COMMAND` in a process group of its own with stdout and stderr appended to a log file. On stop(), on SIGTERM, or
+// when the sweep dies by any signal (kill -9 included), the supervisor signals the shell's group and every
+// descendant it can find (detached ones included: they were re-parented to it), SIGTERM then SIGKILL after the
+// grace period, and exits.
 #pragma once
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -13,22 +17,34 @@ namespace servetune::tuner {
 
 class ServerProcess {
  public:
-  // Throws Error(kIo) when the log cannot be opened or fork fails.
-  ServerProcess(const std::string& command, const std::map<std::string, std::string>& env, const std::string& log_path);
-  ~ServerProcess();  // stop(5)
+  // Throws Error(kIo) when the log cannot be opened or the processes cannot be started.
+  ServerProcess(const std::string& command, const std::map<std::string, std::string>& env, const std::string& log_path,
+                double stop_grace_s);
+  ~ServerProcess();  // stop()
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
 
-  pid_t pid() const { return pid_; }
-  // The wait status once the shell has exited (non-blocking); nullopt while it runs.
+  pid_t supervisor_pid() const { return supervisor_; }
+  uint64_t supervisor_start_ticks() const { return supervisor_start_ticks_; }
+  pid_t shell_pid() const { return shell_; }  // also the id of the server's process group
+  // The shell's wait status once it has exited (non-blocking); nullopt while it runs.
   std::optional<int> poll();
-  // Terminates the process group and reaps the shell; idempotent.
-  void stop(double grace_s);
+  // True when `pid` is the supervisor or one of its descendants (the launched tree).
+  bool launched(pid_t pid) const;
+  // Stops the tree (SIGTERM, SIGKILL after the grace period) and reaps the supervisor; idempotent.
+  void stop();
   bool stopped_by_us() const { return stopped_by_us_; }
 
  private:
-  pid_t pid_ = -1;
+  void read_messages();
+
+  pid_t supervisor_ = -1;
+  pid_t shell_ = -1;
+  uint64_t supervisor_start_ticks_ = 0;
+  int messages_ = -1;  // read end of the supervisor's pipe
+  double stop_grace_s_;
   std::optional<int> status_;
+  bool supervisor_reaped_ = false;
   bool stopped_by_us_ = false;
 };
 

@@ -68,7 +68,14 @@ class StagedStrategy : public Strategy {
       std::vector<std::string> ids = {incumbent_.id};  // the incumbent wins ties
       for (const auto& id : prev.candidates) ids.push_back(id);
       const auto w = best_of(results, ids, goal);
-      if (w && *w != incumbent_.id) incumbent_ = by_id_.at(*w);
+      if (w && *w != incumbent_.id) {
+        // A lead inside the repeats' noise does not move the search: the incumbent stays.
+        if (beats_beyond_noise(results, incumbent_.id, *w, goal)) {
+          incumbent_ = by_id_.at(*w);
+        } else {
+          prev.not_promoted = *w;
+        }
+      }
       prev.winner = incumbent_.id;
     }
     if (stage_ == spec_.strategy.stages.size()) return std::nullopt;

@@ -39,6 +39,7 @@ struct StageSummary {
   std::string incumbent;                // the leader before the stage (staged: its starting point)
   std::string winner;                   // empty until decided
   size_t kept = 0;                      // halving: candidates passed on
+  std::string not_promoted;             // staged: the stage's best challenger, kept out because its lead was within noise
 };
 
 class Strategy {

@@ -9,6 +9,8 @@
 
 #include "servetune/error.h"
 #include "servetune/tokenizer.h"
+#include "tuner/interrupt.h"
+#include "tuner/launch_records.h"
 #include "tuner/launcher.h"
 #include "tuner/plan.h"
 #include "tuner/progress.h"
@@ -47,6 +49,11 @@ void check_inputs(const SweepSpec& spec) {
   }
 }
 
+// A trial the sweep's interruption cut short counts as not run: --resume runs it again.
+bool interrupted_marker(const nlohmann::ordered_json& marker) {
+  return marker.value("failure", std::string()) == trial_failure_name(TrialFailure::kInterrupted);
+}
+
 // The strategy loop: asks the strategy for the next batch of trials, skips those already complete (--resume) or
 // excluded by the constraints, and runs the rest; the strategy sees every result so far before its next batch.
 class Driver {
@@ -65,7 +72,8 @@ class Driver {
       progress_.note("== " + batch->stage + ": " + std::to_string(batch->trials.size()) + " candidates");
       for (const Trial& t : batch->trials) {
         const size_t runs = t.workloads.size() * static_cast<size_t>(spec_.repeat);
-        if (store_.trial(t.candidate.id, t.tag)) {
+        if (interrupted_by() != 0) break;
+        if (const auto marker = store_.trial(t.candidate.id, t.tag); marker && !interrupted_marker(*marker)) {
           ++outcome.trials_reused;
           progress_.skip_runs(runs);
           continue;
@@ -81,7 +89,10 @@ class Driver {
         ++outcome.trials_run;
       }
       table = ResultsTable::build(store_.records(), store_.trials());
+      if (interrupted_by() != 0) break;
     }
+    outcome.interrupted_by = interrupted_by();
+    for (const auto& c : table.candidates()) outcome.succeeded += c.status == "ok" ? 1 : 0;
     return outcome;
   }
 
@@ -146,7 +157,11 @@ SweepOutcome run_sweep(const SweepOptions& o) {
     write_file_atomic((fs::path(dir) / "plan.txt").string(), plan_text(spec));
   }
   std::fprintf(o.out, "servetune sweep %s: results in %s\n", spec.name.c_str(), store->dir().c_str());
+  for (const auto& line : reap_leftover_servers(store->dir())) {
+    std::fprintf(o.progress, "servetune: left running by the interrupted sweep: %s\n", line.c_str());
+  }
   std::fflush(o.out);
+  const InterruptHandlers handlers;
   SweepOutcome outcome = Driver(spec, *store, o).run();
   outcome.run_dir = store->dir();
   return outcome;

@@ -26,6 +26,8 @@ struct SweepOutcome {
   size_t trials_reused = 0;
   size_t skipped = 0;
   size_t failed = 0;
+  size_t succeeded = 0;    // candidates whose trial completed (ok), this run and reused
+  int interrupted_by = 0;  // the signal that stopped the sweep early, or 0
 };
 
 SweepOutcome run_sweep(const SweepOptions& options);

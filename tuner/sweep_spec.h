@@ -59,6 +59,7 @@ struct TargetSpec {
   int port = 0;                               // 0: a free port per launch
   std::string tokenizer;                      // .gguf or HF directory for the datasets
   double trial_timeout_s = 0.0;               // builtin: wall-clock limit of one candidate's trial (0: none)
+  double max_failed_fraction = 0.01;          // a run with more failed requests than this fails the trial
   // validity rules (both kinds)
   std::optional<int64_t> devices;             // tp_size * dp_size must not exceed it
   std::optional<int64_t> num_experts;         // ep_size must divide it

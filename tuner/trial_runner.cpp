@@ -17,6 +17,7 @@
 #include "loadgen/report.h"
 #include "servetune/engine.h"
 #include "servetune/error.h"
+#include "tuner/interrupt.h"
 #include "tuner/measurement.h"
 #include "tuner/server_command.h"
 #include "tuner/server_process.h"
@@ -166,6 +167,7 @@ bool TrialRunner::run_isolated(const Trial& t) {
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
+    reset_interrupt_handlers();  // the sweep's handler stops this process; its own would keep it running
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(kChildLost);
     progress_.after_fork_child();
@@ -181,6 +183,8 @@ bool TrialRunner::run_isolated(const Trial& t) {
   }
   progress_.after_fork_parent();
   if (pid < 0) throw Error(ErrorKind::kIo, std::string("cannot fork for the candidate: ") + std::strerror(errno));
+  set_interrupt_target(pid);
+  if (interrupted_by() != 0) ::kill(pid, SIGTERM);  // the signal came between the fork and the line above
   int status = 0;
   bool timed_out = false;
   for (;;) {
@@ -193,6 +197,7 @@ bool TrialRunner::run_isolated(const Trial& t) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  set_interrupt_target(0);
   progress_.child_done(runs, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (WIFEXITED(status) && WEXITSTATUS(status) == kChildError) throw Error(ErrorKind::kInternal, "the sweep stopped (see the error above)");
   if (WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == kChildFailed) && store_.trial(t.candidate.id, t.tag)) {
@@ -202,7 +207,10 @@ bool TrialRunner::run_isolated(const Trial& t) {
   m.status = TrialStatus::kFailed;
   m.failure = TrialFailure::kCrashed;
   m.reason = "the engine process died (" + describe_wait_status(status) + ")";
-  if (timed_out) {
+  if (interrupted_by() != 0) {
+    m.failure = TrialFailure::kInterrupted;
+    m.reason = std::string("the sweep was interrupted by ") + signal_name(interrupted_by()) + " during the trial";
+  } else if (timed_out) {
     m.failure = TrialFailure::kTimedOut;
     m.reason =
         "the candidate ran longer than target.trial_timeout_s = " + format_duration(spec_.target.trial_timeout_s);
@@ -229,7 +237,11 @@ bool TrialRunner::run_here(const Trial& t) {
   const size_t runs = t.workloads.size() * static_cast<size_t>(spec_.repeat);
   progress_.trial_started(t.candidate.id, t.candidate.label, runs);
   size_t done = 0;
-  const auto fail = [&](TrialFailure kind, const std::string& why) {
+  const auto fail = [&](TrialFailure kind, std::string why) {
+    if (interrupted_by() != 0) {  // whatever the signal made the candidate do, the reason is the signal
+      kind = TrialFailure::kInterrupted;
+      why = std::string("the sweep was interrupted by ") + signal_name(interrupted_by()) + " during the trial";
+    }
     progress_.skip_runs(runs - done);
     progress_.note(t.candidate.id + " (" + t.candidate.label + "): failed (" + trial_failure_name(kind) + "): " + why);
     marker.status = TrialStatus::kFailed;
@@ -239,6 +251,7 @@ bool TrialRunner::run_here(const Trial& t) {
     return false;
   };
   try {
+    if (interrupted_by() != 0) throw LaunchFailure(TrialFailure::kInterrupted, "");
     std::unique_ptr<Session> session = launcher_.start(t.candidate, store_.dir(), t.tag);
     marker.log = session->log();
     marker.command = session->command();
@@ -246,6 +259,7 @@ bool TrialRunner::run_here(const Trial& t) {
     if (!marker.command.empty()) info["command"] = marker.command;
     for (const auto& w : t.workloads) {
       for (int r = 0; r < spec_.repeat; ++r) {
+        if (interrupted_by() != 0) throw LaunchFailure(TrialFailure::kInterrupted, "");
         progress_.run_started(w.name, r);
         const WorkloadSpec wr = for_repeat(w, r);
         const MeasureOptions options = measure_options(wr, spec_.percentiles, *session);
@@ -257,13 +271,7 @@ bool TrialRunner::run_here(const Trial& t) {
         write_record(info, w, r, metrics, per_request, t.tag, marker.launch_id, session->engine());
         progress_.run_finished(run_summary(m));
         ++done;
-        if (m.metrics.completed == 0) {
-          const loadgen::RequestOutput* first = m.first_failure();
-          const bool timed_out = first != nullptr && first->failure == loadgen::RequestFailure::kTimedOut;
-          throw LaunchFailure(timed_out ? TrialFailure::kTimedOut : TrialFailure::kRequestsFailed,
-                              "every request of " + w.name + " failed: " +
-                                  (first != nullptr ? loadgen::failure_reason(first->error) : std::string()));
-        }
+        check_failed_requests(m, w.name);
       }
     }
     session.reset();
@@ -275,6 +283,28 @@ bool TrialRunner::run_here(const Trial& t) {
   }
   write_marker(t, marker);
   return true;
+}
+
+// A run with more failed requests than target.max_failed_fraction fails the trial (its record is kept): a
+// candidate that served 24% of its requests must not win on the throughput of the rest.
+void TrialRunner::check_failed_requests(const Measurement& m, const std::string& workload) const {
+  const int64_t failed = m.metrics.failed;
+  const int64_t total = failed + m.metrics.completed;
+  if (failed == 0 || total == 0) return;
+  const loadgen::RequestOutput* first = m.first_failure();
+  const std::string reason = first != nullptr ? loadgen::failure_reason(first->error) : std::string();
+  if (m.metrics.completed == 0) {
+    const bool timed_out = first != nullptr && first->failure == loadgen::RequestFailure::kTimedOut;
+    throw LaunchFailure(timed_out ? TrialFailure::kTimedOut : TrialFailure::kRequestsFailed,
+                        "every request of " + workload + " failed: " + reason);
+  }
+  const double fraction = static_cast<double>(failed) / static_cast<double>(total);
+  if (fraction <= spec_.target.max_failed_fraction) return;
+  char buf[200];
+  std::snprintf(buf, sizeof(buf), "%lld of %lld requests of %s failed (%.1f%%, above target.max_failed_fraction = %g%%)",
+                static_cast<long long>(failed), static_cast<long long>(total), workload.c_str(), 100.0 * fraction,
+                100.0 * spec_.target.max_failed_fraction);
+  throw LaunchFailure(TrialFailure::kRequestsFailed, std::string(buf) + "; the first: " + reason);
 }
 
 void TrialRunner::write_record(const nlohmann::ordered_json& info, const WorkloadSpec& w, int repeat,

@@ -11,6 +11,7 @@
 
 #include "datasets/dataset.h"
 #include "tuner/launcher.h"
+#include "tuner/measurement.h"
 #include "tuner/progress.h"
 #include "tuner/results_store.h"
 #include "tuner/space.h"
@@ -51,6 +52,7 @@ class TrialRunner {
   bool run_isolated(const Trial& t);
   bool run_here(const Trial& t);
   void write_marker(const Trial& t, const TrialMarker& marker);
+  void check_failed_requests(const Measurement& m, const std::string& workload) const;
   void write_record(const nlohmann::ordered_json& info, const WorkloadSpec& w, int repeat,
                     const nlohmann::ordered_json& metrics, const nlohmann::ordered_json& per_request,
                     const std::string& tag, const std::string& launch_id, const Engine* engine);

@@ -9,6 +9,7 @@
 //   no_done      a complete stream without [DONE]  hang         stop sending (the client's timeout fires)
 //   error_event  data: {"error": ...}             quirky       valid but unusual SSE (CRLF, comments,
 //                                                               multi-line data, id/retry fields)
+// --fail-every N answers every Nth completion request with HTTP 503 (a server failing a fraction of its requests).
 // GET /metrics is a Prometheus exposition; with --spec-decode-tokens K it has vLLM's speculative-decoding counters
 // of a pretend speculator: each streamed request of N tokens adds N drafts of K tokens whose first token is accepted.
 #include <arpa/inet.h>
@@ -78,6 +79,8 @@ struct Timer {
 int64_t g_itl_us = 0;
 int64_t g_ttft_us = 0;
 int64_t g_spec_tokens = 0;  // --spec-decode-tokens: draft length of the pretend speculator (0: none)
+int64_t g_fail_every = 0;   // --fail-every N: every Nth completion request is answered 503 (0: none)
+int64_t g_completion_requests = 0;
 int64_t g_spec_drafts = 0;  // drafts so far; each accepts its first token only
 bool g_timestamps = true;
 int g_epfd = -1;
@@ -289,6 +292,7 @@ void handle_request(Conn& c, const std::string& method, const std::string& path,
   }
   const bool chat = path == "/v1/chat/completions";
   if (method != "POST" || (!chat && path != "/v1/completions")) return respond_status(c, 404, "not found");
+  if (g_fail_every > 0 && ++g_completion_requests % g_fail_every == 0) return respond_status(c, 503, "mock --fail-every");
   const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return respond_status(c, 400, "bad JSON body");
   Stream s;
@@ -383,9 +387,11 @@ int main(int argc, char** argv) {
       g_ttft_us = std::atoll(argv[i + 1]);
     } else if (a == "--spec-decode-tokens") {
       g_spec_tokens = std::atoll(argv[i + 1]);
+    } else if (a == "--fail-every") {
+      g_fail_every = std::atoll(argv[i + 1]);
     } else {
       std::fprintf(stderr, "usage: %s [--host H] [--port P] [--itl-us N] [--ttft-us N] [--spec-decode-tokens K] "
-                   "[--no-timestamps]\n", argv[0]);
+                   "[--fail-every N] [--no-timestamps]\n", argv[0]);
       return 2;
     }
   }

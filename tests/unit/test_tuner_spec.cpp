@@ -113,6 +113,9 @@ TEST(TunerSpec, SloMayNameEveryRecordedSummary) {
 }
 
 TEST(TunerSpec, BadFilesNameFileKeyLineAndProblem) {
+  expect_error(R"(name: t
+target: {engine: builtin, model: m.gguf, max_failed_fraction: 1.5}
+)", {"target.max_failed_fraction", "must be between 0 and 1"});
   expect_error(std::string(kMinimal) + "spacee: {}\n", {"test.yaml", "spacee (line 7)", "unknown key 'spacee'"});
   expect_error(R"(name: t
 target: {engine: builtin, model: m.gguf}

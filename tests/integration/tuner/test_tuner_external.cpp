@@ -13,18 +13,6 @@ namespace servetune::testing {
 namespace {
 namespace fs = std::filesystem;
 
-// True while a process whose command line contains `needle` exists.
-bool process_running(const std::string& needle) {
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = read_text(e.path() / "cmdline");
-    for (char& c : cmd) c = c == '\0' ? ' ' : c;
-    if (cmd.find(needle) != std::string::npos && cmd.find("servetune_it_") == std::string::npos) return true;
-  }
-  return false;
-}
-
 TEST(TunerExternal, MockServerAndEveryFailureClass) {
   const fs::path dir = scratch("external");
   const std::string mock = SERVETUNE_MOCK_SERVER;

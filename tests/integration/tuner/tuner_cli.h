@@ -72,4 +72,16 @@ inline size_t count_files(const std::filesystem::path& dir) {
   return n;
 }
 
+// True while a process whose command line contains `needle` exists (this test binary's own aside).
+inline bool process_running(const std::string& needle) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = read_text(e.path() / "cmdline");
+    for (char& c : cmd) c = c == '\0' ? ' ' : c;
+    if (cmd.find(needle) != std::string::npos && cmd.find("servetune_it_") == std::string::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace servetune::testing
