@@ -52,8 +52,9 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--baseline", o->baseline, "Baseline: a run folder, a folder of records, or one result file")->required();
   cmd->add_option("--current", o->current, "Current results: a run folder, a folder of records, or one result file")->required();
   cmd->add_option("--tolerance", o->tolerances,
-                  "METRIC=[+|-|~]AMOUNT[%]: '-5%' fails a drop over 5%, '+10%' a rise over 10%, '0' any change "
-                  "(default: the sweep file's check.tolerances)");
+                  "METRIC=[+|-|~]AMOUNT[%]: '-5%' fails a drop over 5%, '+10%' a rise over 10%, '0' any change; "
+                  "'-noise' a drop beyond the baseline's spread over its repeats (default: the sweep file's "
+                  "check.tolerances)");
   cmd->callback([o] { run_check(*o); });
 }
 

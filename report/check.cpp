@@ -4,11 +4,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 
 #include "report/report.h"
 #include "servetune/error.h"
+#include "tuner/noise.h"
 #include "tuner/results_table.h"
 
 namespace servetune::report {
@@ -48,7 +50,7 @@ Tolerance parse_tolerance(const std::string& text) {
   Tolerance t;
   t.text = text;
   const size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) throw_usage("--tolerance '" + text + "': expected METRIC=[+|-|~]AMOUNT[%], e.g. total_token_throughput=-5%");
+  if (eq == std::string::npos || eq == 0) throw_usage("--tolerance '" + text + "': expected METRIC=[+|-|~]AMOUNT[%] or METRIC=[+|-|~]noise, e.g. total_token_throughput=-5%");
   t.metric = text.substr(0, eq);
   std::string v = text.substr(eq + 1);
   if (v.rfind("\xC2\xB1", 0) == 0) v = "~" + v.substr(2);  // ±
@@ -56,12 +58,17 @@ Tolerance parse_tolerance(const std::string& text) {
     t.direction = v[0];
     v = v.substr(1);
   }
+  if (v == "noise") {
+    t.noise = true;
+    t.relative = false;
+    return t;
+  }
   t.relative = !v.empty() && v.back() == '%';
   if (t.relative) v.pop_back();
   char* end = nullptr;
   t.amount = std::strtod(v.c_str(), &end);
   if (v.empty() || *end != '\0' || !(t.amount >= 0)) {
-    throw_usage("--tolerance '" + text + "': the amount must be a non-negative number, optionally with %");
+    throw_usage("--tolerance '" + text + "': the amount must be a non-negative number, optionally with %, or 'noise'");
   }
   return t;
 }
@@ -97,12 +104,25 @@ CheckResult run_check(const std::vector<nlohmann::ordered_json>& baseline, const
           const auto it = cc->metrics.find(t.metric);
           if (it != cc->metrics.end()) cv = it->second;
         }
+        double allowed = t.relative ? std::fabs(row.baseline) * t.amount / 100.0 : t.amount;
+        if (t.noise) {
+          // Means on both sides, and the bar from the baseline's spread for as many runs as the current cell has.
+          const std::vector<double>& bs = bc->samples.at(t.metric);
+          const auto cs = cc != nullptr && cc->samples.count(t.metric) ? cc->samples.at(t.metric) : std::vector<double>{};
+          const auto allowance = noise_allowance(bs, std::max<size_t>(1, cs.size()));
+          if (!allowance) {
+            throw_usage("check: --tolerance " + t.text + " needs at least two repeats in the baseline (candidate " + bid +
+                        ", workload " + w + " has " + std::to_string(bs.size()) + ")");
+          }
+          allowed = *allowance;
+          row.baseline = std::accumulate(bs.begin(), bs.end(), 0.0) / static_cast<double>(bs.size());
+          if (!cs.empty()) cv = std::accumulate(cs.begin(), cs.end(), 0.0) / static_cast<double>(cs.size());
+        }
         if (!cv) {
           row.missing = row.regression = true;
         } else {
           row.current = *cv;
           const double diff = row.current - row.baseline;
-          const double allowed = t.relative ? std::fabs(row.baseline) * t.amount / 100.0 : t.amount;
           const double slack = 1e-9 * std::max(1.0, std::fabs(row.baseline));
           const bool up = diff > allowed + slack, down = -diff > allowed + slack;
           row.regression = t.direction == '~' ? (up || down) : (t.direction == '+' ? up : down);

@@ -81,6 +81,13 @@ std::optional<MeanInterval> mean_interval(const std::vector<double>& samples, do
   return r;
 }
 
+std::optional<double> noise_allowance(const std::vector<double>& baseline, size_t new_samples, double confidence) {
+  if (baseline.size() < 2 || new_samples == 0) return std::nullopt;
+  const double n = static_cast<double>(baseline.size());
+  const double sd = std::sqrt(variance_of(baseline, mean_of(baseline)));
+  return student_t_quantile(0.5 + confidence / 2.0, n - 1.0) * sd * std::sqrt(1.0 / n + 1.0 / static_cast<double>(new_samples));
+}
+
 std::optional<MeanDifference> compare_means(const std::vector<double>& a, const std::vector<double>& b, double confidence) {
   if (a.size() < 2 || b.size() < 2) return std::nullopt;
   const double ma = mean_of(a), mb = mean_of(b);

@@ -35,6 +35,11 @@ struct MeanDifference {
 std::optional<MeanDifference> compare_means(const std::vector<double>& a, const std::vector<double>& b,
                                             double confidence = 0.95);
 
+// How far the mean of `new_samples` fresh measurements may stray from the mean of `baseline` by noise alone: the
+// half-width of the prediction interval t(1 - (1 - confidence) / 2, n - 1) * s * sqrt(1/n + 1/new_samples) from the
+// baseline's own spread. nullopt with fewer than two baseline samples.
+std::optional<double> noise_allowance(const std::vector<double>& baseline, size_t new_samples, double confidence = 0.99);
+
 // Student's t distribution with `dof` degrees of freedom (dof > 0, not necessarily an integer).
 double student_t_cdf(double t, double dof);
 double student_t_quantile(double p, double dof);  // 0 < p < 1

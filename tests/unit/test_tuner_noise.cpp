@@ -69,6 +69,12 @@ TEST(TunerNoise, EdgeCases) {
   EXPECT_GT(noisy->p_value, 0.5);
 }
 
+TEST(TunerNoise, PredictionAllowance) {
+  EXPECT_FALSE(noise_allowance({1.0}, 3));
+  EXPECT_NEAR(*noise_allowance({100.0, 100.5, 99.5}, 3), 9.9248 * 0.5 * std::sqrt(2.0 / 3.0), 1e-3);
+  EXPECT_DOUBLE_EQ(*noise_allowance({7.0, 7.0}, 1), 0.0);
+}
+
 nlohmann::ordered_json record(const Candidate& c, int repeat, double tps) {
   nlohmann::ordered_json r;
   r["schema"] = "servetune.record.v1";

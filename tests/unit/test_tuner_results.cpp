@@ -140,6 +140,28 @@ TEST(TunerCheck, VerdictsPerDirection) {
   EXPECT_THROW(run_check(base, base, {parse_tolerance("nope=1%")}), Error);
 }
 
+TEST(TunerCheck, NoiseToleranceFollowsTheBaselinesSpread) {
+  EXPECT_TRUE(parse_tolerance("tps=-noise").noise);
+  EXPECT_EQ(parse_tolerance("tps=-noise").direction, '-');
+  auto runs = [](const std::string& id, const std::vector<double>& tps) {
+    std::vector<nlohmann::ordered_json> out;
+    for (size_t r = 0; r < tps.size(); ++r) out.push_back(record(id, "w", static_cast<int>(r), {{"tps", tps[r]}}));
+    return out;
+  };
+  const std::vector<Tolerance> tol = {parse_tolerance("tps=-noise")};
+  // A tight baseline (mean 100, sd 0.5): three new runs may stray by t(0.995, 2) * 0.5 * sqrt(2/3) = 4.05.
+  const auto tight = runs("c0", {100.0, 100.5, 99.5});
+  EXPECT_EQ(run_check(tight, runs("c0", {97.0, 97.5, 96.5}), tol).regressions, 0u);
+  const CheckResult slow = run_check(tight, runs("c0", {94.0, 95.0, 94.5}), tol);
+  ASSERT_EQ(slow.regressions, 1u);
+  EXPECT_DOUBLE_EQ(slow.rows[0].baseline, 100.0);  // means, not medians
+  EXPECT_DOUBLE_EQ(slow.rows[0].current, 94.5);
+  // The same drop against a noisy baseline (sd 4) is within its noise.
+  EXPECT_EQ(run_check(runs("c0", {100.0, 104.0, 96.0}), runs("c0", {94.0, 95.0, 94.5}), tol).regressions, 0u);
+  EXPECT_EQ(run_check(tight, runs("c0", {140.0}), tol).regressions, 0u);  // better is never a regression
+  EXPECT_THROW(run_check(runs("c0", {100.0}), runs("c0", {100.0}), tol), Error);  // no spread to go by
+}
+
 TEST(TunerCheck, WarnsOfBaselinesOfAnotherCpuIsa) {
   auto at_isa = [](const std::string& isa) {
     nlohmann::ordered_json r = record("c0", "w", 0, {{"tps", 100.0}});
