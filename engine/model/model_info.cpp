@@ -74,7 +74,7 @@ void check_tensor_parallel_split(const ModelInfo& model, int tp_size, int ep_siz
   c.moe.routing.n_experts = model.experts;
   c.moe.expert_ffn = model.expert_ffn;
   c.moe.shared_ffn = model.shared_expert_ffn;
-  if (model.experts > 0) {
+  if (model.experts > 0) {  // which layers are dense does not matter to the split, only whether any is
     c.moe.moe_layer.assign(static_cast<size_t>(model.n_layers), true);
     std::fill_n(c.moe.moe_layer.begin(), std::min(model.dense_layers, model.n_layers), false);
   }
