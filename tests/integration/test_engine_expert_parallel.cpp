@@ -1,6 +1,7 @@
 // Tensor and expert parallelism of the mixture-of-experts family over the local communicator, on make-model's
 // deepseek-v3-tiny (MLA, a dense first layer, a shared expert, grouped routing with a selection bias) and
-// qwen3-moe-tiny (GQA 8:1 with per-head q/k norm): logits of tp 2, ep 2 (tp 2), tp 4 x ep 2 and ep 4 (tp 4) within
+// qwen3-moe-tiny (GQA 8:1 with per-head q/k norm), and on llama.cpp's GGUF conversions of DeepSeek-V3, Qwen2-MoE
+// and Mixtral (stacked experts): logits of tp 2, ep 2 (tp 2), tp 4 x ep 2 and ep 4 (tp 4) within
 // 1e-5 relative of one rank and the same greedy picks, also when a router bias sends every token to the experts of
 // one rank; greedy engine outputs identical to tp 1, with every token's routing counted once; bad splits are clear
 // usage errors.
@@ -20,6 +21,7 @@
 #include "integration/greedy_jobs.h"
 #include "integration/random_model.h"
 #include "integration/tp_logits.h"
+#include "test_paths.h"
 
 namespace servetune {
 namespace {
@@ -60,6 +62,15 @@ TEST(ExpertParallelLogits, DeepSeekV3MatchesOneRank) {
 TEST(ExpertParallelLogits, Qwen3MoeMatchesOneRank) {
   const testing::RandomModel m("qwen3-moe-tiny");
   expect_logits_match(m.path(), "qwen3-moe-tiny");
+}
+
+// llama.cpp's conversions (tests/data/gguf_moe, f32): stacked [experts, rows, cols] expert tensors read one
+// expert's slice at a time, DeepSeek's kv_b as attn_k_b / attn_v_b split by heads, Qwen2-MoE's gated shared expert
+// and q/k/v biases.
+TEST(ExpertParallelLogits, GgufConversionsMatchOneRank) {
+  for (const std::string model : {"deepseek_v3_tiny", "qwen2_moe_tiny", "mixtral_tiny"}) {
+    expect_logits_match(testing::data_path("gguf_moe/" + model + ".gguf"), model + ".gguf");
+  }
 }
 
 // Sets every MoE layer's selection bias of deepseek-v3-tiny at `dir` to +1 for experts 0-3 (group 0) and 0 for the
