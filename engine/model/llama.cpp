@@ -5,8 +5,8 @@
 #include <cmath>
 #include <string>
 
-#include "comm/communicator.h"
 #include "core/error.h"
+#include "model/shard_collectives.h"
 
 namespace servetune {
 LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel,
@@ -16,6 +16,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
   if (parallel.tp_size > 1 && parallel.comm == nullptr) {
     throw Error(ErrorKind::kInternal, "tensor parallelism needs a communicator");
   }
+  expert_parallel_share(config, parallel.tp_size, parallel.ep_size, parallel.tp_rank);  // ep_size > 1 is refused here
   n_heads_ = share_.q_heads.count;
   n_kv_heads_ = share_.kv_heads.count;
   const int64_t d = config.hidden, hd = config.head_dim;
@@ -162,7 +163,7 @@ void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
     backend_.download(logits.data(), *logits_out_, 0, logits.size() * sizeof(float));
     return;
   }
-  gather_logits(static_cast<const float*>(logits_out_->data()), n_out, logits);
+  gather_vocab_logits(backend_, parallel_, config_.vocab, static_cast<const float*>(logits_out_->data()), n_out, gathered_, logits);
 }
 
 void LlamaModel::forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows,
@@ -307,7 +308,7 @@ void LlamaModel::forward_layers(int64_t n, int64_t max_blocks_per_seq, const Bat
     backend_.attention(cache, ab, q, n_heads_, scale, attn);
     if (l + 1 < layers_.size()) backend_.prefetch_attention(kv.layer(static_cast<int64_t>(l + 1)), ab);
     backend_.matmul(L.wo, nullptr, attn, n, h);
-    sum_partials(h, n * d);
+    sum_partials(backend_, parallel_, h, n * d);
     if (fused_) {
       backend_.add_rms_norm(x, h, L.ffn_norm, h, n, d, config_.rms_eps);
     } else {
@@ -328,35 +329,10 @@ void LlamaModel::forward_layers(int64_t n, int64_t max_blocks_per_seq, const Bat
       backend_.silu_mul(gate, up, gate_up ? 2 * ffn : ffn, n, ffn, act);
       backend_.matmul(L.w_down, nullptr, act, n, h);
     }
-    sum_partials(h, n * d);
+    sum_partials(backend_, parallel_, h, n * d);
     if (!fused_) backend_.add(x, h, n * d);
   }
   if (fused_) backend_.add(x, h, n * d);
-}
-
-void LlamaModel::sum_partials(float* partial, int64_t count) {
-  if (parallel_.tp_size == 1) return;
-  backend_.synchronize();
-  parallel_.comm->all_reduce(partial, static_cast<size_t>(count), ReduceOp::kSum);
-}
-
-void LlamaModel::gather_logits(const float* local, int64_t n_out, std::vector<float>& logits) {
-  // Rank r holds [n_out, vocab_r] for its vocabulary rows; gather them all, then interleave into [n_out, vocab].
-  backend_.synchronize();
-  const int tp = parallel_.tp_size;
-  std::vector<size_t> counts(static_cast<size_t>(tp));
-  for (int r = 0; r < tp; ++r) counts[static_cast<size_t>(r)] = static_cast<size_t>(n_out * balanced_slice(config_.vocab, tp, r).count);
-  gathered_.resize(static_cast<size_t>(n_out * config_.vocab));
-  parallel_.comm->all_gatherv(local, gathered_.data(), counts);
-  logits.resize(gathered_.size());
-  const float* part = gathered_.data();
-  for (int r = 0; r < tp; ++r) {
-    const SliceRange v = balanced_slice(config_.vocab, tp, r);
-    for (int64_t i = 0; i < n_out; ++i) {
-      std::copy(part + i * v.count, part + (i + 1) * v.count, logits.begin() + i * config_.vocab + v.begin);
-    }
-    part += n_out * v.count;
-  }
 }
 
 }  // namespace servetune

@@ -63,10 +63,6 @@ class LlamaModel final : public Model {
   // Grows the workspace; true when it moved (captured graphs point at the old buffers).
   bool reserve(int64_t n_tokens, int64_t n_logits);
   BatchIndices place_indices(const Batch& batch);
-  // Row-parallel layers: sums every rank's partial output in place (all-reduce; a no-op without tensor parallelism).
-  void sum_partials(float* partial, int64_t count);
-  // Vocab-parallel head: gathers every rank's logits columns into full [n_out, vocab] rows.
-  void gather_logits(const float* local, int64_t n_out, std::vector<float>& logits);
   float* buf(std::unique_ptr<Buffer>& b) { return static_cast<float*>(b->data()); }
   // Embedding, layers, and the output head for `n_out` rows (logits left in logits_out_): no host work, so a graph
   // can capture it.

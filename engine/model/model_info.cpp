@@ -2,6 +2,7 @@
 // partition, so API users learn a model's shape and splits exactly as the engine computes them.
 #include "servetune/model_info.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
@@ -24,6 +25,9 @@ ModelInfo model_info_of(const ModelConfig& c) {
   info.context_length = c.context_length;
   info.experts = c.moe.routing.n_experts;
   info.experts_per_token = c.moe.routing.top_k;
+  info.expert_ffn = c.moe.expert_ffn;
+  info.shared_expert_ffn = c.moe.shared_ffn;
+  info.dense_layers = c.is_moe() ? std::count(c.moe.moe_layer.begin(), c.moe.moe_layer.end(), false) : c.n_layers;
   info.kv_values_per_token = c.kv_values_per_token(c.cache_heads());
   info.kv_shared_by_ranks = c.is_mla();
   return info;
@@ -48,12 +52,14 @@ std::string format_bytes(double bytes) {
   return text;
 }
 
-void check_tensor_parallel_split(const ModelInfo& model, int tp_size) {
+void check_tensor_parallel_split(const ModelInfo& model, int tp_size, int ep_size) {
   if (tp_size < 1) throw_usage("tp_size must be at least 1, got " + std::to_string(tp_size));
+  if (ep_size < 1) throw_usage("ep_size must be at least 1, got " + std::to_string(ep_size));
   if (model.n_heads <= 0 || model.n_kv_heads <= 0 || model.ffn <= 0) {
     throw_usage("a model shape without attention heads, KV heads or feed-forward dimension cannot be split");
   }
-  // tensor_parallel_share reads the heads, the feed-forward dimension and the vocabulary; ModelInfo carries them all.
+  // The partition reads the heads, the feed-forward widths, the experts and the vocabulary; ModelInfo carries them
+  // all (of latent attention only whether there is one, which is all the split depends on).
   ModelConfig c;
   c.architecture = model.architecture;
   c.n_layers = model.n_layers;
@@ -64,7 +70,16 @@ void check_tensor_parallel_split(const ModelInfo& model, int tp_size) {
   c.ffn = model.ffn;
   c.vocab = model.vocab;
   c.context_length = model.context_length;
+  c.mla.kv_lora_rank = model.kv_shared_by_ranks ? 1 : 0;
+  c.moe.routing.n_experts = model.experts;
+  c.moe.expert_ffn = model.expert_ffn;
+  c.moe.shared_ffn = model.shared_expert_ffn;
+  if (model.experts > 0) {  // which layers are dense does not matter to the split, only whether any is
+    c.moe.moe_layer.assign(static_cast<size_t>(model.n_layers), true);
+    std::fill_n(c.moe.moe_layer.begin(), std::min(model.dense_layers, model.n_layers), false);
+  }
   tensor_parallel_share(c, tp_size, 0);
+  expert_parallel_share(c, tp_size, ep_size, 0);
 }
 
 }  // namespace servetune

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "model/shard_collectives.h"
 
 namespace servetune {
 namespace {
@@ -22,12 +23,13 @@ enum Slot : size_t {
 
 MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend,
                                  ParallelContext parallel, CompileOptions compile)
-    : config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused) {
+    : config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused),
+      share_(tensor_parallel_share(config, parallel.tp_size, parallel.tp_rank)),
+      expert_share_(expert_parallel_share(config, parallel.tp_size, parallel.ep_size, parallel.tp_rank)),
+      n_heads_(share_.q_heads.count) {
   const std::string family = config.architecture;
-  if (parallel.tp_size != 1) {
-    throw_usage(family + ": tensor parallelism (tp_size " + std::to_string(parallel.tp_size) +
-                ") is not implemented for mixture-of-experts and latent-attention models yet; use tp_size 1 (and "
-                "dp_size for more replicas)");
+  if (parallel.tp_size > 1 && parallel.comm == nullptr) {
+    throw Error(ErrorKind::kInternal, "tensor parallelism needs a communicator");
   }
   if (compile.graph_max_bs > 0) {
     throw_usage(family + ": compile = graphs is not implemented for mixture-of-experts and latent-attention models "
@@ -40,7 +42,8 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
   const int64_t d = config.hidden;
   tok_embd_ = loader.matrix("token_embd.weight", config.vocab, d);
   output_norm_ = loader.vector("output_norm.weight", d);
-  output_ = loader.matrix(config.tied_embeddings ? "token_embd.weight" : "output.weight", config.vocab, d);
+  // As LlamaModel: the whole embedding table on every rank, the output head vocab-parallel (gathered after it).
+  output_ = loader.matrix_rows(config.tied_embeddings ? "token_embd.weight" : "output.weight", config.vocab, d, share_.vocab);
   load_.experts = config.is_moe() ? config.moe.routing.n_experts : 0;
   for (int64_t l = 0; l < config.n_layers; ++l) {
     Layer L;
@@ -71,41 +74,44 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
 void MoeDecoderModel::load_attention(Layer& L, int64_t l, WeightLoader& loader) {
   const ModelConfig& c = config_;
   const int64_t d = c.hidden, hd = c.head_dim, h = c.n_heads;
+  const SliceRange heads = share_.q_heads;  // this rank's query heads
   if (!c.is_mla()) {
     const int64_t q = h * hd, kv = c.n_kv_heads * hd;
-    L.wq = loader.matrix(blk(l, "attn_q.weight"), q, d);
-    L.wk = loader.matrix(blk(l, "attn_k.weight"), kv, d);
-    L.wv = loader.matrix(blk(l, "attn_v.weight"), kv, d);
+    const SliceRange q_rows{heads.begin * hd, heads.count * hd};
+    const SliceRange kv_rows{share_.kv_heads.begin * hd, share_.kv_heads.count * hd};
+    L.wq = loader.matrix_rows(blk(l, "attn_q.weight"), q, d, q_rows);
+    L.wk = loader.matrix_rows(blk(l, "attn_k.weight"), kv, d, kv_rows);
+    L.wv = loader.matrix_rows(blk(l, "attn_v.weight"), kv, d, kv_rows);
     if (c.attention_bias) {
-      L.bq = loader.vector(blk(l, "attn_q.bias"), q);
-      L.bk = loader.vector(blk(l, "attn_k.bias"), kv);
-      L.bv = loader.vector(blk(l, "attn_v.bias"), kv);
+      L.bq = loader.vector(blk(l, "attn_q.bias"), q, q_rows);
+      L.bk = loader.vector(blk(l, "attn_k.bias"), kv, kv_rows);
+      L.bv = loader.vector(blk(l, "attn_v.bias"), kv, kv_rows);
     }
-    if (c.qk_norm) {
+    if (c.qk_norm) {  // one [head_dim] weight shared by every head: whole on every rank
       L.q_norm = loader.vector(blk(l, "attn_q_norm.weight"), hd);
       L.k_norm = loader.vector(blk(l, "attn_k_norm.weight"), hd);
     }
-    L.wo = loader.matrix(blk(l, "attn_output.weight"), d, q);
+    L.wo = loader.matrix_cols(blk(l, "attn_output.weight"), d, q, q_rows);
     return;
   }
   const MlaConfig& m = c.mla;
   if (m.q_lora_rank > 0) {
     L.wq_a = loader.matrix(blk(l, "attn_q_a.weight"), m.q_lora_rank, d);
     L.q_a_norm = loader.vector(blk(l, "attn_q_a_norm.weight"), m.q_lora_rank);
-    L.wq_b = loader.matrix(blk(l, "attn_q_b.weight"), h * hd, m.q_lora_rank);
+    L.wq_b = loader.matrix_rows(blk(l, "attn_q_b.weight"), h * hd, m.q_lora_rank, {heads.begin * hd, heads.count * hd});
   } else {
-    L.wq = loader.matrix(blk(l, "attn_q.weight"), h * hd, d);
+    L.wq = loader.matrix_rows(blk(l, "attn_q.weight"), h * hd, d, {heads.begin * hd, heads.count * hd});
   }
   // kv_a_proj_with_mqa's rows are [latent | rotary key]: two matrices, so each lands in its own contiguous rows.
   const std::string kv_a = blk(l, "attn_kv_a_mqa.weight");
   L.w_latent = loader.matrix_rows(kv_a, m.kv_lora_rank + m.qk_rope_dim, d, {0, m.kv_lora_rank});
   L.w_rope_key = loader.matrix_rows(kv_a, m.kv_lora_rank + m.qk_rope_dim, d, {m.kv_lora_rank, m.qk_rope_dim});
   L.latent_norm = loader.vector(blk(l, "attn_kv_a_norm.weight"), m.kv_lora_rank);
-  L.wo = loader.matrix(blk(l, "attn_output.weight"), d, h * m.v_head_dim);
+  L.wo = loader.matrix_cols(blk(l, "attn_output.weight"), d, h * m.v_head_dim, {heads.begin * m.v_head_dim, heads.count * m.v_head_dim});
 
   // kv_b_proj holds per head [key (qk_nope_dim rows) | value (v_head_dim rows)] of kv_lora_rank columns. Decoding
   // absorbs the key part into the query (q_nope . W_UK = (W_UK^T q_nope) . latent) and applies the value part after
-  // attention, so the cache keeps only the latent. Both are kept as f32 copies laid out per head.
+  // attention, so the cache keeps only the latent. Both are kept as f32 copies laid out per head, of this rank's heads.
   const int64_t per_head = m.qk_nope_dim + m.v_head_dim, rank = m.kv_lora_rank;
   const auto place = [&](const std::vector<float>& values, int64_t rows, int64_t cols) {
     owned_.push_back(backend_.allocate(values.size() * sizeof(float)));
@@ -122,15 +128,17 @@ void MoeDecoderModel::load_attention(Layer& L, int64_t l, WeightLoader& loader) 
   // llama.cpp's converter splits kv_b already: attn_k_b [heads, kv_lora_rank, qk_nope] (the key part transposed per
   // head, W_UK^T) and attn_v_b [heads, v_head_dim, kv_lora_rank], exactly the two layouts kept here.
   if (const std::string k_b = blk(l, "attn_k_b.weight"); loader.has(k_b)) {
-    L.w_uk_t = place(to_f32(loader.stacked_matrices(k_b, h, rank, m.qk_nope_dim, {0, h})), h * rank, m.qk_nope_dim);
-    L.w_uv = place(to_f32(loader.stacked_matrices(blk(l, "attn_v_b.weight"), h, m.v_head_dim, rank, {0, h})),
-                   h * m.v_head_dim, rank);
+    L.w_uk_t = place(to_f32(loader.stacked_matrices(k_b, h, rank, m.qk_nope_dim, heads)), heads.count * rank, m.qk_nope_dim);
+    L.w_uv = place(to_f32(loader.stacked_matrices(blk(l, "attn_v_b.weight"), h, m.v_head_dim, rank, heads)),
+                   heads.count * m.v_head_dim, rank);
     return;
   }
-  const WeightMatrix kv_b = loader.matrix(blk(l, "attn_kv_b.weight"), h * per_head, rank);
+  const WeightMatrix kv_b = loader.matrix_rows(blk(l, "attn_kv_b.weight"), h * per_head, rank,
+                                               {heads.begin * per_head, heads.count * per_head});
+  const int64_t local = heads.count;
   std::vector<float> row(static_cast<size_t>(rank));
-  std::vector<float> uk_t(static_cast<size_t>(h * rank * m.qk_nope_dim)), uv(static_cast<size_t>(h * m.v_head_dim * rank));
-  for (int64_t head = 0; head < h; ++head) {
+  std::vector<float> uk_t(static_cast<size_t>(local * rank * m.qk_nope_dim)), uv(static_cast<size_t>(local * m.v_head_dim * rank));
+  for (int64_t head = 0; head < local; ++head) {
     for (int64_t r = 0; r < per_head; ++r) {
       const int64_t src_row = head * per_head + r;
       const uint8_t* stored = static_cast<const uint8_t*>(kv_b.data) + src_row * kv_b.row_bytes;
@@ -143,8 +151,14 @@ void MoeDecoderModel::load_attention(Layer& L, int64_t l, WeightLoader& loader) 
       }
     }
   }
-  L.w_uk_t = place(uk_t, h * rank, m.qk_nope_dim);
-  L.w_uv = place(uv, h * m.v_head_dim, rank);
+  L.w_uk_t = place(uk_t, local * rank, m.qk_nope_dim);
+  L.w_uv = place(uv, local * m.v_head_dim, rank);
+}
+
+MoeDecoderModel::Mlp MoeDecoderModel::load_mlp(WeightLoader& loader, const std::string& gate, const std::string& up,
+                                               const std::string& down, int64_t width, SliceRange ffn) {
+  const int64_t d = config_.hidden;
+  return {loader.matrix_rows(gate, width, d, ffn), loader.matrix_rows(up, width, d, ffn), loader.matrix_cols(down, d, width, ffn)};
 }
 
 void MoeDecoderModel::load_ffn(Layer& L, int64_t l, WeightLoader& loader) {
@@ -152,8 +166,7 @@ void MoeDecoderModel::load_ffn(Layer& L, int64_t l, WeightLoader& loader) {
   const int64_t d = c.hidden;
   L.moe = c.is_moe() && c.moe.moe_layer[static_cast<size_t>(l)];
   if (!L.moe) {
-    L.dense = {loader.matrix(blk(l, "ffn_gate.weight"), c.ffn, d), loader.matrix(blk(l, "ffn_up.weight"), c.ffn, d),
-               loader.matrix(blk(l, "ffn_down.weight"), d, c.ffn)};
+    L.dense = load_mlp(loader, blk(l, "ffn_gate.weight"), blk(l, "ffn_up.weight"), blk(l, "ffn_down.weight"), c.ffn, share_.ffn);
     return;
   }
   const MoeConfig& m = c.moe;
@@ -161,20 +174,26 @@ void MoeDecoderModel::load_ffn(Layer& L, int64_t l, WeightLoader& loader) {
   L.router = loader.matrix(blk(l, "ffn_gate_inp.weight"), E, d);
   if (m.selection_bias) L.selection_bias = loader.vector(blk(l, "exp_probs_b.bias"), E);
   // Experts as one [experts, rows, cols] tensor per kind (llama.cpp's *_exps) or one tensor per expert (HF, older
-  // GGUF). A layer with any stacked tensor must have all three, so a missing one is named as such.
+  // GGUF). A layer with any stacked tensor must have all three, so a missing one is named as such. Only this rank's
+  // experts are read, each its part of the intermediate dimension.
   const bool stacked = loader.has(blk(l, "ffn_gate_exps.weight")) || loader.has(blk(l, "ffn_up_exps.weight")) ||
                        loader.has(blk(l, "ffn_down_exps.weight"));
-  const auto expert = [&](const std::string& kind, int64_t e, int64_t rows, int64_t cols) {
-    if (stacked) return loader.stacked_matrices(blk(l, kind + "_exps.weight"), E, rows, cols, {e, 1});
-    return loader.matrix(blk(l, kind + "." + std::to_string(e) + ".weight"), rows, cols);
-  };
-  for (int64_t e = 0; e < E; ++e) {
-    L.experts.push_back({expert("ffn_gate", e, e_ffn, d), expert("ffn_up", e, e_ffn, d), expert("ffn_down", e, d, e_ffn)});
+  const SliceRange part = expert_share_.expert_ffn;
+  const SliceRange mine = expert_share_.experts;
+  for (int64_t e = mine.begin; e < mine.begin + mine.count; ++e) {
+    if (stacked) {
+      const SliceRange all{0, d};
+      L.experts.push_back({loader.stacked_matrix_part(blk(l, "ffn_gate_exps.weight"), E, e_ffn, d, e, part, all),
+                           loader.stacked_matrix_part(blk(l, "ffn_up_exps.weight"), E, e_ffn, d, e, part, all),
+                           loader.stacked_matrix_part(blk(l, "ffn_down_exps.weight"), E, d, e_ffn, e, all, part)});
+    } else {
+      const std::string id = "." + std::to_string(e) + ".weight";
+      L.experts.push_back(load_mlp(loader, blk(l, "ffn_gate" + id), blk(l, "ffn_up" + id), blk(l, "ffn_down" + id), e_ffn, part));
+    }
   }
   if (m.shared_ffn > 0) {
-    L.shared = {loader.matrix(blk(l, "ffn_gate_shexp.weight"), m.shared_ffn, d),
-                loader.matrix(blk(l, "ffn_up_shexp.weight"), m.shared_ffn, d),
-                loader.matrix(blk(l, "ffn_down_shexp.weight"), d, m.shared_ffn)};
+    L.shared = load_mlp(loader, blk(l, "ffn_gate_shexp.weight"), blk(l, "ffn_up_shexp.weight"), blk(l, "ffn_down_shexp.weight"),
+                        m.shared_ffn, expert_share_.shared_ffn);
     if (m.shared_gate) L.shared_gate = loader.matrix(blk(l, "ffn_gate_inp_shexp.weight"), 1, d);
   }
 }
@@ -199,6 +218,10 @@ void MoeDecoderModel::forward(const Batch& batch, KvStorage& kv, std::vector<flo
     return;
   }
   run(batch, kv);
+  if (parallel_.tp_size > 1) {
+    gather_vocab_logits(backend_, parallel_, config_.vocab, static_cast<const float*>(scratch_[kLogits]->data()), n_out, gathered_, logits);
+    return;
+  }
   logits.resize(static_cast<size_t>(n_out * config_.vocab));
   backend_.download(logits.data(), *scratch_[kLogits], 0, logits.size() * sizeof(float));
 }
@@ -224,6 +247,7 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
     else backend_.add_rms_norm(x, out, L.attn_norm, h, n, d, eps);
     if (config_.is_mla()) attention_mla(L, n, h, cache, ab, batch.slot_mapping.data(), out);
     else attention_gqa(L, n, h, cache, ab, batch.slot_mapping.data(), out);
+    sum_partials(backend_, parallel_, out, n * d);  // this rank's heads' share of the output projection
     if (fused_) {
       backend_.add_rms_norm(x, out, L.ffn_norm, h, n, d, eps);
     } else {
@@ -232,6 +256,7 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
     }
     if (L.moe) moe(L, n, h, out);
     else mlp(L.dense, n, h, out);
+    sum_partials(backend_, parallel_, out, n * d);  // the ranks' intermediate-dimension and expert parts
     if (!fused_) backend_.add(x, out, n * d);
   }
   if (fused_) backend_.add(x, out, n * d);
@@ -241,12 +266,12 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   const WeightMatrix hidden{x, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
   backend_.embed(hidden, batch.logits_indices.data(), n_out, xs);
   backend_.rms_norm(xs, output_norm_, xs, n_out, d, eps);
-  backend_.matmul(output_, nullptr, xs, n_out, scratch(kLogits, n_out * config_.vocab));
+  backend_.matmul(output_, nullptr, xs, n_out, scratch(kLogits, n_out * output_.rows));
 }
 
 void MoeDecoderModel::attention_gqa(const Layer& L, int64_t n, const float* h, const KvLayerView& cache,
                                     const AttentionBatch& ab, const int32_t* slots, float* out) {
-  const int64_t hd = config_.head_dim, heads = config_.n_heads, kv_heads = config_.n_kv_heads;
+  const int64_t hd = config_.head_dim, heads = n_heads_, kv_heads = share_.kv_heads.count;
   float* q = scratch(kQ, n * heads * hd);
   float* k = scratch(kK, n * kv_heads * hd);
   float* v = scratch(kV, n * kv_heads * hd);
@@ -268,7 +293,7 @@ void MoeDecoderModel::attention_gqa(const Layer& L, int64_t n, const float* h, c
 void MoeDecoderModel::attention_mla(const Layer& L, int64_t n, const float* h, const KvLayerView& cache,
                                     const AttentionBatch& ab, const int32_t* slots, float* out) {
   const MlaConfig& m = config_.mla;
-  const int64_t heads = config_.n_heads, hd = config_.head_dim, rank = m.kv_lora_rank, rope = m.qk_rope_dim;
+  const int64_t heads = n_heads_, hd = config_.head_dim, rank = m.kv_lora_rank, rope = m.qk_rope_dim;
   const int64_t row = rank + rope;  // a cached latent row: [latent | rotary key]
   float* q = scratch(kQ, n * heads * hd);
   if (m.q_lora_rank > 0) {
@@ -327,6 +352,7 @@ void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, float* out)
     busiest = std::max(busiest, start[static_cast<size_t>(e) + 1]);
     start[static_cast<size_t>(e) + 1] += start[static_cast<size_t>(e)];
   }
+  // Counted over all experts on every rank alike (each routes every token); the engine reads rank 0's counters.
   load_.routed += n * k;
   load_.busiest += busiest;
   order_.resize(static_cast<size_t>(n * k));
@@ -337,17 +363,23 @@ void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, float* out)
     order_[slot] = static_cast<int32_t>(i / k);
     order_weights_[slot] = expert_weights_[static_cast<size_t>(i)];
   }
-  float* gathered = scratch(kGathered, n * k * d);
-  const WeightMatrix tokens{h, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
-  backend_.embed(tokens, order_.data(), n * k, gathered);
-  float* expert_out = scratch(kExpertOut, n * k * d);
-  experts_.clear();
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t first = start[static_cast<size_t>(e)], count = start[static_cast<size_t>(e) + 1] - first;
-    const Mlp& w = L.experts[static_cast<size_t>(e)];
-    if (count > 0) experts_.push_back({&w.gate, &w.up, &w.down, first, count});
+  // This rank's experts are contiguous ids, so their assignments are one contiguous run [lo, hi) of the order.
+  const SliceRange mine = expert_share_.experts;
+  const int64_t lo = start[static_cast<size_t>(mine.begin)], hi = start[static_cast<size_t>(mine.begin + mine.count)];
+  float* expert_out = nullptr;
+  if (hi > lo) {  // else no token picked this rank's experts (expert parallelism)
+    float* gathered = scratch(kGathered, (hi - lo) * d);
+    expert_out = scratch(kExpertOut, (hi - lo) * d);
+    const WeightMatrix tokens{h, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
+    backend_.embed(tokens, order_.data() + lo, hi - lo, gathered);
+    experts_.clear();
+    for (int64_t e = mine.begin; e < mine.begin + mine.count; ++e) {
+      const int64_t first = start[static_cast<size_t>(e)], count = start[static_cast<size_t>(e) + 1] - first;
+      const Mlp& w = L.experts[static_cast<size_t>(e - mine.begin)];
+      if (count > 0) experts_.push_back({&w.gate, &w.up, &w.down, first - lo, count});
+    }
+    backend_.expert_mlps(experts_, gathered, expert_out);
   }
-  backend_.expert_mlps(experts_, gathered, expert_out);
 
   if (config_.moe.shared_ffn > 0 && L.shared_gate.data == nullptr) {
     mlp(L.shared, n, h, out);  // the routed outputs are added onto the shared expert's
@@ -369,7 +401,7 @@ void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, float* out)
       backend_.scatter_add_rows(shared, rows.data(), weights.data(), n, d, out);
     }
   }
-  backend_.scatter_add_rows(expert_out, order_.data(), order_weights_.data(), n * k, d, out);
+  if (hi > lo) backend_.scatter_add_rows(expert_out, order_.data() + lo, order_weights_.data() + lo, hi - lo, d, out);
 }
 
 }  // namespace servetune

@@ -1,11 +1,17 @@
 // The mixture-of-experts decoder families: Mixtral, Qwen2-MoE, Qwen3-MoE (grouped-query attention, Qwen3's per-head
 // q/k norm) and DeepSeek-V2/V3 (multi-head latent attention over a cache of latent rows). Each layer's FFN is either
 // the dense SwiGLU MLP or routed experts (model/moe_routing.h picks them per token) plus optional shared experts.
-// Runs unsharded (tp_size 1) on backends with the MoE/latent ops (the CPU backend); compile options other than
-// none are refused, not ignored.
+// Runs on backends with the MoE/latent ops (the CPU backend); compile = graphs is refused, not ignored.
+// Under tensor parallelism one instance is one rank's shard, as LlamaModel's (see parallel.h): attention by heads
+// (MLA: q_b / kv_b / o_proj by heads, the latent projections and cache row whole on every rank), dense and shared
+// MLPs by their intermediate dimension, routed experts by expert-parallel group and then by intermediate dimension.
+// Every rank routes every token (the hidden states are whole after each all-reduce), computes only its own experts'
+// share, and the all-reduce after the FFN adds the ranks' parts: SGLang's expert parallelism without DeepEP. The
+// all-to-all dispatch of tokens to their experts' ranks and DP attention are not implemented (the next step).
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/model.h"
@@ -21,7 +27,7 @@ class MoeDecoderModel final : public Model {
 
   const ModelConfig& config() const override { return config_; }
   const ParallelContext& parallel() const override { return parallel_; }
-  int64_t local_kv_heads() const override { return config_.cache_heads(); }
+  int64_t local_kv_heads() const override { return share_.kv_heads.count; }
   void forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) override;
   bool device_sampling() const override { return false; }
   void forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) override;
@@ -59,10 +65,14 @@ class MoeDecoderModel final : public Model {
     std::vector<Mlp> experts;
     Mlp shared;
     WeightMatrix shared_gate;  // qwen2_moe: [1, hidden]
+    // experts[i] is routed expert expert_share_.experts.begin + i (this rank's ones, each its expert_ffn part).
   };
 
   void load_attention(Layer& L, int64_t l, WeightLoader& loader);
   void load_ffn(Layer& L, int64_t l, WeightLoader& loader);
+  // A SwiGLU MLP's shard: gate/up rows and down columns [ffn).
+  Mlp load_mlp(WeightLoader& loader, const std::string& gate, const std::string& up, const std::string& down, int64_t width,
+               SliceRange ffn);
   float* scratch(size_t slot, int64_t floats);
   void attention_gqa(const Layer& L, int64_t n, const float* h, const KvLayerView& cache, const AttentionBatch& ab,
                      const int32_t* slots, float* out);
@@ -76,6 +86,9 @@ class MoeDecoderModel final : public Model {
   ParallelContext parallel_;
   Backend& backend_;
   bool fused_;
+  TensorParallelShare share_;
+  ExpertShare expert_share_;
+  int64_t n_heads_;  // local query heads
   WeightMatrix tok_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<Layer> layers_;
@@ -89,6 +102,7 @@ class MoeDecoderModel final : public Model {
   std::vector<float> expert_weights_, order_weights_;
   std::vector<Backend::ExpertMlp> experts_;
   std::vector<float> zeros_;  // the routed sum's starting value when no shared expert writes it first
+  std::vector<float> gathered_;  // all ranks' logits before interleaving (tp_size > 1)
   ExpertLoad load_;
 };
 

@@ -1,4 +1,4 @@
-// Tensor-parallel partition of a llama-family model's heads, feed-forward and vocabulary (see parallel.h).
+// Tensor- and expert-parallel partition of a model's heads, feed-forward, routed experts and vocabulary (see parallel.h).
 #include "model/parallel.h"
 
 #include <algorithm>
@@ -22,7 +22,15 @@ TensorParallelShare tensor_parallel_share(const ModelConfig& config, int tp_size
   const int64_t heads = config.n_heads, kv = config.n_kv_heads, group = heads / kv;
   const std::string model = "the model's " + std::to_string(heads) + " attention heads and " + std::to_string(kv) + " KV heads";
   TensorParallelShare share;
-  if (kv >= tp_size) {
+  if (config.is_mla()) {
+    // Every head reads the one latent row per token, so any split of the heads works; every rank caches that row.
+    if (tp_size > heads) {
+      throw_usage("tp_size " + std::to_string(tp_size) + " exceeds the model's " + std::to_string(heads) +
+                  " attention heads (latent attention splits whole heads)");
+    }
+    share.q_heads = balanced_slice(heads, tp_size, rank);
+    share.kv_heads = {0, 1};
+  } else if (kv >= tp_size) {
     // Whole KV groups per rank; uneven counts are fine (every rank's query heads still read its own KV heads).
     share.kv_heads = balanced_slice(kv, tp_size, rank);
     share.q_heads = {share.kv_heads.begin * group, share.kv_heads.count * group};
@@ -39,12 +47,46 @@ TensorParallelShare tensor_parallel_share(const ModelConfig& config, int tp_size
     share.kv_heads = {rank / copies, 1};
     share.q_heads = {rank * (heads / tp_size), heads / tp_size};
   }
-  if (config.is_mla()) share.kv_heads = {0, 1};  // every rank caches the one shared latent row per token
-  if (config.ffn % tp_size != 0) {
+  // The dense MLP's width matters only where a layer has one (every layer of a llama; a MoE model's dense layers).
+  const bool dense_layers = !config.is_moe() || std::count(config.moe.moe_layer.begin(), config.moe.moe_layer.end(), false) > 0;
+  if (dense_layers && config.ffn % tp_size != 0) {
     throw_usage("tp_size " + std::to_string(tp_size) + " does not divide the model's feed-forward dimension " + std::to_string(config.ffn));
   }
   share.ffn = {config.ffn / tp_size * rank, config.ffn / tp_size};
   share.vocab = balanced_slice(config.vocab, tp_size, rank);
+  return share;
+}
+
+ExpertShare expert_parallel_share(const ModelConfig& config, int tp_size, int ep_size, int rank) {
+  const auto num = [](int64_t v) { return std::to_string(v); };
+  if (ep_size < 1 || tp_size % ep_size != 0) {
+    throw_usage("ep_size " + num(ep_size) + " does not divide tp_size " + num(tp_size) +
+                " (the experts' ranks are ep_size groups of tp_size / ep_size, as in SGLang)");
+  }
+  if (!config.is_moe()) {
+    if (ep_size > 1) {
+      throw_usage("ep_size " + num(ep_size) + " splits routed experts, and this " + config.architecture + " model has none");
+    }
+    return {};
+  }
+  const MoeConfig& m = config.moe;
+  const int64_t experts = m.routing.n_experts;
+  const int moe_tp = tp_size / ep_size;
+  if (experts % ep_size != 0) {
+    throw_usage("ep_size " + num(ep_size) + " does not divide the model's " + num(experts) + " routed experts");
+  }
+  if (m.expert_ffn % moe_tp != 0) {
+    throw_usage("tp_size " + num(tp_size) + " / ep_size " + num(ep_size) + " = " + num(moe_tp) +
+                " ranks per expert do not divide the experts' intermediate dimension " + num(m.expert_ffn));
+  }
+  if (m.shared_ffn % tp_size != 0) {
+    throw_usage("tp_size " + num(tp_size) + " does not divide the shared experts' intermediate dimension " + num(m.shared_ffn));
+  }
+  const int ep_rank = rank / moe_tp, moe_tp_rank = rank % moe_tp;  // SGLang's moe_ep_rank and moe_tp_rank
+  ExpertShare share;
+  share.experts = {experts / ep_size * ep_rank, experts / ep_size};
+  share.expert_ffn = {m.expert_ffn / moe_tp * moe_tp_rank, m.expert_ffn / moe_tp};
+  share.shared_ffn = {m.shared_ffn / tp_size * rank, m.shared_ffn / tp_size};
   return share;
 }
 

@@ -1,6 +1,9 @@
 // Where a model shard sits in a tensor-parallel group, and which part of each sharded dimension it owns.
 // Attention is split by whole KV groups (a KV head and the query heads that read it), as evenly as they go; with
 // fewer KV heads than ranks, each KV head is replicated on tp_size / n_kv_heads ranks that split its query heads.
+// Latent attention (MLA) splits its query heads as evenly as they go; every rank caches the whole latent row.
+// Routed experts follow SGLang's layout: ep_size groups of moe_tp = tp_size / ep_size ranks; group g owns the
+// contiguous experts [g * E / ep, (g + 1) * E / ep), each expert's intermediate dimension split moe_tp ways.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,7 @@ struct ParallelContext {
   int tp_rank = 0;
   int tp_size = 1;
   Communicator* comm = nullptr;  // the tensor-parallel group; required when tp_size > 1, not owned
+  int ep_size = 1;               // expert-parallel groups among the tp_size ranks (divides tp_size)
 };
 
 // One rank's share of a model's sharded dimensions.
@@ -30,6 +34,13 @@ struct TensorParallelShare {
   SliceRange vocab;     // output-head rows (logits columns this rank computes)
 };
 
+// One rank's share of a mixture-of-experts model's FFNs.
+struct ExpertShare {
+  SliceRange experts;     // routed experts this rank computes (its expert-parallel group's range)
+  SliceRange expert_ffn;  // of each of them, this rank's part of the intermediate dimension (moe_tp ways)
+  SliceRange shared_ffn;  // the shared experts' intermediate dimension (tp_size ways, as the dense MLP)
+};
+
 // Splits `n` into `parts` contiguous ranges whose sizes differ by at most one; returns part `index`.
 SliceRange balanced_slice(int64_t n, int parts, int index);
 
@@ -37,5 +48,10 @@ SliceRange balanced_slice(int64_t n, int parts, int index);
 // split (n_kv_heads neither >= tp_size nor a divisor of it, or a replicated KV head's query heads not dividing
 // evenly) or the feed-forward dimension does not divide by tp_size.
 TensorParallelShare tensor_parallel_share(const ModelConfig& config, int tp_size, int rank);
+
+// The expert share of `rank` with `ep_size` expert-parallel groups. Throws Error(kUsage) naming the numbers when
+// ep_size > 1 on a model without routed experts, ep_size does not divide tp_size, the experts do not divide by
+// ep_size, or an intermediate dimension does not divide by its ranks (moe_tp for the routed ones, tp_size shared).
+ExpertShare expert_parallel_share(const ModelConfig& config, int tp_size, int ep_size, int rank);
 
 }  // namespace servetune

@@ -237,7 +237,7 @@ WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t rows, in
   return place_matrix(name, DType::kFP8_E4M3_B128, range.count, cols, first, row_bytes, &scales);
 }
 
-WeightMatrix WeightLoader::stacked_matrices(const std::string& name, int64_t n, int64_t rows, int64_t cols, SliceRange which) {
+TensorRef WeightLoader::require_stacked(const std::string& name, int64_t n, int64_t rows, int64_t cols) const {
   TensorRef t = require(name);
   if (t.shape.size() != 3 || t.shape[0] != n || t.shape[1] != rows || t.shape[2] != cols) {
     throw_format(source_.path(), "tensor '" + name + "' has shape " + shape_str(t.shape) + " but the model config implies " +
@@ -247,14 +247,44 @@ WeightMatrix WeightLoader::stacked_matrices(const std::string& name, int64_t n, 
     throw_format(source_.path(), "tensor '" + name + "' (" + std::string(dtype_name(t.type)) + ") rows of " + std::to_string(cols) +
                                      " values are not whole quant blocks");
   }
-  if (which.begin < 0 || which.count <= 0 || which.begin + which.count > n) {
-    throw Error(ErrorKind::kInternal, "matrix range of tensor '" + name + "' out of bounds");
-  }
   if (matrix_type(t.type) == DType::kFP8_E4M3_B128) {  // block scales are per 2-D matrix; no stacked file has them
     throw_unsupported(source_.path() + ": tensor '" + name + "': block-scaled FP8 in a stacked [n, rows, cols] tensor is not supported");
   }
+  return t;
+}
+
+WeightMatrix WeightLoader::stacked_matrices(const std::string& name, int64_t n, int64_t rows, int64_t cols, SliceRange which) {
+  TensorRef t = require_stacked(name, n, rows, cols);
+  if (which.begin < 0 || which.count <= 0 || which.begin + which.count > n) {
+    throw Error(ErrorKind::kInternal, "matrix range of tensor '" + name + "' out of bounds");
+  }
   const int64_t row_bytes = *dtype_row_bytes(t.type, cols);
   return place_matrix(name, t.type, which.count * rows, cols, t.data + which.begin * rows * row_bytes, row_bytes);
+}
+
+WeightMatrix WeightLoader::stacked_matrix_part(const std::string& name, int64_t n, int64_t rows, int64_t cols, int64_t index,
+                                               SliceRange row_range, SliceRange col_range) {
+  TensorRef t = require_stacked(name, n, rows, cols);
+  if (index < 0 || index >= n || row_range.begin < 0 || row_range.count <= 0 || row_range.begin + row_range.count > rows ||
+      col_range.begin < 0 || col_range.count <= 0 || col_range.begin + col_range.count > cols) {
+    throw Error(ErrorKind::kInternal, "part of tensor '" + name + "' out of bounds");
+  }
+  const int64_t row_bytes = *dtype_row_bytes(t.type, cols);
+  const uint8_t* first = t.data + (index * rows + row_range.begin) * row_bytes + column_offset_bytes(name, t.type, cols, col_range);
+  return place_matrix(name, t.type, row_range.count, col_range.count, first, row_bytes);
+}
+
+int64_t WeightLoader::column_offset_bytes(const std::string& name, DType type, int64_t cols, SliceRange range) const {
+  const auto begin_bytes = dtype_row_bytes(type, range.begin);
+  const auto slice_bytes = dtype_row_bytes(type, range.count);
+  if (!begin_bytes || !slice_bytes) {
+    throw_usage("tensor '" + name + "' (" + std::string(dtype_name(type)) + ") cannot be split by input columns for tp_size " +
+                std::to_string(parallel_.tp_size) + " (ep_size " + std::to_string(parallel_.ep_size) + "): rank " +
+                std::to_string(parallel_.tp_rank) + "'s columns [" + std::to_string(range.begin) + ", " +
+                std::to_string(range.begin + range.count) + ") of " + std::to_string(cols) +
+                " do not fall on its quant-block boundaries (" + std::to_string(dtype_info(type).block_size) + " values)");
+  }
+  return *begin_bytes;
 }
 
 WeightMatrix WeightLoader::matrix_cols(const std::string& name, int64_t rows, int64_t cols, SliceRange range) {
@@ -263,16 +293,9 @@ WeightMatrix WeightLoader::matrix_cols(const std::string& name, int64_t rows, in
     throw Error(ErrorKind::kInternal, "column range of tensor '" + name + "' out of bounds");
   }
   if (range.begin == 0 && range.count == cols) return matrix(name, rows, cols);
-  const auto begin_bytes = dtype_row_bytes(t.type, range.begin);
-  const auto slice_bytes = dtype_row_bytes(t.type, range.count);
-  if (!begin_bytes || !slice_bytes) {
-    throw_usage("tensor '" + name + "' (" + std::string(dtype_name(t.type)) + ") cannot be split by input columns for tp_size " +
-                std::to_string(parallel_.tp_size) + ": rank " + std::to_string(parallel_.tp_rank) + "'s columns [" +
-                std::to_string(range.begin) + ", " + std::to_string(range.begin + range.count) + ") of " + std::to_string(cols) +
-                " do not fall on its quant-block boundaries (" + std::to_string(dtype_info(t.type).block_size) + " values)");
-  }
+  const int64_t begin_bytes = column_offset_bytes(name, t.type, cols, range);
   if (matrix_type(t.type) != DType::kFP8_E4M3_B128) {
-    return place_matrix(name, t.type, rows, range.count, t.data + *begin_bytes, *dtype_row_bytes(t.type, cols));
+    return place_matrix(name, t.type, rows, range.count, t.data + begin_bytes, *dtype_row_bytes(t.type, cols));
   }
   const int64_t end = range.begin + range.count;
   if (range.begin % kFp8ScaleBlock != 0 || (end % kFp8ScaleBlock != 0 && end != cols)) {

@@ -32,6 +32,10 @@ class WeightLoader {
   // Matrices [which) of a stack of `n` [rows, cols] matrices stored as one [n, rows, cols] tensor (llama.cpp's
   // stacked experts, DeepSeek's per-head attn_k_b / attn_v_b), as one [which.count * rows, cols] matrix.
   WeightMatrix stacked_matrices(const std::string& name, int64_t n, int64_t rows, int64_t cols, SliceRange which);
+  // Rows [row_range) x columns [col_range) of matrix `index` of such a stack (one expert's shard of llama.cpp's
+  // *_exps); the columns must fall on quant-block boundaries, as for matrix_cols.
+  WeightMatrix stacked_matrix_part(const std::string& name, int64_t n, int64_t rows, int64_t cols, int64_t index,
+                                   SliceRange row_range, SliceRange col_range);
   // Columns [range) of every row (row-parallel layers: input features). For block-quantized types the range must
   // fall on quant-block boundaries, for FP8 on 128-column scale blocks (or end at the last column), else Error(kUsage)
   // naming the tensor, the range and tp_size.
@@ -72,6 +76,11 @@ class WeightLoader {
  private:
   TensorRef require(const std::string& name) const;
   TensorRef require_matrix(const std::string& name, int64_t rows, int64_t cols) const;
+  // A [n, rows, cols] tensor in whole quant blocks per row, not block-scaled FP8.
+  TensorRef require_stacked(const std::string& name, int64_t n, int64_t rows, int64_t cols) const;
+  // Bytes before column range.begin in a row of `type`; Error(kUsage) naming the tensor and the ranks when the range
+  // does not fall on quant-block boundaries.
+  int64_t column_offset_bytes(const std::string& name, DType type, int64_t cols, SliceRange range) const;
   // The block scales of FP8 matrix `t` (loaded as `name`) as f32, [ceil(rows / 128), ceil(cols / 128)] row-major.
   std::vector<float> block_scales(const std::string& name, const TensorRef& t) const;
   // The scale rows that `rows` rows read from `host` (ceil(cols / 128) of each), packed and placed.

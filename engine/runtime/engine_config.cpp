@@ -175,7 +175,7 @@ void EngineConfig::validate() const {
   usage(!context_length || *context_length > 0, "context_length must be positive");
   usage(threads >= 0 && threads <= 1024, "threads must be in [0, 1024]");
   usage(tp_size >= 1 && dp_size >= 1 && ep_size >= 1, "tp_size, dp_size and ep_size must be at least 1");
-  usage(dp_size <= 1024 && tp_size <= 1024, "tp_size and dp_size must be at most 1024");
+  usage(dp_size <= 1024 && tp_size <= 1024 && ep_size <= 1024, "tp_size, dp_size and ep_size must be at most 1024");
   usage(nnodes >= 1 && nnodes <= 1024, "nnodes must be in [1, 1024]");
   usage(node_rank >= 0 && node_rank < nnodes, "node_rank must be in [0, nnodes), got " + std::to_string(node_rank) +
                                                   " with nnodes = " + std::to_string(nnodes));
@@ -232,7 +232,6 @@ void EngineConfig::validate() const {
   }
   unsupported(comm_backend != CommBackend::kNccl,
               "comm_backend nccl needs a GPU tensor-parallel group, which is not implemented yet (available: local, gloo)");
-  unsupported(ep_size == 1, "ep_size > 1 (expert parallelism) needs a mixture-of-experts model, which is not implemented yet");
   unsupported(!enable_dp_attention, "enable_dp_attention is not implemented yet");
   unsupported(compile != CompileLevel::kGraphs || device != Device::kCpu,
               "compile = graphs (CUDA graphs) needs a GPU device; on cpu use eager or fused");
@@ -249,8 +248,13 @@ void EngineConfig::validate() const {
 }
 
 std::string EngineConfig::combination_problem() const {
-  if (tp_size < 1 || dp_size < 1 || nnodes < 1) return "";  // a bad value, which validate() reports
+  if (tp_size < 1 || dp_size < 1 || ep_size < 1 || nnodes < 1) return "";  // a bad value, which validate() reports
   if (const std::string problem = placement_problem(); !problem.empty()) return problem;
+  if (tp_size % ep_size != 0) {
+    // SGLang's layout: the tp_size ranks form ep_size expert groups of moe_tp = tp_size / ep_size ranks each.
+    return "ep_size = " + std::to_string(ep_size) + " does not divide tp_size = " + std::to_string(tp_size) +
+           " (expert parallelism splits the tensor-parallel ranks into ep_size groups: moe_tp x ep_size = tp_size)";
+  }
   // The ranks this process runs: all of them with the local communicator, its node's share with gloo.
   const int64_t ranks = static_cast<int64_t>(comm_backend == CommBackend::kGloo ? tp_size / nnodes : tp_size) * dp_size;
   const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));

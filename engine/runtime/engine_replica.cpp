@@ -146,10 +146,11 @@ class EngineReplica::Impl {
       CommSpec spec = node_rank_spec(config_.tp_size, config_.nnodes, 0, 0, config_.dist_init_addr);
       spec.timeout = timeout;
       ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, to_string(config_.device), std::max(1, threads / ranks_per_node(config_)),
-                                                     make_communicator("gloo", spec), timeout, compile_options(config_));
+                                                     make_communicator("gloo", spec), timeout, compile_options(config_),
+                                                     config_.ep_size);
     } else {
       ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, to_string(config_.device), config_.tp_size, std::max(1, threads / config_.tp_size),
-                                                     compile_options(config_), timeout);
+                                                     compile_options(config_), timeout, config_.ep_size);
     }
   }
 };

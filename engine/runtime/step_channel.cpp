@@ -6,6 +6,7 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "model/model_config.h"
+#include "model/parallel.h"
 
 namespace servetune {
 namespace {
@@ -21,10 +22,10 @@ void take(const std::vector<int32_t>& in, size_t& at, size_t n, std::vector<int3
 
 }  // namespace
 
-int64_t model_fingerprint(const ModelConfig& c, int tp_size) {
+int64_t model_fingerprint(const ModelConfig& c, const ParallelContext& parallel) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the shape
   for (int64_t v : {c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn, c.vocab, c.context_length,
-                    static_cast<int64_t>(tp_size)}) {
+                    static_cast<int64_t>(parallel.tp_size), static_cast<int64_t>(parallel.ep_size)}) {
     h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
   }
   for (char ch : c.architecture) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
@@ -54,8 +55,8 @@ void StepChannel::send_handshake(const KvLayout& kv, int64_t fingerprint) {
   const auto fingerprints = worker_values(exchange(header, 1), 1);
   for (size_t w = 0; w < fingerprints.size(); ++w) {
     if (fingerprints[w][0] != fingerprint) {
-      throw_usage("tensor-parallel rank " + std::to_string(w + 1) + " loaded a model of another shape or tp_size than rank 0; "
-                  "start every node with the same --model and --tp-size");
+      throw_usage("tensor-parallel rank " + std::to_string(w + 1) + " loaded a model of another shape, tp_size or ep_size than rank 0; "
+                  "start every node with the same --model, --tp-size and --ep-size");
     }
   }
 }
@@ -82,8 +83,8 @@ KvLayout StepChannel::receive_handshake(int64_t fingerprint) {
     throw Error(ErrorKind::kInternal, "tensor-parallel worker expected the handshake, got message " + std::to_string(header[0]));
   }
   if (header[4] != fingerprint) {
-    throw_usage("this tensor-parallel worker loaded a model of another shape or tp_size than rank 0; start every node with "
-                "the same --model and --tp-size");
+    throw_usage("this tensor-parallel worker loaded a model of another shape, tp_size or ep_size than rank 0; start every "
+                "node with the same --model, --tp-size and --ep-size");
   }
   return KvLayout{header[1], header[2], static_cast<DType>(header[3])};
 }

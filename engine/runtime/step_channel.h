@@ -15,6 +15,7 @@ namespace servetune {
 
 class Communicator;
 struct ModelConfig;
+struct ParallelContext;
 
 enum class RankMessage : int64_t { kHandshake = 1, kStep = 2, kKeepAlive = 3, kShutdown = 4 };
 
@@ -24,8 +25,9 @@ struct KvLayout {
   DType dtype = DType::kF32;
 };
 
-// The model shape every rank must share (a worker started with another model would compute garbage).
-int64_t model_fingerprint(const ModelConfig& config, int tp_size);
+// The model shape and split every rank must share (a worker started with another model, tp_size or ep_size would
+// compute garbage).
+int64_t model_fingerprint(const ModelConfig& config, const ParallelContext& parallel);
 
 class StepChannel {
  public:

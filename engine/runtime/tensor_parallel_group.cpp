@@ -26,7 +26,7 @@ CompileOptions compile_options(const EngineConfig& c) {
 }
 
 TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int tp_size, int threads_per_rank,
-                                         CompileOptions compile, std::chrono::milliseconds timeout)
+                                         CompileOptions compile, std::chrono::milliseconds timeout, int ep_size)
     : ranks_(static_cast<size_t>(tp_size)), tp_size_(tp_size) {
   if (tp_size < 1 || threads_per_rank < 1) throw Error(ErrorKind::kInternal, "tensor-parallel group needs ranks and threads");
   std::shared_ptr<LocalGroup> group = tp_size > 1 ? LocalGroup::create(tp_size, timeout) : nullptr;
@@ -37,13 +37,13 @@ TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std
       rank.comm_owner = std::make_unique<TimedCommunicator>(group->communicator(r));
       rank.comm = rank.comm_owner.get();
     }
-    rank.model = checkpoint.load(*rank.backend, ParallelContext{r, tp_size, rank.comm}, compile);
+    rank.model = checkpoint.load(*rank.backend, ParallelContext{r, tp_size, rank.comm, ep_size}, compile);
   }
 }
 
 TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int threads,
                                          std::unique_ptr<Communicator> comm, std::chrono::milliseconds timeout,
-                                         CompileOptions compile)
+                                         CompileOptions compile, int ep_size)
     : ranks_(1), tp_size_(comm->size()), timeout_(timeout) {
   if (comm->rank() != 0 || threads < 1) throw Error(ErrorKind::kInternal, "a tensor-parallel group of processes is led by rank 0");
   Rank& rank = ranks_[0];
@@ -52,7 +52,7 @@ TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std
   rank.comm_owner = std::make_unique<TimedCommunicator>(std::move(comm));
   rank.comm = rank.comm_owner.get();
   channel_ = std::make_unique<StepChannel>(raw);
-  rank.model = checkpoint.load(*rank.backend, ParallelContext{0, tp_size_, rank.comm}, compile);
+  rank.model = checkpoint.load(*rank.backend, ParallelContext{0, tp_size_, rank.comm, ep_size}, compile);
 }
 
 TensorParallelGroup::~TensorParallelGroup() {
@@ -74,7 +74,7 @@ void TensorParallelGroup::create_kv(int64_t num_blocks, int64_t page_size, DType
     rank.kv = std::make_unique<KvStorage>(*rank.backend, rank.model->config(), rank.model->local_kv_heads(), num_blocks, page_size, dtype);
   }
   for (int r = 1; r < size(); ++r) ranks_[static_cast<size_t>(r)].thread = std::thread([this, r] { worker(r); });
-  if (channel_) channel_->send_handshake(KvLayout{num_blocks, page_size, dtype}, model_fingerprint(ranks_[0].model->config(), tp_size_));
+  if (channel_) channel_->send_handshake(KvLayout{num_blocks, page_size, dtype}, model_fingerprint(ranks_[0].model->config(), ranks_[0].model->parallel()));
 }
 
 void TensorParallelGroup::forward(const Batch& batch, std::vector<float>& logits) {

@@ -35,14 +35,15 @@ CompileOptions compile_options(const EngineConfig& config);
 class TensorParallelGroup {
  public:
   // Loads every rank's shard of `checkpoint` (sequentially, on this thread); each rank's backend gets
-  // `threads_per_rank` threads. Throws Error(kUsage) when the model cannot be split tp_size ways.
+  // `threads_per_rank` threads; the routed experts split over `ep_size` groups of the ranks (model/parallel.h).
+  // Throws Error(kUsage) when the model cannot be split tp_size (and ep_size) ways.
   TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int tp_size, int threads_per_rank,
-                      CompileOptions compile = {}, std::chrono::milliseconds timeout = kDefaultCommTimeout);
+                      CompileOptions compile = {}, std::chrono::milliseconds timeout = kDefaultCommTimeout, int ep_size = 1);
   // This process is rank 0 of `comm`'s group (size tp_size); the other ranks are worker processes, told the KV
   // layout by create_kv() and each step by forward(), and stopped when the group is destroyed.
   // `timeout` is the communicator's (the workers' wait for the next message).
   TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int threads, std::unique_ptr<Communicator> comm,
-                      std::chrono::milliseconds timeout, CompileOptions compile = {});
+                      std::chrono::milliseconds timeout, CompileOptions compile = {}, int ep_size = 1);
   ~TensorParallelGroup();
   TensorParallelGroup(const TensorParallelGroup&) = delete;
   TensorParallelGroup& operator=(const TensorParallelGroup&) = delete;

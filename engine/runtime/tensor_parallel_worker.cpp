@@ -35,8 +35,8 @@ void run_tensor_parallel_worker(const EngineConfig& config, int local_rank) {
   const int node_threads = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = std::max(1, node_threads / local_ranks);
   auto backend = make_backend(to_string(config.device), threads);
-  auto model = checkpoint.load(*backend, ParallelContext{spec.rank, config.tp_size, &comm}, compile_options(config));
-  const KvLayout layout = channel.receive_handshake(model_fingerprint(model->config(), config.tp_size));
+  auto model = checkpoint.load(*backend, ParallelContext{spec.rank, config.tp_size, &comm, config.ep_size}, compile_options(config));
+  const KvLayout layout = channel.receive_handshake(model_fingerprint(model->config(), model->parallel()));
   KvStorage kv(*backend, model->config(), model->local_kv_heads(), layout.num_blocks, layout.page_size, layout.dtype);
 
   Batch batch;

@@ -2,7 +2,8 @@
 // the worker (node_rank 1, run_tensor_parallel_worker) on a free localhost port. Logits within 1e-5 relative and
 // greedy outputs of the mixed batch identical to tp 1 on stories260K and make-model's tiny-gqa (12 heads over 3 KV
 // heads, split 2 + 1 groups); an idle engine keeps its worker; a worker that never starts, dies mid-run or loads
-// another model is a clear error.
+// another model is a clear error. The mixture-of-experts family (deepseek-v3-tiny, qwen3-moe-tiny) over 2 and 4
+// processes: tp 2, ep 2, tp 4 x ep 2 and ep 4 logits within 1e-5 relative of tp 1, greedy outputs of ep 2 identical.
 // Through the servetune binary: with both ranks on one node (nnodes 1) the node's process starts the other itself.
 #include <gtest/gtest.h>
 
@@ -60,9 +61,9 @@ EngineConfig gloo_config(const std::string& model, int node_rank, const std::str
   return c;
 }
 
-// The node_rank 1 process of the group `config` describes.
-std::unique_ptr<testing::ChildProcess> start_worker(EngineConfig config) {
-  config.node_rank = 1;
+// The node_rank `node` process of the group `config` describes.
+std::unique_ptr<testing::ChildProcess> start_worker(EngineConfig config, int node = 1) {
+  config.node_rank = node;
   const nlohmann::json json = config;
   auto child = std::make_unique<testing::ChildProcess>("GlooWorker.ChildRank", std::string(kWorkerEnv) + "=" + json.dump());
   EXPECT_TRUE(child->started());
@@ -92,7 +93,43 @@ TEST(GlooTensorParallelLogits, RandomLlamaWithUnevenKvGroupsMatchesOneRank) {
   expect_gloo_logits_match(gqa.path());
 }
 
-void expect_gloo_greedy_identical(const std::string& model) {
+// The mixture-of-experts family: each layout's tp_size ranks as processes (one per node, this one rank 0), logits
+// against tp 1 as above.
+void expect_gloo_moe_logits_match(const std::string& model) {
+  const Checkpoint ck(model, LoadFormat::kAuto);
+  TensorParallelGroup one(ck, "cpu", 1, 1);
+  one.create_kv(testing::kLogitsKvBlocks, testing::kPage, DType::kF32);
+  for (const auto& [tp, ep] : std::vector<std::pair<int, int>>{{2, 1}, {2, 2}, {4, 2}, {4, 4}}) {
+    const std::string addr = fresh_addr();
+    EngineConfig c = gloo_config(model, 0, addr);
+    c.tp_size = tp;
+    c.nnodes = tp;
+    c.ep_size = ep;
+    std::vector<std::unique_ptr<testing::ChildProcess>> workers;
+    for (int node = 1; node < tp; ++node) workers.push_back(start_worker(c, node));
+    const std::string name = "tp " + std::to_string(tp) + " x ep " + std::to_string(ep) + " over gloo";
+    {
+      CommSpec spec = node_rank_spec(tp, tp, 0, 0, addr);
+      spec.timeout = std::chrono::seconds(60);
+      TensorParallelGroup group(ck, "cpu", 1, make_communicator("gloo", spec), spec.timeout, CompileOptions{}, ep);
+      group.create_kv(testing::kLogitsKvBlocks, testing::kPage, DType::kF32);
+      testing::expect_groups_match(model, {&one, &group}, {"tp 1", name});
+    }  // tells the workers to stop
+    for (auto& w : workers) EXPECT_TRUE(w->succeeded()) << name << ": worker status " << w->wait();
+  }
+}
+
+TEST(GlooExpertParallelLogits, DeepSeekV3MatchesOneRank) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  expect_gloo_moe_logits_match(m.path());
+}
+
+TEST(GlooExpertParallelLogits, Qwen3MoeMatchesOneRank) {
+  const testing::RandomModel m("qwen3-moe-tiny");
+  expect_gloo_moe_logits_match(m.path());
+}
+
+void expect_gloo_greedy_identical(const std::string& model, int ep_size = 1) {
   std::vector<Job> jobs;
   std::vector<std::vector<int32_t>> reference;
   {
@@ -103,9 +140,11 @@ void expect_gloo_greedy_identical(const std::string& model) {
     reference = testing::run_greedy(engine, jobs, true);
   }
   const std::string addr = fresh_addr();
-  auto worker = start_worker(gloo_config(model, 1, addr));
+  EngineConfig two = gloo_config(model, 0, addr);
+  two.ep_size = ep_size;
+  auto worker = start_worker(two);
   {
-    Engine engine(gloo_config(model, 0, addr));
+    Engine engine(two);
     const auto outs = testing::run_greedy(engine, jobs, true);
     for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(outs[i], reference[i]) << model << ": request " << i;
     const EngineStats s = engine.stats();
@@ -121,6 +160,11 @@ TEST(GlooTensorParallel, StoriesGreedyOutputsIdenticalToOneRank) { expect_gloo_g
 TEST(GlooTensorParallel, RandomLlamaGreedyOutputsIdenticalToOneRank) {
   const testing::RandomModel gqa("tiny-gqa");
   expect_gloo_greedy_identical(gqa.path());
+}
+
+TEST(GlooExpertParallel, DeepSeekV3GreedyOutputsIdenticalToOneRankWithEp2) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  expect_gloo_greedy_identical(m.path(), 2);
 }
 
 // Runs `make` and returns the Error it throws (fails the test when it does not).

@@ -1,5 +1,6 @@
 // Tensor-parallel logits against one rank: three prompts run in lockstep on several TensorParallelGroups (chunked
-// prefill of 8 tokens a step, then greedy decoding on tp 1's picks), every logits row within 1e-5 relative of tp 1's.
+// prefill of 8 tokens a step, then greedy decoding on tp 1's picks), every logits row within 1e-5 relative of tp 1's
+// and with the same greedy pick.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -80,6 +81,11 @@ inline void expect_groups_match(const std::string& model, const std::vector<Tens
         const double rel = diff / std::max(scale, 1e-30f);
         worst = std::max(worst, rel);
         EXPECT_LE(rel, 1e-5) << model << " " << names[g] << " step " << step << " row " << row;
+        const auto pick = [&](const std::vector<float>& l) {
+          const auto first = l.begin() + static_cast<std::ptrdiff_t>(row * static_cast<size_t>(vocab));
+          return std::max_element(first, first + vocab) - first;
+        };
+        EXPECT_EQ(pick(logits[g]), pick(ref)) << model << " " << names[g] << " greedy pick, step " << step << " row " << row;
         ++rows_checked;
       }
     }

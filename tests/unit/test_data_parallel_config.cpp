@@ -1,5 +1,5 @@
 // Data-parallel settings: the replica router's choices (round_robin, shortest_queue) and EngineConfig's validity
-// rules for dp_size / tp_size / load_balance_method and for placing tensor-parallel ranks in processes (comm_backend,
+// rules for dp_size / tp_size / ep_size / load_balance_method and for placing tensor-parallel ranks in processes (comm_backend,
 // nnodes, node_rank, dist_init_addr, dist_timeout), with the messages a user sees.
 #include <gtest/gtest.h>
 
@@ -58,6 +58,23 @@ TEST(DataParallelConfig, ValidSettingsPass) {
   c.load_balance_method = LoadBalanceMethod::kShortestQueue;
   EXPECT_NO_THROW(c.validate());
   EXPECT_EQ(c.combination_problem(), "");
+}
+
+TEST(ExpertParallelConfig, EpMustDivideTpAsACombinationTheTunerSkips) {
+  EngineConfig c = with_model();
+  c.threads = 4;
+  c.tp_size = 4;
+  c.ep_size = 2;
+  EXPECT_NO_THROW(c.validate());
+  c.ep_size = 3;
+  const std::string problem = "ep_size = 3 does not divide tp_size = 4";
+  EXPECT_NE(usage_message(c).find(problem), std::string::npos);
+  EXPECT_EQ(c.combination_problem(), usage_message(c));  // what the tuner's space turns into a skip
+  c.tp_size = 1;
+  c.ep_size = 2;  // ep without tensor-parallel ranks to split
+  EXPECT_NE(usage_message(c).find("ep_size = 2 does not divide tp_size = 1"), std::string::npos);
+  c.ep_size = 2048;
+  EXPECT_NE(usage_message(c).find("tp_size, dp_size and ep_size must be at most 1024"), std::string::npos);
 }
 
 TEST(DataParallelConfig, BadSettingsGiveClearErrors) {

@@ -21,6 +21,9 @@ struct ModelInfo {
   int64_t context_length = 0;  // the model's own, before any context_length setting
   int64_t experts = 0;           // routed experts (0: dense)
   int64_t experts_per_token = 0;
+  int64_t expert_ffn = 0;         // one routed expert's intermediate dimension
+  int64_t shared_expert_ffn = 0;  // the shared experts' intermediate dimension (0: none)
+  int64_t dense_layers = 0;       // layers with the dense MLP of width ffn (all of a dense model's)
   // Memory from the files (or the config alone, for dummy weights): the weights as stored, and the KV cache values
   // one token takes over all layers (per-head K and V, or a latent-attention model's one latent row per layer); times
   // the cache's element size that is its bytes per token.
@@ -37,8 +40,11 @@ std::string format_bytes(double bytes);
 ModelInfo read_model_info(const std::string& path, LoadFormat load_format = LoadFormat::kAuto);
 
 // Throws Error(kUsage) naming the numbers when the engine cannot split `model` over `tp_size` tensor-parallel ranks
-// (tp_size below 1, KV heads that neither cover nor divide the ranks, query heads or the feed-forward dimension that
-// do not divide); returns when it can.
-void check_tensor_parallel_split(const ModelInfo& model, int tp_size);
+// with `ep_size` expert-parallel groups (tp_size below 1, KV heads that neither cover nor divide the ranks, query heads
+// or the feed-forward dimension that do not divide; ep_size > 1 on a dense model, ep_size not dividing tp_size or the
+// experts, expert widths that do not divide by tp_size / ep_size); returns when it can. Memory per rank does not
+// depend on ep_size: each rank holds 1 / tp_size of the routed experts' weights either way (whole experts of its
+// group's range split moe_tp ways, or a 1 / tp_size slice of every expert).
+void check_tensor_parallel_split(const ModelInfo& model, int tp_size, int ep_size = 1);
 
 }  // namespace servetune

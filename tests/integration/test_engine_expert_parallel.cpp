@@ -1,0 +1,207 @@
+// Tensor and expert parallelism of the mixture-of-experts family over the local communicator, on make-model's
+// deepseek-v3-tiny (MLA, a dense first layer, a shared expert, grouped routing with a selection bias) and
+// qwen3-moe-tiny (GQA 8:1 with per-head q/k norm), and on llama.cpp's GGUF conversions of DeepSeek-V3, Qwen2-MoE
+// and Mixtral (stacked experts): logits of tp 2, ep 2 (tp 2), tp 4 x ep 2 and ep 4 (tp 4) within
+// 1e-5 relative of one rank and the same greedy picks, also when a router bias sends every token to the experts of
+// one rank; greedy engine outputs identical to tp 1, with every token's routing counted once; bad splits are clear
+// usage errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "formats/safetensors.h"
+#include "model/checkpoint.h"
+#include "model/make_model.h"
+#include "runtime/tensor_parallel_group.h"
+#include "servetune/engine.h"
+#include "servetune/model_info.h"
+#include "integration/greedy_jobs.h"
+#include "integration/random_model.h"
+#include "integration/tp_logits.h"
+#include "test_paths.h"
+
+namespace servetune {
+namespace {
+
+struct Layout {
+  int tp;
+  int ep;
+};
+const std::vector<Layout> kLayouts = {{2, 1}, {2, 2}, {4, 2}, {4, 4}};
+
+std::string name_of(const Layout& l) { return "tp " + std::to_string(l.tp) + " x ep " + std::to_string(l.ep); }
+
+// Runs tp 1 and each layout (local communicator, one thread per rank) through expect_groups_match; returns the groups
+// so a test can read their counters.
+std::vector<std::unique_ptr<TensorParallelGroup>> expect_logits_match(const std::string& model, const std::string& label) {
+  const Checkpoint ck(model, LoadFormat::kAuto);
+  std::vector<std::unique_ptr<TensorParallelGroup>> owned;
+  std::vector<TensorParallelGroup*> groups;
+  std::vector<std::string> names = {"tp 1"};
+  owned.push_back(std::make_unique<TensorParallelGroup>(ck, "cpu", 1, 1));
+  for (const Layout& l : kLayouts) {
+    owned.push_back(std::make_unique<TensorParallelGroup>(ck, "cpu", l.tp, 1, CompileOptions{}, kDefaultCommTimeout, l.ep));
+    names.push_back(name_of(l));
+  }
+  for (auto& g : owned) {
+    g->create_kv(testing::kLogitsKvBlocks, testing::kPage, DType::kF32);
+    groups.push_back(g.get());
+  }
+  testing::expect_groups_match(label, groups, names);
+  return owned;
+}
+
+TEST(ExpertParallelLogits, DeepSeekV3MatchesOneRank) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  expect_logits_match(m.path(), "deepseek-v3-tiny");
+}
+
+TEST(ExpertParallelLogits, Qwen3MoeMatchesOneRank) {
+  const testing::RandomModel m("qwen3-moe-tiny");
+  expect_logits_match(m.path(), "qwen3-moe-tiny");
+}
+
+// llama.cpp's conversions (tests/data/gguf_moe, f32): stacked [experts, rows, cols] expert tensors read one
+// expert's slice at a time, DeepSeek's kv_b as attn_k_b / attn_v_b split by heads, Qwen2-MoE's gated shared expert
+// and q/k/v biases.
+TEST(ExpertParallelLogits, GgufConversionsMatchOneRank) {
+  for (const std::string model : {"deepseek_v3_tiny", "qwen2_moe_tiny", "mixtral_tiny"}) {
+    expect_logits_match(testing::data_path("gguf_moe/" + model + ".gguf"), model + ".gguf");
+  }
+}
+
+// Sets every MoE layer's selection bias of deepseek-v3-tiny at `dir` to +1 for experts 0-3 (group 0) and 0 for the
+// others: with sigmoid scores in (0, 1) group 0 always ranks first and its four experts are the top 4, so every token
+// goes to the experts of expert-parallel group 0 (rank 0 of ep 4; ranks 0-1 of tp 4 x ep 2).
+void bias_to_first_experts(const std::string& dir) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    std::vector<std::pair<uint64_t, int64_t>> at;  // file offset, values
+    {
+      const SafetensorsFile file(entry.path().string());
+      for (const SafetensorsTensor& t : file.tensors()) {
+        if (t.name.ends_with("mlp.gate.e_score_correction_bias")) {
+          ASSERT_EQ(t.dtype, DType::kF32);
+          at.emplace_back(file.data_offset() + t.offset, t.n_elements());
+        }
+      }
+    }
+    std::fstream out(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    for (const auto& [offset, n] : at) {
+      std::vector<float> bias(static_cast<size_t>(n), 0.0f);
+      std::fill_n(bias.begin(), 4, 1.0f);
+      out.seekp(static_cast<std::streamoff>(offset));
+      out.write(reinterpret_cast<const char*>(bias.data()), static_cast<std::streamsize>(bias.size() * sizeof(float)));
+    }
+    ASSERT_TRUE(out.good());
+    ASSERT_EQ(at.size(), 4u);  // layers 1-3 (layer 0 is dense) and the multi-token-prediction layer
+  }
+}
+
+TEST(ExpertParallelLogits, EveryTokenOnOneRanksExpertsMatchesOneRank) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  bias_to_first_experts(m.path());
+  const auto groups = expect_logits_match(m.path(), "deepseek-v3-tiny, all tokens to experts 0-3");
+  // Every token went to the four experts of group 0: the busiest expert of each layer and step had all of the tokens.
+  const ExpertLoad one = groups[0]->model(0).expert_load();
+  EXPECT_GT(one.routed, 0);
+  EXPECT_EQ(one.busiest * 4, one.routed);
+  // Every rank routes every token and counts it the same; the engine reads rank 0's counters.
+  for (const auto& g : groups) {
+    for (int r = 0; r < g->size(); ++r) {
+      EXPECT_EQ(g->model(r).expert_load().routed, one.routed);
+      EXPECT_EQ(g->model(r).expert_load().busiest, one.busiest);
+    }
+  }
+}
+
+EngineConfig config_for(const std::string& model, int tp, int ep) {
+  EngineConfig c = testing::chunked_config(model);
+  c.threads = std::max(2, tp);
+  c.tp_size = tp;
+  c.ep_size = ep;
+  return c;
+}
+
+// Each token the engine ran was routed to top_k experts in every MoE layer, counted once whatever the ranks.
+void expect_counted_once(const EngineStats& s, const std::string& model, const std::string& name) {
+  const Checkpoint ck(model, LoadFormat::kAuto);
+  const MoeConfig& moe = ck.config().moe;
+  const auto moe_layers = std::count(moe.moe_layer.begin(), moe.moe_layer.end(), true);
+  EXPECT_EQ(s.moe_experts, moe.routing.n_experts) << name;
+  EXPECT_GT(s.batched_tokens, 0) << name;
+  EXPECT_EQ(s.moe_routed_tokens, s.batched_tokens * moe.routing.top_k * moe_layers) << name;
+  EXPECT_GE(s.moe_busiest_expert_tokens * moe.routing.n_experts, s.moe_routed_tokens) << name;
+  EXPECT_LE(s.moe_busiest_expert_tokens, s.batched_tokens * moe_layers) << name;
+}
+
+// Greedy outputs of a mixed batch with chunked prefill identical to tp 1, and the expert-load counters counted once.
+void expect_greedy_identical(const std::string& model, const std::vector<Layout>& layouts) {
+  std::vector<testing::Job> jobs;
+  std::vector<std::vector<int32_t>> reference;
+  {
+    Engine engine(config_for(model, 1, 1));
+    jobs = testing::mixed_jobs(engine.tokenizer(), 8, 24);
+    reference = testing::run_greedy(engine, jobs, true);
+    expect_counted_once(engine.stats(), model, "tp 1");
+  }
+  for (const Layout& l : layouts) {
+    Engine engine(config_for(model, l.tp, l.ep));
+    const auto outs = testing::run_greedy(engine, jobs, true);
+    for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(outs[i], reference[i]) << model << " " << name_of(l) << ": request " << i;
+    const EngineStats s = engine.stats();
+    expect_counted_once(s, model, name_of(l));
+    EXPECT_GT(s.comm_seconds, 0.0) << name_of(l);
+  }
+}
+
+TEST(EngineExpertParallel, DeepSeekV3GreedyOutputsIdenticalToOneRank) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  expect_greedy_identical(m.path(), {{2, 2}, {4, 4}});
+}
+
+TEST(EngineExpertParallel, Qwen3MoeGreedyOutputsIdenticalToOneRank) {
+  const testing::RandomModel m("qwen3-moe-tiny");
+  expect_greedy_identical(m.path(), {{2, 1}, {4, 2}});
+}
+
+void expect_usage_error(const EngineConfig& c, const std::vector<std::string>& words) {
+  try {
+    Engine engine(c);
+    ADD_FAILURE() << "expected an error for tp " << c.tp_size << " ep " << c.ep_size;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+    for (const auto& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+  }
+}
+
+TEST(EngineExpertParallel, SplitsThatDoNotFitAreClearUsageErrors) {
+  const testing::RandomModel qwen("qwen3-moe-tiny");
+  // ep must divide tp (a combination the tuner skips).
+  expect_usage_error(config_for(qwen.path(), 4, 3), {"ep_size = 3 does not divide tp_size = 4"});
+  const testing::RandomModel dense("tiny");
+  expect_usage_error(config_for(dense.path(), 2, 2), {"ep_size 2 splits routed experts", "llama model has none"});
+  // The experts must divide over the groups: qwen3-moe-tiny with 6 experts over ep 4.
+  HfModelConfig six = model_preset("qwen3-moe-tiny");
+  six.moe.num_experts = 6;
+  const std::string dir = (std::filesystem::temp_directory_path() / ("servetune_ep_six_" + std::to_string(::getpid()))).string();
+  write_random_model(six, dir, 11, DType::kF32, 0.02f);
+  expect_usage_error(config_for(dir, 4, 4), {"ep_size 4 does not divide the model's 6 routed experts"});
+  // The public check the tuner uses says the same without loading weights.
+  const ModelInfo info = read_model_info(dir);
+  EXPECT_NO_THROW(check_tensor_parallel_split(info, 4, 2));
+  try {
+    check_tensor_parallel_split(info, 4, 4);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("ep_size 4 does not divide the model's 6 routed experts"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace servetune
