@@ -52,6 +52,9 @@ fi
 step "performance check against the committed baseline (configs/ci-perf.yaml)"
 bash scripts/perf_check.sh --bin build/ci/servetune
 
+step "instruction-count check against the committed baseline (valgrind, deterministic)"
+bash scripts/instruction_check.sh --bin build/ci/servetune
+
 step "ASan + UBSan build of the unit tests"
 cmake --preset asan "${CONFIGURE[@]}" >/dev/null
 cmake --build build/asan -j "$JOBS" --target unit_tests

@@ -81,6 +81,16 @@ workloads: [{name: w, dataset: random}]
   EXPECT_NE(space.at(1).skip_reason.find("does not divide the 6 experts"), std::string::npos);
 }
 
+TEST(TunerSpace, ExpertParallelOnADenseModelIsSkipped) {
+  const SweepSpec s = parse_space_spec("name: t\ntarget: {engine: builtin, model: " + testing::stories_path() +
+                                       "}\nspace: {threads: [2], tp_size: [2], ep_size: [1, 2]}\n"
+                                       "workloads: [{name: w, dataset: random}]\n");
+  SearchSpace space(s);
+  EXPECT_EQ(space.at(0).skip_reason, "");
+  EXPECT_NE(space.at(1).skip_reason.find("the engine rejects it"), std::string::npos) << space.at(1).skip_reason;
+  EXPECT_NE(space.at(1).skip_reason.find("ep_size"), std::string::npos) << space.at(1).skip_reason;
+}
+
 TEST(TunerSpace, InvalidEngineValuesAndImpossibleConstraintsAreErrors) {
   const SweepSpec bad = parse_space_spec(R"(name: t
 target: {engine: builtin, model: m.gguf}
