@@ -301,11 +301,11 @@ TEST_F(ServerHttp, NumberOverflowIs400) {
 // A prompt that takes long to tokenize is prepared on a worker thread: while it is (servetune:requests_preparing
 // shows it), /metrics and /health answer on other connections. An I/O thread that tokenized could answer neither.
 TEST_F(ServerHttp, ALongPromptDoesNotHoldUpOtherConnections) {
-  ServerOptions o;
-  o.http.max_body_bytes = 16 << 20;
-  start(o);
+  start();
   std::string text;
-  while (text.size() < (3 << 20)) text += "Once upon a time there was a little girl who liked to play. ";
+  // 256 KiB: about half a second of tokenizing in a release build, many seconds in the ASan one; both far longer
+  // than a /metrics poll, and far shorter than the liveness bound.
+  while (text.size() < (256 << 10)) text += "Once upon a time there was a little girl who liked to play. ";
   RawClient big(port_);
   big.send(post("/tokenize", json{{"prompt", text}}.dump()));
   EXPECT_TRUE(eventually([&] {
@@ -315,7 +315,7 @@ TEST_F(ServerHttp, ALongPromptDoesNotHoldUpOtherConnections) {
   EXPECT_EQ(request(get("/health")).status, 200);
   const Response r = big.response();
   ASSERT_EQ(r.status, 200);
-  EXPECT_GT(json::parse(r.body)["count"].get<int64_t>(), 100000);
+  EXPECT_GT(json::parse(r.body)["count"].get<int64_t>(), 50000);
 }
 
 // n choices: indexed 0..n-1, each an independent sampled sequence (choice i of seed s draws as seed s + i, as in vLLM),
