@@ -80,6 +80,9 @@ void add_serve_command(CLI::App& app) {
                   "Requests allowed to wait beyond --max-running-requests; more get 503 with Retry-After")
       ->capture_default_str()->group(g);
   cmd->add_option("--io-threads", s.http.io_threads, "Threads serving all HTTP connections")->capture_default_str()->group(g);
+  cmd->add_option("--worker-threads", s.worker_threads,
+                  "Threads that parse, template and tokenize request bodies (off the I/O threads)")
+      ->capture_default_str()->group(g);
   cmd->add_option("--max-connections", s.http.max_connections, "Open connections beyond this are closed at accept")
       ->capture_default_str()->group(g);
   cmd->add_option("--max-request-body-bytes", s.http.max_body_bytes, "Larger request bodies get 413")->capture_default_str()->group(g);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: setup, warnings-as-errors release build, all ctest suites, a compile+link of the cuda preset
-# (CUDA backend + nccl communicator) and of the hip preset, an ASan+UBSan build of the unit tests, and 60 s of libFuzzer on each file-format parser. What CI runs (.ci/run).
+# (CUDA backend + nccl communicator) and of the hip preset, an ASan+UBSan build of the unit tests, and 60 s of libFuzzer on each parser (file formats, HTTP and OpenAI requests, SSE streams). What CI runs (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -61,7 +61,7 @@ cmake --build build/asan -j "$JOBS" --target unit_tests
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure -j "$JOBS" -L unit --timeout 900
 
-step "fuzzing the file-format parsers (${FUZZ_SECONDS}s each)"
+step "fuzzing the parsers (${FUZZ_SECONDS}s each, all at once)"
 CONFIGURE="${CONFIGURE[*]}" bash scripts/fuzz.sh "$FUZZ_SECONDS"
 
 if command -v ccache >/dev/null; then ccache --show-stats | grep -E "Hits|Misses" || true; fi

@@ -1,6 +1,7 @@
-// GenerationTask: the bridge between one RequestStream and one HTTP exchange (see generation.h).
+// GenerationTask: the bridge between one HTTP exchange and its choices' RequestStreams (see generation.h).
 #include "server/generation.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <random>
@@ -55,106 +56,168 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
         exchange_(std::move(exchange)),
         builder_(request, new_request_id(request.kind), std::chrono::duration_cast<std::chrono::seconds>(
                                                             std::chrono::system_clock::now().time_since_epoch()).count(),
-                 model_name, ctx.engine.tokenizer()) {}
+                 model_name, ctx.engine.tokenizer()),
+        choices_(static_cast<size_t>(std::max(request.n, 1))) {}
 
-  ~GenerationTask() { settle(FinishReason::kAbort, true); }
+  ~GenerationTask() { settle_all(); }
 
-  void start(Request engine_request) {
-    try {
-      stream_ = ctx_.engine.submit(std::move(engine_request));
-    } catch (const Error& e) {
-      if (e.kind() == ErrorKind::kUsage) throw ApiError(503, std::string("the server is shutting down: ") + e.what());
-      throw api_error_from(e);
+  // One engine request per choice; if the engine rejects one, those already submitted are aborted.
+  void start(const std::vector<Request>& engine_requests) {
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      Choice& c = choices_[i];
+      try {
+        c.stream = ctx_.engine.submit(engine_requests[i]);
+      } catch (const Error& e) {
+        settle_all();
+        if (e.kind() == ErrorKind::kUsage) throw ApiError(503, std::string("the server is shutting down: ") + e.what());
+        throw api_error_from(e);
+      }
+      c.id = c.stream->id();
+      c.submitted = true;
+      ctx_.in_flight.add(c.id);
+      ctx_.metrics.in_flight.fetch_add(1, std::memory_order_relaxed);
     }
-    id_ = stream_->id();
-    submitted_ = true;
-    ctx_.in_flight.add(id_);
-    ctx_.metrics.in_flight.fetch_add(1, std::memory_order_relaxed);
 
     std::weak_ptr<GenerationTask> weak = weak_from_this();
     auto wake = wake_;
     std::shared_ptr<Exchange> exchange = exchange_;
-    stream_->set_notifier([wake, weak, exchange] {
-      if (wake->pending.exchange(true)) return;
-      exchange->post([wake, weak] {
-        wake->pending.store(false);
-        if (auto t = weak.lock()) t->pump();
+    for (Choice& c : choices_) {
+      c.stream->set_notifier([wake, weak, exchange] {
+        if (wake->pending.exchange(true)) return;
+        exchange->post([wake, weak] {
+          wake->pending.store(false);
+          if (auto t = weak.lock()) t->pump();
+        });
       });
+    }
+    exchange_->on_disconnect([self = shared_from_this()] {
+      self->done_ = true;
+      self->settle_all();
     });
-    exchange_->on_disconnect([self = shared_from_this()] { self->settle(FinishReason::kAbort, true); });
     if (streaming_) {
       exchange_->begin_stream();
       exchange_->stream(builder_.stream_start());
     }
-    pump();  // events pushed before the notifier was set
+    pump();  // events pushed before the notifiers were set
   }
 
  private:
+  struct Choice {
+    std::shared_ptr<RequestStream> stream;
+    uint64_t id = 0;
+    bool submitted = false;
+    bool settled = false;  // finished (or aborted) and counted
+    FinishReason finish = FinishReason::kNone;
+    Usage usage;
+    int64_t tokens = 0;
+    EngineClock::time_point first_token{}, last_token{};
+  };
+
+  // Choices in index order, each drained of what it has; the response ends once every choice has finished, or at
+  // the first error (the other choices are aborted).
   void pump() {
     if (done_) return;
     std::string out;
-    for (TokenEvent& e : stream_->drain()) {
-      observe(e);
-      if (streaming_) {
-        if (e.finish == FinishReason::kError) {
-          out += ResponseBuilder::stream_error("generation failed: " + e.error, 500);
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      Choice& c = choices_[i];
+      if (c.settled) continue;
+      for (TokenEvent& e : c.stream->drain()) {
+        observe(c, e);
+        if (e.finish == FinishReason::kError) return fail(e, out);
+        if (streaming_) {
+          out += builder_.stream_event(static_cast<int>(i), e);
         } else {
-          out += builder_.stream_event(e);
+          builder_.add(static_cast<int>(i), e);
         }
-      } else {
-        builder_.add(e);
-      }
-      if (e.finish != FinishReason::kNone) {
-        finish(e, out);
-        return;
+        if (e.finish != FinishReason::kNone) {
+          finish_choice(c, e);
+          break;
+        }
       }
     }
+    if (unfinished_ == 0) return finish(out);
     if (!out.empty()) exchange_->stream(std::move(out));
   }
 
-  void finish(const TokenEvent& e, std::string& out) {
-    settle(e.finish, false);
+  void finish_choice(Choice& c, const TokenEvent& e) {
+    c.finish = e.finish;
+    c.usage = e.usage;
+    settle(c, e.finish, false);
     ctx_.metrics.e2e.observe(seconds(e.time - arrival_));
-    if (tokens_ > 1) ctx_.metrics.tpot.observe(seconds(last_token_ - first_token_) / static_cast<double>(tokens_ - 1));
+    if (c.tokens > 1) ctx_.metrics.tpot.observe(seconds(c.last_token - c.first_token) / static_cast<double>(c.tokens - 1));
+  }
+
+  void finish(std::string& out) {
+    done_ = true;
+    std::vector<Usage> usages;
+    std::vector<FinishReason> reasons;
+    bool aborted = false;
+    for (const Choice& c : choices_) {
+      usages.push_back(c.usage);
+      reasons.push_back(c.finish);
+      aborted = aborted || c.finish == FinishReason::kAbort;
+    }
+    const Usage total = combined_usage(usages);
     if (streaming_) {
+      out += builder_.stream_usage(total);
       out += kSseDone;
       exchange_->stream(std::move(out));
       exchange_->end_stream();
       return;
     }
     HttpResponse r;
-    if (e.finish == FinishReason::kError) {
-      r.status = 500;
-      r.body = ApiError(500, "generation failed: " + e.error).body();
-    } else if (e.finish == FinishReason::kAbort) {
+    if (aborted) {
       r.status = 503;
       r.body = ApiError(503, "the request was aborted: the server is shutting down").body();
     } else {
-      r.body = builder_.response(e);
+      r.body = builder_.response(reasons, total);
     }
     exchange_->reply(std::move(r));
   }
 
-  void observe(const TokenEvent& e) {
+  // An engine error in any choice ends the whole response.
+  void fail(const TokenEvent& e, std::string& out) {
+    settle_all();
+    done_ = true;
+    if (streaming_) {
+      out += ResponseBuilder::stream_error("generation failed: " + e.error, 500);
+      out += kSseDone;
+      exchange_->stream(std::move(out));
+      exchange_->end_stream();
+      return;
+    }
+    HttpResponse r;
+    r.status = 500;
+    r.body = ApiError(500, "generation failed: " + e.error).body();
+    exchange_->reply(std::move(r));
+  }
+
+  void observe(Choice& c, const TokenEvent& e) {
     if (e.token_ids.empty()) return;
     if (e.first_token) {
       ctx_.metrics.ttft.observe(seconds(e.time - arrival_));
-      first_token_ = e.time;
-    } else if (tokens_ > 0) {
-      ctx_.metrics.itl.observe(seconds(e.time - last_token_));
+      c.first_token = e.time;
+    } else if (c.tokens > 0) {
+      ctx_.metrics.itl.observe(seconds(e.time - c.last_token));
     }
-    last_token_ = e.time;
-    tokens_ += static_cast<int64_t>(e.token_ids.size());
+    c.last_token = e.time;
+    c.tokens += static_cast<int64_t>(e.token_ids.size());
   }
 
-  // Once per request: metrics and bookkeeping; aborts the engine request when it has not finished.
-  void settle(FinishReason reason, bool abort) {
-    if (done_ || !submitted_) return;
-    done_ = true;
-    if (abort) ctx_.engine.abort(id_);
-    ctx_.in_flight.remove(id_);
+  // Once per choice: metrics and bookkeeping; aborts the engine request when it has not finished.
+  void settle(Choice& c, FinishReason reason, bool abort) {
+    if (c.settled || !c.submitted) return;
+    c.settled = true;
+    --unfinished_;
+    if (abort) ctx_.engine.abort(c.id);
+    ctx_.in_flight.remove(c.id);
     ctx_.metrics.in_flight.fetch_sub(1, std::memory_order_relaxed);
     if (reason != FinishReason::kError) ctx_.metrics.count_finish(reason);
+  }
+
+  // The client went away, an error ended the response, or the task is dropped: abort what still runs.
+  void settle_all() {
+    for (Choice& c : choices_) settle(c, FinishReason::kAbort, true);
   }
 
   GenerationContext& ctx_;
@@ -163,23 +226,29 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   std::shared_ptr<Exchange> exchange_;
   ResponseBuilder builder_;
   std::shared_ptr<Wake> wake_ = std::make_shared<Wake>();
-  std::shared_ptr<RequestStream> stream_;
-  uint64_t id_ = 0;
-  bool submitted_ = false;
+  std::vector<Choice> choices_;
+  size_t unfinished_ = choices_.size();
   bool done_ = false;
-  int64_t tokens_ = 0;
-  EngineClock::time_point first_token_{}, last_token_{};
 };
 
 }  // namespace
 
 void start_generation(GenerationContext& ctx, GenerateRequest request, std::vector<int32_t> prompt_ids,
                       const std::string& model_name, EngineClock::time_point arrival, std::shared_ptr<Exchange> exchange) {
-  Request r;
-  r.prompt_ids = std::move(prompt_ids);
-  r.sampling = request.sampling;
+  std::vector<Request> requests(static_cast<size_t>(std::max(request.n, 1)));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& r = requests[i];
+    if (i + 1 < requests.size()) {
+      r.prompt_ids = prompt_ids;
+    } else {
+      r.prompt_ids = std::move(prompt_ids);
+    }
+    r.sampling = request.sampling;
+    // Choice i of a seeded request draws with seed + i, as vLLM's parallel sampling does: distinct, reproducible.
+    if (request.sampling.seed) r.sampling.seed = *request.sampling.seed + i;
+  }
   auto task = std::make_shared<GenerationTask>(ctx, request, model_name, arrival, std::move(exchange));
-  task->start(std::move(r));
+  task->start(requests);
 }
 
 }  // namespace servetune::server

@@ -1,5 +1,5 @@
-// One generation request served over HTTP: submits to the engine, turns the engine's events into an SSE stream or
-// one JSON response, aborts the engine request when the client disconnects (or the task is dropped), and records
+// One generation request served over HTTP: submits one engine request per choice (n), turns their events into an
+// SSE stream or one JSON response, aborts them when the client disconnects (or the task is dropped), and records
 // latency metrics. Runs on its connection's executor; the engine thread only posts a wake-up to it.
 #pragma once
 
@@ -39,8 +39,9 @@ struct GenerationContext {
   InFlight& in_flight;
 };
 
-// Submits `request` (prompt already tokenized into `prompt_ids`, max_tokens final) and answers on `exchange`.
-// Throws ApiError for a request the engine rejects (before anything was sent).
+// Submits `request` (prompt already tokenized into `prompt_ids`, max_tokens final) as request.n engine requests and
+// answers on `exchange`; must run on the exchange's executor. Throws ApiError for a request the engine rejects
+// (before anything was sent).
 void start_generation(GenerationContext& ctx, GenerateRequest request, std::vector<int32_t> prompt_ids,
                       const std::string& model_name, EngineClock::time_point arrival, std::shared_ptr<Exchange> exchange);
 

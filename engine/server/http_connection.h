@@ -2,6 +2,8 @@
 // Each connection lives on its own strand; its deadline timer bounds every wait on the client (header, body, a
 // blocked write) and is off while the server waits on the engine. While a request is being answered, an async_wait
 // on the socket detects a client that hangs up, so its request is aborted at once rather than at the next write.
+// Lifetime: the connection lives while one of its own operations is pending (exchanges hold it weakly, so an engine
+// request that outlives the server keeps no socket); while a request is answered, the hold timer is that operation.
 #pragma once
 
 #include <atomic>
@@ -101,7 +103,8 @@ inline std::string head(int status, const std::string& content_type, const std::
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, ServerCore& core) : socket_(std::move(socket)), timer_(socket_.get_executor()), core_(core) {
+  Connection(tcp::socket socket, ServerCore& core)
+      : socket_(std::move(socket)), timer_(socket_.get_executor()), hold_(socket_.get_executor()), core_(core) {
     core_.metrics.connections_open.fetch_add(1, std::memory_order_relaxed);
     post_target_->executor = socket_.get_executor();
   }
@@ -193,6 +196,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     write_timer_armed_ = false;
     timer_.cancel();
   }
+  // Keeps the connection alive from dispatch to the end of the exchange. The peer watch cannot: it completes as soon
+  // as a pipelined request is readable, and then, between writes, nothing else of ours may be pending.
+  void hold() {
+    hold_.expires_at(net::steady_timer::time_point::max());
+    hold_.async_wait([self = shared_from_this()](const error_code&) {});
+  }
   // The write deadline: a write in flight for write_timeout means the client stopped reading. One timer
   // covers a whole stream (it re-arms for the remaining time instead of being reset per token).
   void arm_write() {
@@ -278,6 +287,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     exchange_active_ = true;
     state_ = State::kHandling;
     disarm();
+    hold();
     HttpResponse r;
     r.status = status;
     r.body = ApiError(status, message).body();
@@ -299,6 +309,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ++serial_;
     exchange_active_ = true;
     state_ = State::kHandling;
+    hold();
     watch_peer();
     auto exchange = std::make_shared<ExchangeImpl>(weak_from_this(), serial_, post_target_, core_.guard);
     try {
@@ -333,6 +344,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     exchange_active_ = false;
     end_after_write_ = true;
     on_disconnect_ = nullptr;
+    hold_.cancel();  // the write of the response's end holds the connection from here
   }
 
   void queue(std::string data) {
@@ -389,6 +401,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     closed_ = true;
     ++timer_id_;
     timer_.cancel();
+    hold_.cancel();
     error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -442,6 +455,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   tcp::socket socket_;
   net::steady_timer timer_;
+  net::steady_timer hold_;  // pending from dispatch to the end of the exchange (see hold())
   ServerCore& core_;
   std::shared_ptr<PostTarget> post_target_ = std::make_shared<PostTarget>();
   beast::flat_buffer buffer_;

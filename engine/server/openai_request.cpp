@@ -17,6 +17,7 @@ using nlohmann::json;
 
 constexpr int64_t kMaxLogprobs = 20;
 constexpr size_t kMaxStopStrings = 64;
+constexpr int64_t kMaxChoices = 128;  // 'n': each choice is an engine request; the server's capacity limit also applies
 
 const char* type_name(const json& v) {
   if (v.is_boolean()) return "boolean";
@@ -35,7 +36,8 @@ json parse_object(std::string_view body) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error for bad syntax, out_of_range for a number beyond a double ("1e400"): both the client's input.
     throw_bad_request(std::string("request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw_bad_request(std::string("request body must be a JSON object, got ") + type_name(j));
@@ -173,8 +175,12 @@ void parse_sampling(const Fields& f, GenerateRequest& r) {
     if (auto v = o.boolean("include_usage")) r.include_usage = *v;
     if (auto v = o.boolean("continuous_usage_stats")) r.continuous_usage = *v;
   }
-  if (auto v = f.integer("n", 1, std::numeric_limits<int64_t>::max())) {
-    reject_if(*v != 1, "n", "must be 1: this server returns one choice per request");
+  if (auto v = f.integer("n", 1, kMaxChoices)) r.n = static_cast<int32_t>(*v);
+  // vLLM's V1 engine rejects best_of > n (it would need n of best_of samples ranked by cumulative logprob); so do we.
+  if (auto v = f.integer("best_of", 1, std::numeric_limits<int64_t>::max()); v && *v != r.n) {
+    throw_bad_request("'best_of' must equal 'n' (" + std::to_string(r.n) + "), got " + std::to_string(*v) +
+                          ": choosing the best of more samples than are returned is not supported",
+                      "best_of");
   }
   if (const json* v = f.find("logit_bias")) {
     if (!v->is_object()) bad_type("logit_bias", "an object", *v);
@@ -289,7 +295,6 @@ GenerateRequest parse_completion_request(std::string_view body) {
     r.logprobs = true;
     r.sampling.logprobs = static_cast<int32_t>(*v);
   }
-  if (auto v = f.integer("best_of", 1, std::numeric_limits<int64_t>::max())) reject_if(*v != 1, "best_of", "must be 1");
   if (auto v = f.string("suffix")) reject_if(!v->empty(), "suffix", "is not supported");
   if (auto v = f.boolean("add_special_tokens")) r.add_special_tokens = *v;
   validate_sampling(r);

@@ -28,6 +28,7 @@ struct GenerateRequest {
   bool add_special_tokens = true;  // completions: BOS as the model wants; chat: false (the template spells it)
   SamplingParams sampling;         // sampling.max_tokens is meaningful only when max_tokens_given
   bool max_tokens_given = false;
+  int32_t n = 1;                   // choices: independent samples of the same prompt (best_of must equal n)
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM): usage on every chunk

@@ -1,6 +1,7 @@
 // Response and SSE chunk rendering (see openai_response.h).
 #include "server/openai_response.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "server/api_error.h"
@@ -28,6 +29,20 @@ std::string usage_json(const Usage& u) {
   return out;
 }
 
+Usage combined_usage(const std::vector<Usage>& choices) {
+  Usage total;
+  if (choices.empty()) return total;
+  total.prompt_tokens = choices.front().prompt_tokens;
+  total.cached_tokens = choices.front().cached_tokens;
+  for (const Usage& u : choices) {
+    total.completion_tokens += u.completion_tokens;
+    total.spec_num_drafts += u.spec_num_drafts;
+    total.spec_draft_tokens += u.spec_draft_tokens;
+    total.spec_accepted_tokens += u.spec_accepted_tokens;
+  }
+  return total;
+}
+
 ResponseBuilder::ResponseBuilder(const GenerateRequest& request, std::string id, int64_t created, const std::string& model,
                                  const Tokenizer& tokenizer)
     : kind_(request.kind),
@@ -35,7 +50,8 @@ ResponseBuilder::ResponseBuilder(const GenerateRequest& request, std::string id,
       include_usage_(request.include_usage),
       continuous_usage_(request.continuous_usage),
       id_(std::move(id)),
-      tokenizer_(tokenizer) {
+      tokenizer_(tokenizer),
+      choices_(static_cast<size_t>(std::max(request.n, 1))) {
   prefix_ = "{\"id\":";
   append_json_string(prefix_, id_);
   prefix_ += ",\"object\":";
@@ -111,11 +127,11 @@ void ResponseBuilder::append_logprobs(std::string& out, const std::vector<Sample
          "],\"top_logprobs\":" + top + "]}";
 }
 
-std::string ResponseBuilder::chunk(const std::string& text, const std::vector<SampleResult>& logprobs, const char* finish,
-                                   const Usage* usage) {
+std::string ResponseBuilder::chunk(int choice, const std::string& text, const std::vector<SampleResult>& logprobs,
+                                   const char* finish, const Usage* usage) {
   std::string out = "data: ";
   out += prefix_;
-  out += "[{\"index\":0,";
+  out += "[{\"index\":" + std::to_string(choice) + ',';
   if (kind_ == ApiKind::kChat) {
     out += "\"delta\":{";
     if (!text.empty()) {
@@ -129,8 +145,9 @@ std::string ResponseBuilder::chunk(const std::string& text, const std::vector<Sa
   }
   out += ",\"logprobs\":";
   if (logprobs_ && !logprobs.empty()) {
-    append_logprobs(out, logprobs, text_offset_);
-    for (const auto& lp : logprobs) text_offset_ += piece(lp.token).size();
+    size_t& offset = choices_[static_cast<size_t>(choice)].text_offset;
+    append_logprobs(out, logprobs, offset);
+    for (const auto& lp : logprobs) offset += piece(lp.token).size();
   } else {
     out += "null";
   }
@@ -152,25 +169,28 @@ std::string ResponseBuilder::chunk(const std::string& text, const std::vector<Sa
 
 std::string ResponseBuilder::stream_start() const {
   if (kind_ != ApiKind::kChat) return {};
-  std::string out = "data: ";
-  out += prefix_;
-  out += "[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]";
-  if (include_usage_) out += ",\"usage\":null";
-  out += "}\n\n";
+  std::string out;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    out += "data: ";
+    out += prefix_;
+    out += "[{\"index\":" + std::to_string(i) +
+           ",\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]";
+    if (include_usage_) out += ",\"usage\":null";
+    out += "}\n\n";
+  }
   return out;
 }
 
-std::string ResponseBuilder::stream_event(const TokenEvent& e) {
+std::string ResponseBuilder::stream_event(int choice, const TokenEvent& e) {
   const char* finish = finish_reason_text(e.finish);
   const Usage* usage = continuous_usage_ ? &e.usage : nullptr;
-  std::string out;
-  if (finish || !e.text.empty() || (logprobs_ && !e.logprobs.empty())) out = chunk(e.text, e.logprobs, finish, usage);
-  if (finish && include_usage_) {
-    out += "data: ";
-    out += prefix_;
-    out += "[],\"usage\":" + usage_json(e.usage) + "}\n\n";
-  }
-  return out;
+  if (!finish && e.text.empty() && !(logprobs_ && !e.logprobs.empty())) return {};
+  return chunk(choice, e.text, e.logprobs, finish, usage);
+}
+
+std::string ResponseBuilder::stream_usage(const Usage& total) const {
+  if (!include_usage_) return {};
+  return "data: " + prefix_ + "[],\"usage\":" + usage_json(total) + "}\n\n";
 }
 
 std::string ResponseBuilder::stream_error(const std::string& message, int status) {
@@ -180,32 +200,39 @@ std::string ResponseBuilder::stream_error(const std::string& message, int status
   return out;
 }
 
-void ResponseBuilder::add(const TokenEvent& e) {
-  text_ += e.text;
-  if (logprobs_) all_logprobs_.insert(all_logprobs_.end(), e.logprobs.begin(), e.logprobs.end());
+void ResponseBuilder::add(int choice, const TokenEvent& e) {
+  Choice& c = choices_[static_cast<size_t>(choice)];
+  c.text += e.text;
+  if (logprobs_) c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
 }
 
-std::string ResponseBuilder::response(const TokenEvent& final_event) const {
+std::string ResponseBuilder::response(const std::vector<FinishReason>& finish, const Usage& total) const {
   std::string out = prefix_;
-  out += "[{\"index\":0,";
-  if (kind_ == ApiKind::kChat) {
-    out += "\"message\":{\"role\":\"assistant\",\"content\":";
-    append_json_string(out, text_);
-    out += ",\"refusal\":null}";
-  } else {
-    out += "\"text\":";
-    append_json_string(out, text_);
+  out += '[';
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    if (i) out += ',';
+    out += "{\"index\":" + std::to_string(i) + ',';
+    if (kind_ == ApiKind::kChat) {
+      out += "\"message\":{\"role\":\"assistant\",\"content\":";
+      append_json_string(out, c.text);
+      out += ",\"refusal\":null}";
+    } else {
+      out += "\"text\":";
+      append_json_string(out, c.text);
+    }
+    out += ",\"logprobs\":";
+    if (logprobs_) {
+      append_logprobs(out, c.logprobs, 0);
+    } else {
+      out += "null";
+    }
+    out += ",\"finish_reason\":";
+    const char* reason = i < finish.size() ? finish_reason_text(finish[i]) : nullptr;
+    append_json_string(out, reason ? reason : "stop");
+    out += '}';
   }
-  out += ",\"logprobs\":";
-  if (logprobs_) {
-    append_logprobs(out, all_logprobs_, 0);
-  } else {
-    out += "null";
-  }
-  out += ",\"finish_reason\":";
-  const char* finish = finish_reason_text(final_event.finish);
-  append_json_string(out, finish ? finish : "stop");
-  out += "}],\"usage\":" + usage_json(final_event.usage) + "}";
+  out += "],\"usage\":" + usage_json(total) + "}";
   return out;
 }
 

@@ -1,6 +1,7 @@
 // OpenAI response bodies and SSE stream chunks for completions and chat completions, built by hand from prefixes
 // computed once per request (one chunk per token is the hot path). Output follows OpenAI's schemas: ids, object,
-// created, model, choices[].text / delta / message, logprobs, finish_reason, usage.
+// created, model, choices[].text / delta / message, logprobs, finish_reason, usage. A request with n > 1 has n
+// choices, indexed 0..n-1, each fed by its own engine request; usage counts the prompt once and every choice's tokens.
 #pragma once
 
 #include <cstdint>
@@ -24,18 +25,26 @@ class ResponseBuilder {
                   const Tokenizer& tokenizer);
 
   // Streaming: each returns zero or more complete SSE events ("data: {...}\n\n").
-  std::string stream_start() const;                 // chat: the role chunk; completions: nothing
-  std::string stream_event(const TokenEvent& e);    // text/logprobs; on the final event also finish_reason (+usage)
+  std::string stream_start() const;  // chat: a role chunk per choice; completions: nothing
+  // Text/logprobs of one choice; its final event also carries its finish_reason.
+  std::string stream_event(int choice, const TokenEvent& e);
+  std::string stream_usage(const Usage& total) const;  // after every choice's final event: the usage chunk, if asked for
   static std::string stream_error(const std::string& message, int status);
 
-  // Non-streaming: add every event, then render the whole response on the final one.
-  void add(const TokenEvent& e);
-  std::string response(const TokenEvent& final_event) const;
+  // Non-streaming: add every event of every choice, then render the whole response once all have finished.
+  void add(int choice, const TokenEvent& e);
+  std::string response(const std::vector<FinishReason>& finish, const Usage& total) const;
 
   const std::string& id() const { return id_; }
 
  private:
-  std::string chunk(const std::string& text, const std::vector<SampleResult>& logprobs, const char* finish,
+  struct Choice {
+    size_t text_offset = 0;  // streamed completions logprobs: offset of the next token's text
+    std::string text;        // non-streaming accumulation
+    std::vector<SampleResult> logprobs;
+  };
+
+  std::string chunk(int choice, const std::string& text, const std::vector<SampleResult>& logprobs, const char* finish,
                     const Usage* usage);
   void append_logprobs(std::string& out, const std::vector<SampleResult>& lps, size_t text_offset) const;
   void append_chat_logprob_entry(std::string& out, int32_t token, float logprob) const;
@@ -48,14 +57,13 @@ class ResponseBuilder {
   std::string id_;
   std::string prefix_;  // {"id":...,"object":...,"created":...,"model":...,"choices":
   const Tokenizer& tokenizer_;
-  size_t text_offset_ = 0;  // completions logprobs: offset of the next token's text
-
-  // Non-streaming accumulation.
-  std::string text_;
-  std::vector<SampleResult> all_logprobs_;
+  std::vector<Choice> choices_;
 };
 
 std::string usage_json(const Usage& u);
+// The usage of a request from its choices' usages (choice 0 first): the prompt (and its cached part) counted once,
+// as OpenAI and vLLM do, the completion tokens of every choice summed.
+Usage combined_usage(const std::vector<Usage>& choices);
 const char* finish_reason_text(FinishReason r);  // "stop", "length", "abort" (client-visible spelling)
 
 }  // namespace servetune::server

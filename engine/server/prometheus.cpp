@@ -166,8 +166,12 @@ std::string render_metrics(const ServerMetrics& m, const EngineStats& s, const s
            "Busiest expert's tokens over the mean per expert, since start (1: even load).");
     sample(out, "servetune:moe_expert_imbalance", labels, s.moe_expert_imbalance());
   }
-  header(out, "servetune:requests_in_flight", "gauge", "Generation requests accepted by the HTTP server and not finished.");
+  header(out, "servetune:requests_in_flight", "gauge",
+         "Engine requests (one per choice of a generation request) the HTTP server submitted and not finished.");
   sample(out, "servetune:requests_in_flight", labels, m.in_flight.load(std::memory_order_relaxed));
+  header(out, "servetune:requests_preparing", "gauge",
+         "Requests whose body is being parsed, templated or tokenized (on the worker threads, off the I/O threads).");
+  sample(out, "servetune:requests_preparing", labels, m.preparing.load(std::memory_order_relaxed));
   header(out, "servetune:engine_requests_aborted_total", "counter", "Requests the engine aborted (client gone, shutdown).");
   sample(out, "servetune:engine_requests_aborted_total", labels, s.requests_aborted);
   header(out, "servetune:http_connections", "gauge", "Open HTTP connections.");

@@ -35,7 +35,8 @@ struct ServerMetrics {
   Histogram tpot;   // per request: (last token - first token) / (output tokens - 1)
   Histogram e2e;    // seconds from arrival to the final event
   std::array<std::atomic<int64_t>, 3> finished{};  // stop, length, abort
-  std::atomic<int64_t> in_flight{0};               // generation requests submitted and not yet finished
+  std::atomic<int64_t> in_flight{0};               // engine requests (one per choice) submitted and not yet finished
+  std::atomic<int64_t> preparing{0};               // requests being parsed and tokenized off the I/O threads
   std::atomic<int64_t> connections_open{0};
   std::atomic<int64_t> connections_total{0};
   std::atomic<int64_t> connections_refused{0};     // over --max-connections

@@ -1,6 +1,7 @@
 // The OpenAI-compatible application on top of HttpServer: authentication, routing, model-name checks, prompt
 // rendering and tokenization, context and queue limits, and the non-generation routes (/v1/models, /health,
-// /metrics, /tokenize, /detokenize). Generation itself lives in generation.cpp.
+// /metrics, /tokenize, /detokenize). Generation itself lives in generation.cpp. Routes that read a body (parse it,
+// render a chat template, tokenize) run on a worker pool, so an I/O thread never waits on one request's prompt.
 #include "server/server.h"
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "server/json_text.h"
 #include "server/openai_request.h"
 #include "server/prometheus.h"
+#include "server/worker_pool.h"
 #include "servetune/engine.h"
 #include "servetune/error.h"
 #include "servetune/model_info.h"
@@ -46,6 +48,24 @@ bool needs_auth(const std::string& path) {
   return path.rfind("/v1/", 0) == 0 || path == "/v1" || path == "/tokenize" || path == "/detokenize";
 }
 
+// The reply for the exception being handled: an ApiError as it is, an engine Error mapped to its status, anything
+// else a 500 (logged: it is a bug of ours, not the client's).
+HttpResponse current_error_response() {
+  try {
+    throw;
+  } catch (const ApiError& e) {
+    return error_response(e);
+  } catch (const Error& e) {
+    return error_response(api_error_from(e));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "servetune serve: internal error handling a request: %s\n", e.what());
+    return error_response(ApiError(500, std::string("internal error: ") + e.what()));
+  } catch (...) {
+    std::fprintf(stderr, "servetune serve: internal error handling a request\n");
+    return error_response(ApiError(500, "internal error"));
+  }
+}
+
 }  // namespace
 
 class Server::Impl : public HttpApp {
@@ -61,8 +81,10 @@ class Server::Impl : public HttpApp {
       if (name.empty()) throw_usage("--served-model-name must not be empty");
     }
     if (options_.max_queued_requests < 0) throw_usage("--max-queued-requests must be >= 0");
+    if (options_.worker_threads < 1) throw_usage("--worker-threads must be at least 1");
     context_length_ = engine.config().context_length.value_or(engine.model_info().context_length);
     http_ = std::make_unique<HttpServer>(options_.http, *this, metrics_);
+    workers_ = std::make_unique<WorkerPool>(options_.worker_threads);
   }
 
   void handle(HttpRequest req, std::shared_ptr<Exchange> ex) override {
@@ -83,6 +105,20 @@ class Server::Impl : public HttpApp {
   const std::string& primary_name() const { return options_.served_model_names.front(); }
 
  private:
+  // Counts a request in ServerMetrics::preparing while it is alive (queued or running on the worker pool, then on its
+  // way back to its connection): shared by the closures that carry it, so it ends however they end, run or dropped.
+  // A member type, not a file-local one: the closures that hold it belong to this class (GCC's -Wsubobject-linkage).
+  class Preparing {
+   public:
+    explicit Preparing(ServerMetrics& m) : m_(m) { m_.preparing.fetch_add(1, std::memory_order_relaxed); }
+    ~Preparing() { m_.preparing.fetch_sub(1, std::memory_order_relaxed); }
+    Preparing(const Preparing&) = delete;
+    Preparing& operator=(const Preparing&) = delete;
+
+   private:
+    ServerMetrics& m_;
+  };
+
   void route(HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
     const std::string& path = req.path;
     if (!options_.api_key.empty() && needs_auth(path) && !bearer_matches(req.authorization, options_.api_key)) {
@@ -96,7 +132,10 @@ class Server::Impl : public HttpApp {
       return false;
     };
     if (path == "/v1/completions" || path == "/v1/chat/completions") {
-      if (method_is("POST")) generate(path == "/v1/chat/completions" ? ApiKind::kChat : ApiKind::kCompletion, req, ex);
+      if (!method_is("POST")) return;
+      check_capacity(1);
+      const ApiKind kind = path == "/v1/chat/completions" ? ApiKind::kChat : ApiKind::kCompletion;
+      offload(ex, [this, kind, body = std::move(req.body), arrival = req.arrival, ex] { return generate(kind, body, arrival, ex); });
     } else if (path == "/health") {
       if (method_is("GET")) ex->reply(health());
     } else if (path == "/metrics") {
@@ -105,10 +144,13 @@ class Server::Impl : public HttpApp {
       if (method_is("GET")) ex->reply(json_response(models().dump()));
     } else if (path.rfind("/v1/models/", 0) == 0) {
       if (method_is("GET")) ex->reply(model(path.substr(std::string("/v1/models/").size())));
-    } else if (path == "/tokenize") {
-      if (method_is("POST")) ex->reply(tokenize(req.body));
-    } else if (path == "/detokenize") {
-      if (method_is("POST")) ex->reply(detokenize(req.body));
+    } else if (path == "/tokenize" || path == "/detokenize") {
+      if (!method_is("POST")) return;
+      const bool encode = path == "/tokenize";
+      offload(ex, [this, encode, body = std::move(req.body), ex] {
+        auto r = std::make_shared<HttpResponse>(encode ? tokenize(body) : detokenize(body));
+        return std::function<void()>([r, ex] { ex->reply(std::move(*r)); });
+      });
     } else {
       throw ApiError(404, "no route " + req.method + " " + path, "", "not_found");
     }
@@ -123,18 +165,58 @@ class Server::Impl : public HttpApp {
     throw ApiError(404, "The model `" + requested + "` does not exist.", "model", "model_not_found");
   }
 
-  void generate(ApiKind kind, HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
-    GenerateRequest r = kind == ApiKind::kChat ? parse_chat_request(req.body) : parse_completion_request(req.body);
-    const std::string& model_name = check_model(r.model);
-    if (http_->shutting_down()) throw ApiError(503, "the server is shutting down");
-    const int64_t limit = static_cast<int64_t>(engine_.config().max_running_requests) + options_.max_queued_requests;
-    if (metrics_.in_flight.load(std::memory_order_relaxed) >= limit) {
+  // Runs `prepare` on the worker pool, then what it returns on the connection's executor; an error thrown by
+  // either becomes the reply.
+  void offload(const std::shared_ptr<Exchange>& ex, std::function<std::function<void()>()> prepare) {
+    auto mark = std::make_shared<Preparing>(metrics_);
+    workers_->post([ex, prepare = std::move(prepare), mark] {
+      std::function<void()> finish;
+      try {
+        finish = prepare();
+      } catch (...) {
+        finish = [ex, r = std::make_shared<HttpResponse>(current_error_response())] { ex->reply(std::move(*r)); };
+      }
+      ex->post([ex, finish = std::move(finish), mark] {
+        try {
+          finish();
+        } catch (...) {
+          ex->reply(current_error_response());
+        }
+      });
+    });
+  }
+
+  // Engine requests the server takes at once: the running slots plus the queue.
+  int64_t capacity() const { return static_cast<int64_t>(engine_.config().max_running_requests) + options_.max_queued_requests; }
+
+  // 503 when `n` more engine requests would exceed the capacity; requests still being prepared count as one each.
+  void check_capacity(int64_t n) const {
+    const int64_t limit = capacity();
+    if (metrics_.in_flight.load(std::memory_order_relaxed) + metrics_.preparing.load(std::memory_order_relaxed) + n > limit) {
       throw ApiError(503, "the server is at capacity (" + std::to_string(limit) + " requests in flight); retry later", "",
                      "queue_full");
     }
-    std::vector<int32_t> ids = prompt_ids(r);
-    apply_length_limits(r, static_cast<int64_t>(ids.size()));
-    start_generation(gen_ctx_, std::move(r), std::move(ids), model_name, req.arrival, ex);
+  }
+
+  // On a worker: parse, template, tokenize and check limits; returns the submission, which runs on the connection's
+  // executor (where the generation task lives).
+  std::function<void()> generate(ApiKind kind, const std::string& body, EngineClock::time_point arrival,
+                                 const std::shared_ptr<Exchange>& ex) {
+    auto r = std::make_shared<GenerateRequest>(kind == ApiKind::kChat ? parse_chat_request(body) : parse_completion_request(body));
+    const std::string& model_name = check_model(r->model);
+    if (http_->shutting_down()) throw ApiError(503, "the server is shutting down");
+    if (r->n > capacity()) {
+      throw_bad_request("'n' (" + std::to_string(r->n) + ") exceeds the " + std::to_string(capacity()) +
+                            " requests this server takes at once",
+                        "n");
+    }
+    auto ids = std::make_shared<std::vector<int32_t>>(prompt_ids(*r));
+    apply_length_limits(*r, static_cast<int64_t>(ids->size()));
+    return [this, r, ids, &model_name, arrival, ex] {
+      if (!ex->connected()) return;  // the client left while its prompt was prepared
+      check_capacity(r->n - 1);      // this request's own mark still counts one
+      start_generation(gen_ctx_, std::move(*r), std::move(*ids), model_name, arrival, ex);
+    };
   }
 
   std::vector<int32_t> prompt_ids(const GenerateRequest& r) const {
@@ -271,7 +353,8 @@ class Server::Impl : public HttpApp {
   GenerationContext gen_ctx_;
   int64_t created_;
   int64_t context_length_ = 0;
-  std::unique_ptr<HttpServer> http_;  // last: destroyed first, while the state its handlers use still exists
+  std::unique_ptr<HttpServer> http_;  // destroyed before the state its handlers use
+  std::unique_ptr<WorkerPool> workers_;  // last: its jobs use everything above, http_ included
 };
 
 Server::Server(Engine& engine, ServerOptions options) : impl_(std::make_unique<Impl>(engine, std::move(options))) {}

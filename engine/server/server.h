@@ -21,6 +21,7 @@ struct ServerOptions {
   std::string api_key;                       // "" = no authentication
   std::vector<std::string> served_model_names;  // names clients may ask for; the first is listed by /v1/models
   int64_t max_queued_requests = 4096;        // requests allowed beyond the engine's running slots; more get 503
+  int worker_threads = 2;                    // parse, template and tokenize request bodies off the I/O threads
 };
 
 class Server {

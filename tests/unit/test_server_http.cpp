@@ -1,6 +1,7 @@
 // The HTTP server in-process on stories260K over loopback, driven by a raw-socket client: routing and error statuses,
 // keep-alive and pipelining, chunked bodies, size limits, idle timeouts, API keys, queue limits, client disconnects
-// (the engine request is aborted and its KV blocks freed), HTTP/1.0 streaming and graceful shutdown.
+// (the engine request is aborted and its KV blocks freed), HTTP/1.0 streaming, graceful shutdown, long prompts
+// prepared off the I/O thread, and n > 1 choices.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -190,6 +191,18 @@ class ServerHttp : public ::testing::Test {
 
 const std::string kLong = R"({"prompt":"Once upon a time","max_tokens":1500,"ignore_eos":true,"stream":true})";
 
+// The JSON payloads of an SSE body, without the final [DONE].
+std::vector<json> sse_events(const std::string& body) {
+  std::vector<json> out;
+  size_t pos = 0;
+  while ((pos = body.find("data: {", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    out.push_back(json::parse(body.substr(pos + 6, end - pos - 6)));
+    pos = end;
+  }
+  return out;
+}
+
 TEST_F(ServerHttp, RoutesAndErrorStatuses) {
   start();
   Response r = request(get("/health"));
@@ -248,6 +261,121 @@ TEST_F(ServerHttp, KeepAlivePipeliningAndChunkedBodies) {
   c.send(get("/health", "Connection: close\r\n"));
   EXPECT_EQ(c.response().status, 200);
   EXPECT_TRUE(c.peer_closed());
+}
+
+// Six requests in one write, each longer than Beast's first read, so that most of them still wait in the socket when
+// the first is dispatched (its peer watch then sees bytes and stops at once): every one is answered, in order.
+TEST_F(ServerHttp, PipelinedRequestsAreAllAnsweredInOrder) {
+  start();
+  RawClient c(port_);
+  std::string all;
+  for (int i = 1; i <= 6; ++i) {
+    const bool stream = i % 2 == 0;
+    all += post("/v1/completions", R"({"prompt":"Once upon a time","temperature":0,"ignore_eos":true,"max_tokens":)" +
+                                       std::to_string(i) + (stream ? R"(,"stream":true,"stream_options":{"include_usage":true})" : "") +
+                                       std::string(2048, ' ') + "}");
+  }
+  c.send(all);
+  for (int i = 1; i <= 6; ++i) {
+    const Response r = c.response();
+    ASSERT_EQ(r.status, 200) << "response " << i << ": " << r.body;
+    const json usage = i % 2 == 0 ? sse_events(r.body).back()["usage"] : json::parse(r.body)["usage"];
+    EXPECT_EQ(usage["completion_tokens"], i) << r.body;
+  }
+  c.send(get("/health", "Connection: close\r\n"));
+  EXPECT_EQ(c.response().status, 200);
+  EXPECT_TRUE(engine_idle());
+}
+
+// A number beyond a double is the client's mistake on every route that reads JSON.
+TEST_F(ServerHttp, NumberOverflowIs400) {
+  start();
+  for (const char* path : {"/v1/completions", "/tokenize"}) {
+    const Response r = request(post(path, R"({"prompt":"x","max_tokens":1e400})"));
+    EXPECT_EQ(r.status, 400) << path << ": " << r.body;
+    EXPECT_NE(json::parse(r.body)["error"]["message"].get<std::string>().find("number overflow"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(request(post("/detokenize", R"({"tokens":[1,-1e400]})")).status, 400);
+}
+
+// A prompt that takes long to tokenize is prepared on a worker thread: while it is (servetune:requests_preparing
+// shows it), /metrics and /health answer on other connections. An I/O thread that tokenized could answer neither.
+TEST_F(ServerHttp, ALongPromptDoesNotHoldUpOtherConnections) {
+  start();
+  std::string text;
+  // 256 KiB: about half a second of tokenizing in a release build, many seconds in the ASan one; both far longer
+  // than a /metrics poll, and far shorter than the liveness bound.
+  while (text.size() < (256 << 10)) text += "Once upon a time there was a little girl who liked to play. ";
+  RawClient big(port_);
+  big.send(post("/tokenize", json{{"prompt", text}}.dump()));
+  EXPECT_TRUE(eventually([&] {
+    return request(get("/metrics")).body.find("servetune:requests_preparing{model_name=\"stories260K.gguf\"} 1\n") !=
+           std::string::npos;
+  }));
+  EXPECT_EQ(request(get("/health")).status, 200);
+  const Response r = big.response();
+  ASSERT_EQ(r.status, 200);
+  EXPECT_GT(json::parse(r.body)["count"].get<int64_t>(), 50000);
+}
+
+// n choices: indexed 0..n-1, each an independent sampled sequence (choice i of seed s draws as seed s + i, as in vLLM),
+// usage counting the prompt once and every choice's tokens; streamed, the same choices arrive interleaved.
+TEST_F(ServerHttp, SeveralChoicesStreamingAndNot) {
+  start();
+  const std::string base = R"({"prompt":"Once upon a time","max_tokens":12,"temperature":1.0,"ignore_eos":true)";
+  Response r = request(post("/v1/completions", base + R"(,"seed":7,"n":3})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["finish_reason"], "length");
+    texts.push_back(j["choices"][i]["text"]);
+  }
+  EXPECT_FALSE(texts[0] == texts[1] && texts[1] == texts[2]) << texts[0];
+  EXPECT_EQ(j["usage"]["completion_tokens"], 36);
+  r = request(post("/v1/completions", base + R"(,"seed":8})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json single = json::parse(r.body);
+  EXPECT_EQ(single["choices"][0]["text"], texts[1]);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], single["usage"]["prompt_tokens"]);
+
+  r = request(post("/v1/completions", base + R"(,"seed":7,"n":3,"best_of":3,"stream":true,"stream_options":{"include_usage":true}})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<std::string> streamed(3);
+  std::vector<std::string> finish(3);
+  const std::vector<json> events = sse_events(r.body);
+  for (const json& e : events) {
+    for (const json& c : e["choices"]) {
+      const size_t i = c["index"];
+      ASSERT_LT(i, 3u);
+      streamed[i] += c["text"].get<std::string>();
+      if (!c["finish_reason"].is_null()) finish[i] = c["finish_reason"];
+    }
+  }
+  EXPECT_EQ(streamed, texts);
+  EXPECT_EQ(finish, std::vector<std::string>(3, "length"));
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 36);
+  EXPECT_NE(r.body.find("data: [DONE]\n\n"), std::string::npos);
+
+  r = request(post("/v1/completions", base + R"(,"n":2,"best_of":3})"));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "best_of");
+  EXPECT_TRUE(engine_idle());
+}
+
+// A client that leaves aborts every choice of its request.
+TEST_F(ServerHttp, DisconnectAbortsEveryChoice) {
+  start();
+  {
+    RawClient c(port_);
+    c.send(post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":1500,"ignore_eos":true,"stream":true,"n":3})"));
+    ASSERT_EQ(c.head().status, 200);
+    EXPECT_NE(c.chunk().find("data: "), std::string::npos);
+  }
+  EXPECT_TRUE(engine_idle());
+  EXPECT_GE(engine_->stats().requests_aborted, 3);
 }
 
 TEST_F(ServerHttp, SizeLimitsAndIdleTimeouts) {

@@ -81,6 +81,18 @@ TEST(ServerRequest, MalformedBodies) {
   bad_chat("nul", "");
 }
 
+// nlohmann throws out_of_range, not parse_error, for a number beyond a double: still the client's input, so 400.
+TEST(ServerRequest, NumbersBeyondADoubleAre400) {
+  bad_completion(R"({"prompt":"p","max_tokens":1e400})", "", "number overflow");
+  bad_completion(R"({"prompt":"p","temperature":-1e400})", "", "number overflow");
+  bad_chat(R"({"messages":[{"role":"user","content":"hi"}],"seed":1e999})", "", "number overflow");
+  for (const char* body : {R"({"prompt":"p","x":1e400})", R"({"tokens":[1e400]})"}) {
+    SCOPED_TRACE(body);
+    expect_400([&] { parse_tokenize_request(body); }, "", "number overflow");
+    expect_400([&] { parse_detokenize_request(body); }, "", "number overflow");
+  }
+}
+
 TEST(ServerRequest, SamplingFieldsAndTypes) {
   auto r = parse_completion_request(
       R"({"prompt":"p","max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":-3,
@@ -136,9 +148,21 @@ TEST(ServerRequest, SamplingFieldsAndTypes) {
   bad_completion(R"({"prompt":"p","stream":true,"stream_options":{"include_usage":1}})", "include_usage");
 }
 
+// n choices; best_of only as vLLM's V1 engine takes it (equal to n: no ranking of extra samples).
+TEST(ServerRequest, ChoicesAndBestOf) {
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"p"})").n, 1);
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"p","n":3,"best_of":3})").n, 3);
+  EXPECT_EQ(parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"n":2,"stream":true})").n, 2);
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"p","n":null,"best_of":null})").n, 1);
+  bad_completion(R"({"prompt":"p","n":0})", "n");
+  bad_completion(R"({"prompt":"p","n":100000})", "n");
+  bad_completion(R"({"prompt":"p","n":1.5})", "n");
+  bad_completion(R"({"prompt":"p","best_of":3})", "best_of", "must equal 'n' (1)");
+  bad_completion(R"({"prompt":"p","n":2,"best_of":4})", "best_of", "must equal 'n' (2)");
+  bad_chat(R"({"messages":[{"role":"user","content":"x"}],"n":2,"best_of":1})", "best_of");
+}
+
 TEST(ServerRequest, OptionsThatWouldChangeTheOutputAreRejected) {
-  bad_completion(R"({"prompt":"p","n":2})", "n");
-  bad_completion(R"({"prompt":"p","best_of":3})", "best_of");
   bad_completion(R"({"prompt":"p","echo":true})", "echo");
   bad_completion(R"({"prompt":"p","suffix":"end"})", "suffix");
   bad_completion(R"({"prompt":"p","logit_bias":{"1":5}})", "logit_bias");
@@ -285,7 +309,8 @@ class ServerResponse : public ::testing::Test {
 TEST_F(ServerResponse, ChatStreamChunks) {
   auto req = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true}})");
   ResponseBuilder b(req, "chatcmpl-1", 123, "m", *tok_);
-  std::string sse = b.stream_start() + b.stream_event(event({403}, " Once")) + b.stream_event(event({407}, " upon", FinishReason::kLength));
+  const TokenEvent last = event({407}, " upon", FinishReason::kLength);
+  std::string sse = b.stream_start() + b.stream_event(0, event({403}, " Once")) + b.stream_event(0, last) + b.stream_usage(last.usage);
   const auto ev = events(sse);
   ASSERT_EQ(ev.size(), 4u);
   EXPECT_EQ(ev[0]["object"], "chat.completion.chunk");
@@ -310,9 +335,9 @@ TEST_F(ServerResponse, CompletionWithLogprobs) {
   e1.logprobs.push_back({403, -0.5f, {{403, -0.5f}, {407, -1.5f}}});
   TokenEvent e2 = event({407}, " upon", FinishReason::kStop);
   e2.logprobs.push_back({407, -0.25f, {{403, -0.1f}}});
-  b.add(e1);
-  b.add(e2);
-  const json r = json::parse(b.response(e2));
+  b.add(0, e1);
+  b.add(0, e2);
+  const json r = json::parse(b.response({e2.finish}, e2.usage));
   EXPECT_EQ(r["object"], "text_completion");
   EXPECT_EQ(r["choices"][0]["text"], " Once upon");
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
@@ -331,8 +356,8 @@ TEST_F(ServerResponse, ChatLogprobsAndErrorEvent) {
   ResponseBuilder b(req, "c", 1, "m", *tok_);
   TokenEvent e = event({403}, " Once", FinishReason::kStop);
   e.logprobs.push_back({403, -0.5f, {{403, -0.5f}}});
-  b.add(e);
-  const json r = json::parse(b.response(e));
+  b.add(0, e);
+  const json r = json::parse(b.response({e.finish}, e.usage));
   EXPECT_EQ(r["object"], "chat.completion");
   EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(r["choices"][0]["message"]["content"], " Once");
@@ -342,6 +367,47 @@ TEST_F(ServerResponse, ChatLogprobsAndErrorEvent) {
   EXPECT_EQ(c["top_logprobs"][0]["logprob"], -0.5);
   const auto err = events(ResponseBuilder::stream_error("boom", 500));
   EXPECT_EQ(err[0]["error"]["message"], "boom");
+}
+
+// n > 1: each choice carries its index, chat streams open with a role chunk per choice, and usage counts the prompt
+// once and the completion tokens of every choice.
+TEST_F(ServerResponse, SeveralChoices) {
+  auto req = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"n":2,"stream":true,"stream_options":{"include_usage":true}})");
+  ResponseBuilder b(req, "c", 1, "m", *tok_);
+  TokenEvent a = event({403}, " Once", FinishReason::kStop);
+  TokenEvent z = event({407, 403}, " upon Once", FinishReason::kLength);
+  a.usage = {5, 1, 2};
+  z.usage = {5, 2, 0};
+  const Usage total = combined_usage({a.usage, z.usage});
+  EXPECT_EQ(total.prompt_tokens, 5);
+  EXPECT_EQ(total.completion_tokens, 3);
+  EXPECT_EQ(total.cached_tokens, 2);
+  const auto ev = events(b.stream_start() + b.stream_event(1, z) + b.stream_event(0, a) + b.stream_usage(total));
+  ASSERT_EQ(ev.size(), 5u);
+  EXPECT_EQ(ev[0]["choices"][0]["index"], 0);
+  EXPECT_EQ(ev[1]["choices"][0]["index"], 1);
+  EXPECT_EQ(ev[1]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(ev[2]["choices"][0]["index"], 1);
+  EXPECT_EQ(ev[2]["choices"][0]["delta"]["content"], " upon Once");
+  EXPECT_EQ(ev[3]["choices"][0]["index"], 0);
+  EXPECT_EQ(ev[3]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(ev[4]["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(ev[4]["usage"]["total_tokens"], 8);
+
+  auto plain = parse_completion_request(R"({"prompt":"x","n":2})");
+  ResponseBuilder p(plain, "cmpl-2", 1, "m", *tok_);
+  p.add(1, z);
+  p.add(0, a);
+  const json r = json::parse(p.response({a.finish, z.finish}, total));
+  ASSERT_EQ(r["choices"].size(), 2u);
+  EXPECT_EQ(r["choices"][0]["index"], 0);
+  EXPECT_EQ(r["choices"][0]["text"], " Once");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r["choices"][1]["index"], 1);
+  EXPECT_EQ(r["choices"][1]["text"], " upon Once");
+  EXPECT_EQ(r["choices"][1]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 3);
 }
 
 TEST(ServerMetricsText, PrometheusFormat) {

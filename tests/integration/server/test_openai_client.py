@@ -1,6 +1,6 @@
 """The official `openai` Python client against `servetune serve`: completions and chat completions, streaming and
-not, usage (also stream_options.include_usage), logprobs, models, and the client's typed errors for 400 / 401 /
-404. stories260K always; SmolLM2-135M-Instruct (chat template) when fetched."""
+not, usage (also stream_options.include_usage), logprobs, n > 1 choices, models, and the client's typed errors for
+400 / 401 / 404. stories260K always; SmolLM2-135M-Instruct (chat template) when fetched."""
 import sys
 
 import harness
@@ -78,7 +78,47 @@ def completions(server):
     expect_error(openai.BadRequestError, lambda: c.completions.create(model=server.name, prompt=["a", "b"], max_tokens=2), "batched")
     expect_error(openai.BadRequestError, lambda: c.completions.create(model=server.name, prompt="x", max_tokens=10**6), "context length")
     expect_error(openai.BadRequestError, lambda: c.completions.create(model=server.name, prompt="x", temperature=-1), "temperature")
-    expect_error(openai.BadRequestError, lambda: c.completions.create(model=server.name, prompt="x", n=2), "'n'")
+    expect_error(openai.BadRequestError, lambda: c.completions.create(model=server.name, prompt="x", n=2, best_of=3), "best_of")
+    several_choices(c, server, chat=False)
+
+
+def streamed_choices(stream, chat):
+    """Texts and finish reasons by choice index, and the final usage, of a streamed response."""
+    texts, finish, usage = {}, {}, None
+    for chunk in stream:
+        for ch in chunk.choices:
+            texts[ch.index] = texts.get(ch.index, "") + ((ch.delta.content or "") if chat else ch.text)
+            finish[ch.index] = ch.finish_reason or finish.get(ch.index)
+        if chunk.usage:
+            usage = chunk.usage
+    return texts, finish, usage
+
+
+def several_choices(c, server, chat):
+    """n = 3: choices 0..2, each its own sample (seeded: choice i draws as seed + i), usage with the prompt counted once
+    and every choice's tokens; the stream carries the same choices."""
+    if chat:
+        create = c.chat.completions.create
+        args = dict(messages=[{"role": "user", "content": "Tell me a story."}])
+    else:
+        create = c.completions.create
+        args = dict(prompt="Once upon a time")
+    args.update(model=server.name, max_tokens=10, temperature=1.0, extra_body={"ignore_eos": True})
+    text_of = (lambda ch: ch.message.content) if chat else (lambda ch: ch.text)
+    r = create(n=3, seed=11, **args)
+    harness.check([ch.index for ch in r.choices] == [0, 1, 2], r)
+    harness.check(all(ch.finish_reason == "length" for ch in r.choices), r)
+    harness.check(r.usage.completion_tokens == 30, r.usage)
+    texts = [text_of(ch) for ch in r.choices]
+    harness.check(len(set(texts)) > 1, texts)
+    one = create(seed=12, **args)
+    harness.check(text_of(one.choices[0]) == texts[1], (text_of(one.choices[0]), texts[1]))
+    harness.check(one.usage.prompt_tokens == r.usage.prompt_tokens, (one.usage, r.usage))
+    streamed, finish, usage = streamed_choices(create(n=3, seed=11, stream=True, stream_options={"include_usage": True},
+                                                      **args), chat)
+    harness.check([streamed.get(i) for i in range(3)] == texts, (streamed, texts))
+    harness.check(all(finish.get(i) == "length" for i in range(3)), finish)
+    harness.check(usage is not None and usage.completion_tokens == 30 and usage.prompt_tokens == r.usage.prompt_tokens, usage)
 
 
 def chat(server):
@@ -116,6 +156,7 @@ def chat(server):
     expect_error(openai.BadRequestError, lambda: c.chat.completions.create(
         model=server.name, messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x"}}]}]),
         "image_url")
+    several_choices(c, server, chat=True)
 
 
 def auth():

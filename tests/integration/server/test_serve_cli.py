@@ -78,7 +78,7 @@ def check_speculative_counters():
 def main():
     for args, needle in [(["--port", "70000"], "--port"), (["--host", "localhost:1"], "--host"),
                          (["--io-threads", "0"], "--io-threads"), (["--max-queued-requests", "-1"], "--max-queued-requests"),
-                         (["--timeout-keep-alive", "0"], "--timeout-keep-alive")]:
+                         (["--timeout-keep-alive", "0"], "--timeout-keep-alive"), (["--worker-threads", "0"], "--worker-threads")]:
         r = run_cli(*args)
         harness.check(r.returncode == 2 and needle in r.stderr, f"{args}: exit {r.returncode}, {r.stderr!r}")
 
