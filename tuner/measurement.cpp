@@ -125,6 +125,13 @@ nlohmann::ordered_json engine_stats_json(const Measurement& m) {
   j["engine_comm_ms_per_step"] = d.steps > 0 ? 1000.0 * comm / static_cast<double>(d.steps) : 0.0;
   j["engine_comm_fraction"] = forward > 0 ? comm / forward : 0.0;
   j["engine_comm_wait_fraction"] = forward > 0 ? wait / forward : 0.0;
+  // The same time split by kind of collective, with the payload bytes (rank 0's) that a cost model predicts.
+  for (size_t k = 0; k < kCollectiveKinds; ++k) {
+    const std::string key = std::string("engine_comm_") + collective_kind_name(static_cast<CollectiveKind>(k));
+    j[key + "_calls"] = d.collectives[k].calls;
+    j[key + "_bytes"] = d.collectives[k].bytes;
+    j[key + "_seconds"] = d.collectives[k].seconds;
+  }
   j["engine_prefix_hit_tokens"] = d.prefix_hit_tokens;
   j["engine_prefix_cache_hit_rate"] = d.prefix_cache_hit_rate();
   j["engine_kv_bytes_per_token"] = d.kv_bytes_per_token;

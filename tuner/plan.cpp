@@ -8,6 +8,7 @@
 
 #include "servetune/error.h"
 #include "servetune/model_info.h"
+#include "tuner/comm_cost.h"
 #include "tuner/command_line.h"
 #include "tuner/results_table.h"
 #include "tuner/server_command.h"
@@ -54,6 +55,22 @@ std::string memory_estimate(const ModelInfo& m, const EngineConfig& c) {
                      format_bytes(kv) + " per token";
   if (c.dp_size > 1) text += ", x " + std::to_string(c.dp_size) + " replicas";
   return text;
+}
+
+// The cost model's lines (comm_cost.h) for a decode step of max_running_requests sequences and a prefill chunk of
+// chunked_prefill_size tokens (one prompt ending in it); none on one rank.
+std::vector<std::string> comm_estimate(const ModelInfo& m, const EngineConfig& c, const std::vector<std::string>& names) {
+  std::vector<const Interconnect*> links;
+  for (const auto& name : names) links.push_back(find_interconnect(name));
+  std::vector<std::string> lines;
+  const int64_t decode = c.max_running_requests, prefill = c.chunked_prefill_size;
+  for (const auto& [step, shape] : {std::pair<std::string, StepShape>{"decode step", {decode, decode}},
+                                    std::pair<std::string, StepShape>{"prefill chunk", {prefill, 1}}}) {
+    if (shape.tokens <= 0) continue;
+    std::string line = comm_cost_line(step, m, c.tp_size, c.ep_size, shape, links);
+    if (!line.empty()) lines.push_back(std::move(line));
+  }
+  return lines;
 }
 
 }  // namespace
@@ -115,7 +132,9 @@ void print_plan(std::FILE* out, const SweepSpec& spec) {
       std::fprintf(out, "  %s %s: servetune serve --model %s %s\n", c.id.c_str(), c.label.c_str(),
                    shell_quote(spec.target.model).c_str(), engine_flags(space.full_settings(c)).c_str());
       if (space.model_shape()) {
-        std::fprintf(out, "    (%s)\n", memory_estimate(*space.model_shape(), space.engine_config(c)).c_str());
+        const EngineConfig config = space.engine_config(c);
+        std::fprintf(out, "    (%s)\n", memory_estimate(*space.model_shape(), config).c_str());
+        for (const auto& line : comm_estimate(*space.model_shape(), config, spec.interconnects)) std::fprintf(out, "    (%s)\n", line.c_str());
       }
     } else {
       std::string why;

@@ -10,8 +10,10 @@
 #include <set>
 
 #include "loadgen/report.h"
+#include "servetune/collective_kind.h"
 #include "servetune/engine_config.h"
 #include "servetune/error.h"
+#include "tuner/comm_cost.h"
 #include "tuner/expr.h"
 #include "tuner/spec_section.h"
 
@@ -298,6 +300,21 @@ std::vector<const WorkloadSpec*> SweepSpec::objective_workloads() const {
   return out;
 }
 
+namespace {
+
+// engine_comm_<kind>_(calls|bytes|seconds): the per-kind collective counters (measurement.cpp).
+bool is_collective_metric(const std::string& key) {
+  for (size_t k = 0; k < kCollectiveKinds; ++k) {
+    const std::string prefix = std::string("engine_comm_") + collective_kind_name(static_cast<CollectiveKind>(k)) + "_";
+    if (key.rfind(prefix, 0) != 0) continue;
+    const std::string rest = key.substr(prefix.size());
+    if (rest == "calls" || rest == "bytes" || rest == "seconds") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool is_known_metric(const std::string& key) {
   static const std::set<std::string> plain = {
       "duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
@@ -310,6 +327,7 @@ bool is_known_metric(const std::string& key) {
       "calibrated_cpu_per_token", "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
       "spec_decode_draft_tokens", "spec_decode_accepted_tokens"};
   if (plain.count(key)) return true;
+  if (is_collective_metric(key)) return true;
   // The summaries a tuner run records (trial_runner.cpp): one per --percentile-metrics name.
   static const std::regex stat_key(
       "(mean|median|std|p[0-9]+(\\.[0-9]+)?)_(" + join(loadgen::percentile_metric_names(), "|") + ")_ms");
@@ -320,7 +338,7 @@ bool lower_is_better(const std::string& key) {
   return (key.size() > 3 && key.compare(key.size() - 3, 3, "_ms") == 0) || key == "failed" || key == "duration" ||
          key == "cpu_ms_per_token" || key == "calibrated_cpu_per_token" || key == "process_cpu_s" || key == "engine_preemptions" || key == "engine_steps" ||
          key == "engine_forward_seconds" || key == "engine_comm_seconds" || key == "engine_comm_fraction" ||
-         key == "engine_comm_wait_seconds" || key == "engine_comm_wait_fraction";
+         key == "engine_comm_wait_seconds" || key == "engine_comm_wait_fraction" || is_collective_metric(key);
 }
 
 SweepSpec parse_sweep(const SpecFile& f) {
@@ -348,6 +366,15 @@ SweepSpec parse_sweep(const SpecFile& f) {
   top.get("slo");
   parse_objective_and_slo(f, spec);
   spec.repeat = static_cast<int>(top.int_in("repeat", 1, 1, 100));
+  if (top.has("interconnects")) {
+    spec.interconnects = top.str_list("interconnects");
+    std::string known;
+    for (const auto& l : interconnects()) known += (known.empty() ? "" : ", ") + l.name;
+    if (spec.interconnects.empty()) top.fail("interconnects", "needs one or more of: " + known);
+    for (const auto& name : spec.interconnects) {
+      if (find_interconnect(name) == nullptr) top.fail("interconnects", "unknown interconnect '" + name + "' (one of: " + known + ")");
+    }
+  }
   if (const auto* c = top.get("check")) {
     Section cs(f, *c, "check");
     spec.check_tolerances = cs.str_list("tolerances");

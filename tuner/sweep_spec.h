@@ -102,6 +102,7 @@ struct SweepSpec {
   std::map<std::string, double> slo;    // metric -> upper bound (latencies, ms)
   int repeat = 1;
   std::vector<std::string> check_tolerances;  // `servetune check` defaults ("total_output_tokens=0", ...)
+  std::vector<std::string> interconnects = {"nvlink4", "400gbe"};  // the links --dry-run's comm cost is priced on
   std::vector<double> percentiles;            // computed for every run (50, 90, 99 + those named above)
   nlohmann::ordered_json document;            // the file's content as JSON (stored as sweep.json)
 

@@ -1,6 +1,7 @@
-// A Communicator decorator that records how long each collective took on this rank (waiting for peers included), so
-// an engine can tell the cost of its communication path from time spent waiting for slower ranks.
-// Not synchronised: the owner reads the durations between collectives (e.g. after a step all ranks finished).
+// A Communicator decorator that records each collective this rank ran: its kind, its payload bytes on this rank (see
+// CollectiveTotals) and how long it took (waiting for peers included), so an engine can tell the cost of its
+// communication path from time spent waiting for slower ranks, per kind of collective.
+// Not synchronised: the owner reads the records between collectives (e.g. after a step all ranks finished).
 #pragma once
 
 #include <cstdint>
@@ -9,15 +10,25 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "servetune/collective_kind.h"
 
 namespace servetune {
+
+struct CollectiveRecord {
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  int64_t bytes = 0;
+  int64_t ns = 0;
+};
 
 class TimedCommunicator final : public Communicator {
  public:
   explicit TimedCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
 
-  // The durations (ns) of the collectives since the last call, in call order; clears them.
-  std::vector<int64_t> take_durations() { return std::exchange(durations_ns_, {}); }
+  // The collectives since the last take, in call order; clears them.
+  std::vector<CollectiveRecord> take_records() { return std::exchange(records_, {}); }
+  // Their durations (ns) alone (what a worker process reports to rank 0, which knows the kinds and sizes: every rank
+  // runs the same collectives in the same order).
+  std::vector<int64_t> take_durations();
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -38,10 +49,10 @@ class TimedCommunicator final : public Communicator {
   using Communicator::reduce_scatter;
 
  private:
-  template <class F> void timed(F&& call);
+  template <class F> void timed(CollectiveKind kind, size_t elements, CommDType dtype, F&& call);
 
   std::unique_ptr<Communicator> inner_;
-  std::vector<int64_t> durations_ns_;
+  std::vector<CollectiveRecord> records_;
 };
 
 }  // namespace servetune

@@ -27,6 +27,11 @@ void EngineStats::add_replica(const EngineStats& r) {
   forward_seconds += r.forward_seconds;
   comm_seconds += r.comm_seconds;
   comm_wait_seconds += r.comm_wait_seconds;
+  for (size_t k = 0; k < kCollectiveKinds; ++k) {
+    collectives[k].calls += r.collectives[k].calls;
+    collectives[k].bytes += r.collectives[k].bytes;
+    collectives[k].seconds += r.collectives[k].seconds;
+  }
   spec_num_drafts += r.spec_num_drafts;
   spec_draft_tokens += r.spec_draft_tokens;
   spec_accepted_tokens += r.spec_accepted_tokens;
@@ -58,6 +63,11 @@ EngineStats EngineStats::since(const EngineStats& b) const {
   d.forward_seconds -= b.forward_seconds;
   d.comm_seconds -= b.comm_seconds;
   d.comm_wait_seconds -= b.comm_wait_seconds;
+  for (size_t k = 0; k < kCollectiveKinds; ++k) {
+    d.collectives[k].calls -= b.collectives[k].calls;
+    d.collectives[k].bytes -= b.collectives[k].bytes;
+    d.collectives[k].seconds -= b.collectives[k].seconds;
+  }
   d.spec_num_drafts -= b.spec_num_drafts;
   d.spec_draft_tokens -= b.spec_draft_tokens;
   d.spec_accepted_tokens -= b.spec_accepted_tokens;

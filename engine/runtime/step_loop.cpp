@@ -282,6 +282,7 @@ void StepLoop::publish_stats(int64_t seqs, int64_t tokens) {
   s.prefix_hit_tokens = parts_.blocks->prefix_hit_tokens();
   s.comm_seconds = parts_.ranks->comm_seconds();
   s.comm_wait_seconds = parts_.ranks->comm_wait_seconds();
+  s.collectives = parts_.ranks->collective_stats();
   s.spec_draft_kv_blocks_used = parts_.speculator ? parts_.speculator->kv_blocks_used() : 0;
   s.kv_bytes_per_token = kv_bytes_per_token_;
   const ExpertLoad load = parts_.ranks->model(0).expert_load();

@@ -112,17 +112,16 @@ void TensorParallelGroup::forward(const Batch& batch, std::vector<float>& logits
 void TensorParallelGroup::forward_remote(const Batch& batch, std::vector<float>& logits) {
   Rank& self = ranks_[0];
   const auto start = std::chrono::steady_clock::now();
-  std::vector<std::vector<int64_t>> durations = channel_->send_step(batch, previous_.size());
+  const std::vector<std::vector<int64_t>> durations = channel_->send_step(batch, previous_.size());
   comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  durations.insert(durations.begin(), std::exchange(previous_, {}));
-  account(durations);
+  account(std::exchange(previous_, {}), durations);
   try {
     self.model->forward(batch, *self.kv, logits);
   } catch (const std::exception& ex) {
     self.comm->abort(std::string("rank 0 failed: ") + ex.what());  // closes the connections: the workers fail too
     throw;
   }
-  previous_ = self.comm->take_durations();
+  previous_ = self.comm->take_records();
 }
 
 std::chrono::milliseconds TensorParallelGroup::keep_alive_interval() const {
@@ -131,9 +130,8 @@ std::chrono::milliseconds TensorParallelGroup::keep_alive_interval() const {
 
 void TensorParallelGroup::keep_alive() {
   if (!channel_) return;
-  auto durations = channel_->send(RankMessage::kKeepAlive, previous_.size());
-  durations.insert(durations.begin(), std::exchange(previous_, {}));
-  account(durations);
+  const auto durations = channel_->send(RankMessage::kKeepAlive, previous_.size());
+  account(std::exchange(previous_, {}), durations);
 }
 
 void TensorParallelGroup::stop_remote() {
@@ -146,22 +144,26 @@ void TensorParallelGroup::stop_remote() {
 }
 
 void TensorParallelGroup::account_collectives() {
-  std::vector<std::vector<int64_t>> durations;
-  for (Rank& rank : ranks_) durations.push_back(rank.comm->take_durations());
-  account(durations);
+  std::vector<std::vector<int64_t>> others;
+  for (size_t r = 1; r < ranks_.size(); ++r) others.push_back(ranks_[r].comm->take_durations());
+  account(ranks_[0].comm->take_records(), others);
 }
 
-void TensorParallelGroup::account(const std::vector<std::vector<int64_t>>& per_rank) {
-  const size_t n = per_rank[0].size();
-  for (const auto& d : per_rank) {
+void TensorParallelGroup::account(const std::vector<CollectiveRecord>& own, const std::vector<std::vector<int64_t>>& others) {
+  const size_t n = own.size();
+  for (const auto& d : others) {
     if (d.size() != n) throw Error(ErrorKind::kInternal, "tensor-parallel ranks ran different numbers of collectives");
   }
   int64_t shortest_ns = 0, rank0_ns = 0;
   for (size_t i = 0; i < n; ++i) {
-    int64_t shortest = per_rank[0][i];
+    int64_t shortest = own[i].ns;
     rank0_ns += shortest;
-    for (const auto& d : per_rank) shortest = std::min(shortest, d[i]);
+    for (const auto& d : others) shortest = std::min(shortest, d[i]);
     shortest_ns += shortest;
+    CollectiveTotals& kind = totals_of(collectives_, own[i].kind);
+    ++kind.calls;
+    kind.bytes += own[i].bytes;
+    kind.seconds += static_cast<double>(shortest) * 1e-9;
   }
   comm_seconds_ += static_cast<double>(shortest_ns) * 1e-9;
   comm_wait_seconds_ += static_cast<double>(rank0_ns - shortest_ns) * 1e-9;

@@ -21,6 +21,7 @@
 #include "model/batch.h"
 #include "model/kv_storage.h"
 #include "model/model.h"
+#include "servetune/collective_kind.h"
 
 namespace servetune {
 
@@ -28,6 +29,7 @@ class Checkpoint;
 struct EngineConfig;
 class StepChannel;
 class TimedCommunicator;
+struct CollectiveRecord;
 
 // The model build options (fused ops, decode graphs) an engine configuration asks for, for every rank's load.
 CompileOptions compile_options(const EngineConfig& config);
@@ -77,6 +79,10 @@ class TensorParallelGroup {
   // collective time, and the workers' timings arrive with the next message (one step late).
   double comm_seconds() const { return comm_seconds_; }
   double comm_wait_seconds() const { return comm_wait_seconds_; }
+  // The model's collectives split by kind: calls, rank 0's payload bytes, and the communication path's time as in
+  // comm_seconds() (the sum over kinds is comm_seconds() but for the worker processes' step messages, which are no
+  // collective of the model).
+  const CollectiveStats& collective_stats() const { return collectives_; }
 
  private:
   struct Rank {
@@ -91,7 +97,8 @@ class TensorParallelGroup {
 
   void worker(int rank);
   void account_collectives();
-  void account(const std::vector<std::vector<int64_t>>& durations);  // [rank][collective] ns
+  // Rank 0's records and every other rank's durations ([rank - 1][collective] ns) of the same collectives.
+  void account(const std::vector<CollectiveRecord>& own, const std::vector<std::vector<int64_t>>& others);
   void forward_remote(const Batch& batch, std::vector<float>& logits);
   void stop_remote();
   void stop_workers();
@@ -100,7 +107,7 @@ class TensorParallelGroup {
   int tp_size_ = 1;
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<StepChannel> channel_;  // worker processes only
-  std::vector<int64_t> previous_;         // rank 0's collective durations since its last message (worker processes)
+  std::vector<CollectiveRecord> previous_;  // rank 0's collectives since its last message (worker processes)
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
   const Batch* batch_ = nullptr;
@@ -109,6 +116,7 @@ class TensorParallelGroup {
   bool stopping_ = false;
   std::exception_ptr worker_error_;
   double comm_seconds_ = 0.0, comm_wait_seconds_ = 0.0;
+  CollectiveStats collectives_{};
 };
 
 }  // namespace servetune

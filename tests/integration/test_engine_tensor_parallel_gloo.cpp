@@ -151,6 +151,11 @@ void expect_gloo_greedy_identical(const std::string& model, int ep_size = 1) {
     EXPECT_GT(s.comm_seconds, 0.0);
     EXPECT_GT(s.forward_seconds, s.comm_seconds);
     EXPECT_EQ(s.kv_blocks_used, 0);
+    // Per kind from rank 0's records (a step's reach the stats with the next message): the model's all-reduces; the
+    // step messages' broadcasts are no collective of the model.
+    EXPECT_GT(totals_of(s.collectives, CollectiveKind::kAllReduce).bytes, 0);
+    EXPECT_EQ(totals_of(s.collectives, CollectiveKind::kAllToAll).calls, 0);
+    EXPECT_EQ(totals_of(s.collectives, CollectiveKind::kBroadcast).calls, 0);
   }
   EXPECT_TRUE(worker->succeeded()) << "worker status " << worker->wait();
 }

@@ -1,5 +1,5 @@
 // EngineStats: the ratios derived from its counters, the sum over data-parallel replicas, and the difference over a
-// measured run (what `bench` and the sweep report as engine_* keys).
+// measured run (what `bench` and the sweep report as engine_* keys), per-kind collective totals included.
 #include <gtest/gtest.h>
 
 #include "servetune/engine.h"
@@ -34,6 +34,7 @@ EngineStats replica(int64_t steps, int64_t seqs, int64_t tokens, int64_t max_bat
   s.spec_draft_tokens = 12;
   s.spec_accepted_tokens = 6;
   s.spec_accepted_per_position = {3, 2, 1};
+  totals_of(s.collectives, CollectiveKind::kAllReduce) = {2 * steps, 1000 * tokens, 0.25 * static_cast<double>(steps)};
   return s;
 }
 
@@ -63,6 +64,10 @@ TEST(EngineStats, ReplicasSumAndRatiosComeFromTheSums) {
   EXPECT_EQ(sum.steps, 5);
   EXPECT_EQ(sum.max_batch_tokens, 60);
   EXPECT_EQ(sum.spec_accepted_per_position, (std::vector<int64_t>{7, 2, 1}));
+  EXPECT_EQ(totals_of(sum.collectives, CollectiveKind::kAllReduce).calls, 10);
+  EXPECT_EQ(totals_of(sum.collectives, CollectiveKind::kAllReduce).bytes, 160000);
+  EXPECT_DOUBLE_EQ(totals_of(sum.collectives, CollectiveKind::kAllReduce).seconds, 1.25);
+  EXPECT_EQ(totals_of(sum.collectives, CollectiveKind::kAllToAll).calls, 0);
   EXPECT_DOUBLE_EQ(sum.kv_usage(), 0.5);
   EXPECT_DOUBLE_EQ(sum.mean_batch_tokens(), 32.0);
   EXPECT_DOUBLE_EQ(sum.mean_running(), 3.0);  // weighted by steps, not the mean of 2.5 and 5
@@ -87,6 +92,9 @@ TEST(EngineStats, SinceTakesCountersOverTheRunAndGaugesNow) {
   EXPECT_DOUBLE_EQ(d.forward_seconds, 2.5);
   EXPECT_EQ(d.spec_num_drafts, 2);
   EXPECT_EQ(d.spec_accepted_per_position, (std::vector<int64_t>{2, 0, 0, 1}));
+  EXPECT_EQ(totals_of(d.collectives, CollectiveKind::kAllReduce).calls, 12);
+  EXPECT_EQ(totals_of(d.collectives, CollectiveKind::kAllReduce).bytes, 300000);
+  EXPECT_DOUBLE_EQ(totals_of(d.collectives, CollectiveKind::kAllReduce).seconds, 1.5);
   EXPECT_DOUBLE_EQ(d.mean_batch_tokens(), 50.0);
   EXPECT_DOUBLE_EQ(d.mean_running(), 5.0);
   EXPECT_DOUBLE_EQ(d.prefix_cache_hit_rate(), 1.0);  // 60 of 60 queried tokens over the run

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "servetune/collective_kind.h"
 #include "servetune/engine_config.h"
 #include "servetune/model_info.h"
 #include "servetune/request.h"
@@ -77,6 +78,9 @@ struct EngineStats {
   // in it) and rank 0's further time in them waiting for slower ranks; both part of forward_seconds.
   double comm_seconds = 0.0;
   double comm_wait_seconds = 0.0;
+  // The model's collectives per kind (calls, rank 0's payload bytes, time as in comm_seconds); the worker processes'
+  // step messages are in comm_seconds but in no kind.
+  CollectiveStats collectives{};
   // Speculative decoding (vLLM's spec_decode counters): a "draft" is one verification of >= 1 draft tokens.
   int64_t spec_num_drafts = 0;
   int64_t spec_draft_tokens = 0;
