@@ -2,6 +2,8 @@
 // fixed port (there before the launch, or binding it just after), a wrapper script that keeps running after its
 // server died, a server failing a quarter of its requests, a sweep interrupted by SIGINT, SIGTERM and SIGKILL and
 // then resumed, and a supervisor killed with its sweep (what --resume reaps). `ps` is checked for leftovers.
+// Each test looks for its own processes by a command-line marker no other test uses (sleep 300.733, --itl-us 5003,
+// ...): ctest runs them in parallel.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -260,7 +262,7 @@ TEST(TunerHardening, ResumeStopsWhatAKilledSweepAndSupervisorLeft) {
   const fs::path dir = scratch("reap");
   // (A daemon that left the session would not be found once its supervisor is gone: no setsid here.)
   const std::string server = "  command: \"" + kMock + " --port {port} --itl-us {itl-us} & wait\"\n  flags: {itl-us: \"\"}\n";
-  write_text(dir / "s.yaml", sweep_file("reap", server, "space: {itl-us: [5000]}\n", kSlowWorkload));
+  write_text(dir / "s.yaml", sweep_file("reap", server, "space: {itl-us: [5003]}\n", kSlowWorkload));
   const fs::path run = dir / "run";
   const pid_t pid = start_sweep(dir / "s.yaml", run, "new", dir / "log");
   std::optional<nlohmann::json> launch;
@@ -271,11 +273,11 @@ TEST(TunerHardening, ResumeStopsWhatAKilledSweepAndSupervisorLeft) {
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  ASSERT_TRUE(process_running("--itl-us 5000")) << "the server did not outlive its supervisor; nothing to reap";
+  ASSERT_TRUE(process_running("--itl-us 5003")) << "the server did not outlive its supervisor; nothing to reap";
   const CliResult r = servetune("sweep --resume " + run.string());
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("left running by the interrupted sweep"), std::string::npos) << r.output;
-  EXPECT_FALSE(process_running("--itl-us 5000"));
+  EXPECT_FALSE(process_running("--itl-us 5003"));
   fs::remove_all(dir);
 }
 
