@@ -161,14 +161,23 @@ bool better(const Score& a, const Score& b, bool maximize) {
   return maximize ? a.value > b.value : a.value < b.value;
 }
 
-std::optional<MeanDifference> compare_scores(const ResultsTable& table, const std::string& incumbent,
-                                             const std::string& challenger, const Goal& goal) {
-  const Score a = score(table, incumbent, goal), b = score(table, challenger, goal);
+namespace {
+
+// The goal metric's repeats of two scored candidates, compared; nullopt without two repeats on each side.
+std::optional<MeanDifference> compare_scored(const ResultsTable& table, const std::string& a_id, const Score& a,
+                                             const std::string& b_id, const Score& b, const Goal& goal) {
   if (!a.measured || !b.measured) return std::nullopt;
-  const Cell* ca = table.cell(incumbent, a.workload);
-  const Cell* cb = table.cell(challenger, b.workload);
+  const Cell* ca = table.cell(a_id, a.workload);
+  const Cell* cb = table.cell(b_id, b.workload);
   if (ca == nullptr || cb == nullptr || !ca->samples.count(goal.metric) || !cb->samples.count(goal.metric)) return std::nullopt;
   return compare_means(ca->samples.at(goal.metric), cb->samples.at(goal.metric));
+}
+
+}  // namespace
+
+std::optional<MeanDifference> compare_scores(const ResultsTable& table, const std::string& incumbent,
+                                             const std::string& challenger, const Goal& goal) {
+  return compare_scored(table, incumbent, score(table, incumbent, goal), challenger, score(table, challenger, goal), goal);
 }
 
 bool beats_beyond_noise(const ResultsTable& table, const std::string& incumbent, const std::string& challenger,
@@ -176,7 +185,7 @@ bool beats_beyond_noise(const ResultsTable& table, const std::string& incumbent,
   const Score a = score(table, incumbent, goal), b = score(table, challenger, goal);
   if (!better(b, a, goal.maximize)) return false;
   if (a.feasible != b.feasible || !a.measured) return true;  // feasibility is not a matter of noise
-  const auto d = compare_scores(table, incumbent, challenger, goal);
+  const auto d = compare_scored(table, incumbent, a, challenger, b, goal);
   if (!d) return true;
   return goal.maximize ? d->low > 0.0 : d->high < 0.0;
 }

@@ -115,12 +115,16 @@ class Server:
             time.sleep(0.05)
         return m
 
-    def threads(self):
+    def status(self, field):
+        """A number from the server's /proc/PID/status ("Threads", "VmRSS" in KiB); -1 when absent."""
         with open(f"/proc/{self.proc.pid}/status") as f:
             for line in f:
-                if line.startswith("Threads:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
         return -1
+
+    def threads(self):
+        return self.status("Threads")
 
     def stop(self):
         """SIGTERM; the server must exit 0."""

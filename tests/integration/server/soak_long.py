@@ -59,14 +59,6 @@ async def mixed_request(port, rng, stats):
     stats[kind] += 1
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return -1
-
-
 async def run(port, seconds):
     rng = random.Random(4321)
     stats = {"completed": 0, "abandoned": 0, "choices": 0, "chat": 0, "bad": 0}
@@ -92,12 +84,12 @@ def main():
     with harness.Server(model or harness.STORIES, "--max-running-requests", str(MAX_RUNNING)) as s:
         warm = asyncio.run(run(s.port, min(30.0, seconds / 10)))  # allocations settle before the first sample
         s.wait_idle()
-        rss0, fds0 = rss_kib(s.proc.pid), len(os.listdir(f"/proc/{s.proc.pid}/fd"))
+        rss0, fds0 = s.status("VmRSS"), len(os.listdir(f"/proc/{s.proc.pid}/fd"))
         t0 = time.time()
         stats = asyncio.run(run(s.port, seconds))
         elapsed = time.time() - t0
         m = s.wait_idle()
-        rss1, fds1 = rss_kib(s.proc.pid), len(os.listdir(f"/proc/{s.proc.pid}/fd"))
+        rss1, fds1 = s.status("VmRSS"), len(os.listdir(f"/proc/{s.proc.pid}/fd"))
         for key in ("vllm:num_requests_running", "vllm:num_requests_waiting", "servetune:kv_blocks_used",
                     "servetune:requests_in_flight"):
             harness.check(m[key] == 0, f"{key} = {m[key]} after the soak")
