@@ -69,4 +69,8 @@ const char* signal_name(int sig) {
   }
 }
 
+std::string interruption_reason() {
+  return std::string("the sweep was interrupted by ") + signal_name(interrupted_by()) + " during the trial";
+}
+
 }  // namespace servetune::tuner

@@ -6,6 +6,8 @@
 
 #include <sys/types.h>
 
+#include <string>
+
 namespace servetune::tuner {
 
 // Installs the handlers for its lifetime (the previous ones come back after).
@@ -25,5 +27,7 @@ void set_interrupt_target(pid_t pid);
 void reset_interrupt_handlers();
 // "SIGINT", "SIGTERM", ...
 const char* signal_name(int sig);
+// An interrupted trial's reason: "the sweep was interrupted by SIGINT during the trial".
+std::string interruption_reason();
 
 }  // namespace servetune::tuner

@@ -209,7 +209,7 @@ bool TrialRunner::run_isolated(const Trial& t) {
   m.reason = "the engine process died (" + describe_wait_status(status) + ")";
   if (interrupted_by() != 0) {
     m.failure = TrialFailure::kInterrupted;
-    m.reason = std::string("the sweep was interrupted by ") + signal_name(interrupted_by()) + " during the trial";
+    m.reason = interruption_reason();
   } else if (timed_out) {
     m.failure = TrialFailure::kTimedOut;
     m.reason =
@@ -240,7 +240,7 @@ bool TrialRunner::run_here(const Trial& t) {
   const auto fail = [&](TrialFailure kind, std::string why) {
     if (interrupted_by() != 0) {  // whatever the signal made the candidate do, the reason is the signal
       kind = TrialFailure::kInterrupted;
-      why = std::string("the sweep was interrupted by ") + signal_name(interrupted_by()) + " during the trial";
+      why = interruption_reason();
     }
     progress_.skip_runs(runs - done);
     progress_.note(t.candidate.id + " (" + t.candidate.label + "): failed (" + trial_failure_name(kind) + "): " + why);
