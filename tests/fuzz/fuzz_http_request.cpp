@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -76,6 +78,17 @@ Harness& harness() {
   return *h;
 }
 
+// poll() for one descriptor that resumes after a signal: libFuzzer's -timeout watchdog sends SIGALRM every few
+// seconds, and an interrupted wait is not a server that stopped answering.
+int wait_for(pollfd& p, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const int r = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+    if (r >= 0 || errno != EINTR) return r;
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -86,11 +99,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(h.port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) std::abort();
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    // libFuzzer's SIGALRM (its -timeout watchdog) can interrupt the connect; it completes in the background.
+    if (errno != EINTR) std::abort();
+    pollfd w{fd, POLLOUT, 0};
+    if (wait_for(w, 8000) <= 0) std::abort();
+  }
   // Inputs are small (libFuzzer's -max_len): the socket buffers take them whole, so writing before reading is safe.
   size_t off = 0;
   while (off < size) {
     const ssize_t n = ::send(fd, data + off, size - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the server may close early (a 400 or 413 ends the connection)
     off += static_cast<size_t>(n);
   }
@@ -99,8 +118,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   char buf[65536];
   for (;;) {
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 8000) <= 0) std::abort();  // the server neither answered nor closed
+    if (wait_for(p, 8000) <= 0) std::abort();  // the server neither answered nor closed
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     got.append(buf, static_cast<size_t>(n));
   }
