@@ -40,7 +40,7 @@ const char* comm_scheme_label(CommScheme scheme) {
   switch (scheme) {
     case CommScheme::kTensorParallel: return "TP all-reduce";
     case CommScheme::kExpertAllToAll: return "EP all-to-all (not implemented)";
-    case CommScheme::kDpAttention: return "DP attention (not implemented)";
+    case CommScheme::kDpAttention: return "DP attention";
   }
   return "";
 }
@@ -105,12 +105,16 @@ std::vector<StepCollective> step_collectives(CommScheme scheme, const ModelInfo&
       out.push_back(a2a);
       break;
     }
-    case CommScheme::kDpAttention:
-      // Attention runs on each rank's own requests; the MLP / MoE of every layer runs on all tokens: gathered before,
-      // and the partial outputs reduce-scattered back to their ranks after (SGLang's DP attention over TP MLPs).
-      out.push_back(ring_one_way(CollectiveKind::kAllGather, "hidden gather before MLP", m.n_layers, hidden_rows, n));
-      out.push_back(ring_one_way(CollectiveKind::kReduceScatter, "MLP output scatter", m.n_layers, hidden_rows, n));
-      break;
+    case CommScheme::kDpAttention: {
+      // As model/moe_decoder.cpp runs it: each replica's attention, dense MLPs and head on its own requests (no
+      // collective); every MoE layer gathers all replicas' tokens before and reduce-scatters the sums back after;
+      // one gather of the replicas' token counts (8 bytes each) per step.
+      const int64_t moe_layers = m.n_layers - m.dense_layers;
+      out.push_back(ring_one_way(CollectiveKind::kAllGather, "replica token counts", 1, 8 * n, n));
+      out.push_back(ring_one_way(CollectiveKind::kAllGather, "hidden gather before MoE", moe_layers, hidden_rows, n));
+      out.push_back(ring_one_way(CollectiveKind::kReduceScatter, "MoE output scatter", moe_layers, hidden_rows, n));
+      return out;
+    }
   }
   add_logits_gather(out, m, n, s);
   return out;
@@ -157,7 +161,7 @@ std::string comm_cost_line(const std::string& step_name, const ModelInfo& m, int
   if (n <= 1 || s.tokens == 0) return "";
   std::vector<CommScheme> schemes = {CommScheme::kTensorParallel};
   if (m.experts > 0 && ep == n) schemes.push_back(CommScheme::kExpertAllToAll);  // DeepEP's layout: one expert range per rank
-  schemes.push_back(CommScheme::kDpAttention);
+  if (m.experts > 0) schemes.push_back(CommScheme::kDpAttention);
   std::string line = "comm per " + step_name + " (" + std::to_string(s.tokens) + " tokens):";
   for (size_t i = 0; i < schemes.size(); ++i) {
     const auto cs = step_collectives(schemes[i], m, n, ep, s);

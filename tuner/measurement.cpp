@@ -117,6 +117,7 @@ nlohmann::ordered_json engine_stats_json(const Measurement& m) {
   j["engine_prompt_tokens"] = d.prompt_tokens;
   j["engine_generation_tokens"] = d.generation_tokens;
   j["engine_preemptions"] = d.preemptions;
+  j["engine_idle_batches"] = d.idle_batches;
   // Tensor parallelism's communication cost (and waits for slower ranks) against the forward passes' time.
   const double forward = d.forward_seconds, comm = d.comm_seconds, wait = d.comm_wait_seconds;
   j["engine_forward_seconds"] = forward;

@@ -147,7 +147,7 @@ std::string SearchSpace::check(const Candidate& c) const {
     }
     if (config.tp_size > 1 && model_shape()) {
       try {
-        check_tensor_parallel_split(*model_shape(), config.tp_size, config.ep_size);
+        check_tensor_parallel_split(*model_shape(), config.tp_size, config.ep_size, config.enable_dp_attention);
       } catch (const Error& e) {
         return std::string("the engine rejects it: ") + e.what();
       }

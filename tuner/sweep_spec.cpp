@@ -321,7 +321,7 @@ bool is_known_metric(const std::string& key) {
       "request_goodput", "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
       "max_concurrent_requests", "process_cpu_s", "cpu_ms_per_token", "engine_steps", "engine_batched_tokens",
       "engine_mean_batch_tokens", "engine_mean_running", "engine_prompt_tokens", "engine_generation_tokens",
-      "engine_preemptions", "engine_prefix_hit_tokens", "engine_prefix_cache_hit_rate", "engine_forward_seconds",
+      "engine_preemptions", "engine_idle_batches", "engine_prefix_hit_tokens", "engine_prefix_cache_hit_rate", "engine_forward_seconds",
       "engine_comm_seconds", "engine_comm_wait_seconds", "engine_comm_ms_per_step", "engine_comm_fraction",
       "engine_comm_wait_fraction", "engine_kv_bytes_per_token", "engine_moe_expert_imbalance", "calibration_ms",
       "calibrated_cpu_per_token", "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
@@ -336,7 +336,7 @@ bool is_known_metric(const std::string& key) {
 
 bool lower_is_better(const std::string& key) {
   return (key.size() > 3 && key.compare(key.size() - 3, 3, "_ms") == 0) || key == "failed" || key == "duration" ||
-         key == "cpu_ms_per_token" || key == "calibrated_cpu_per_token" || key == "process_cpu_s" || key == "engine_preemptions" || key == "engine_steps" ||
+         key == "cpu_ms_per_token" || key == "calibrated_cpu_per_token" || key == "process_cpu_s" || key == "engine_preemptions" || key == "engine_idle_batches" || key == "engine_steps" ||
          key == "engine_forward_seconds" || key == "engine_comm_seconds" || key == "engine_comm_fraction" ||
          key == "engine_comm_wait_seconds" || key == "engine_comm_wait_fraction" || is_collective_metric(key);
 }

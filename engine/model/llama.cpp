@@ -17,6 +17,10 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
     throw Error(ErrorKind::kInternal, "tensor parallelism needs a communicator");
   }
   expert_parallel_share(config, parallel.tp_size, parallel.ep_size, parallel.tp_rank);  // ep_size > 1 is refused here
+  if (parallel.dp_attention()) {
+    throw_usage("DP attention (enable_dp_attention) spreads the mixture-of-experts layers over the data-parallel "
+                "replicas; this " + config.architecture + " model has none (use dp_size alone)");
+  }
   n_heads_ = share_.q_heads.count;
   n_kv_heads_ = share_.kv_heads.count;
   const int64_t d = config.hidden, hd = config.head_dim;

@@ -52,7 +52,7 @@ std::string format_bytes(double bytes) {
   return text;
 }
 
-void check_tensor_parallel_split(const ModelInfo& model, int tp_size, int ep_size) {
+void check_tensor_parallel_split(const ModelInfo& model, int tp_size, int ep_size, bool dp_attention) {
   if (tp_size < 1) throw_usage("tp_size must be at least 1, got " + std::to_string(tp_size));
   if (ep_size < 1) throw_usage("ep_size must be at least 1, got " + std::to_string(ep_size));
   if (model.n_heads <= 0 || model.n_kv_heads <= 0 || model.ffn <= 0) {
@@ -78,7 +78,11 @@ void check_tensor_parallel_split(const ModelInfo& model, int tp_size, int ep_siz
     c.moe.moe_layer.assign(static_cast<size_t>(model.n_layers), true);
     std::fill_n(c.moe.moe_layer.begin(), std::min(model.dense_layers, model.n_layers), false);
   }
-  tensor_parallel_share(c, tp_size, 0);
+  if (dp_attention && model.experts == 0) {
+    throw_usage("DP attention spreads the mixture-of-experts layers over the replicas; this " + model.architecture +
+                " model has no routed experts");
+  }
+  tensor_parallel_share(c, dp_attention ? 1 : tp_size, 0);  // with DP attention each replica's attention is whole
   expert_parallel_share(c, tp_size, ep_size, 0);
 }
 

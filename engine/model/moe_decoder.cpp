@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "comm/communicator.h"
 #include "model/shard_collectives.h"
 
 namespace servetune {
@@ -16,7 +17,7 @@ namespace {
 // Activation buffers by role.
 enum Slot : size_t {
   kX, kH, kOut, kQ, kK, kV, kAttn, kQA, kLatent, kRopeKey, kQAbsorbed, kAttnLatent, kRouter,
-  kGathered, kExpertOut, kSharedOut, kSharedGate, kLogitsIn, kLogits, kSlotCount
+  kGathered, kExpertOut, kSharedOut, kSharedGate, kLogitsIn, kLogits, kReplicaTokens, kReplicaSums, kSlotCount
 };
 
 }  // namespace
@@ -25,11 +26,21 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
                                  ParallelContext parallel, CompileOptions compile)
     : config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused),
       share_(tensor_parallel_share(config, parallel.tp_size, parallel.tp_rank)),
-      expert_share_(expert_parallel_share(config, parallel.tp_size, parallel.ep_size, parallel.tp_rank)),
-      n_heads_(share_.q_heads.count) {
+      expert_share_(parallel.dp_attention()
+                        ? expert_parallel_share(config, parallel.moe_comm->size(), parallel.ep_size, parallel.moe_comm->rank())
+                        : expert_parallel_share(config, parallel.tp_size, parallel.ep_size, parallel.tp_rank)),
+      n_heads_(share_.q_heads.count), moe_comm_(parallel.moe_comm) {
   const std::string family = config.architecture;
   if (parallel.tp_size > 1 && parallel.comm == nullptr) {
     throw Error(ErrorKind::kInternal, "tensor parallelism needs a communicator");
+  }
+  if (parallel.dp_attention() && parallel.tp_size > 1) {
+    throw_unsupported("DP attention with tensor parallelism inside each replica (dp_size < tp_size) is not implemented "
+                      "yet; use dp_size = tp_size");
+  }
+  if (parallel.dp_attention() && !config.is_moe()) {
+    throw_usage("DP attention (enable_dp_attention) spreads the mixture-of-experts layers over the data-parallel "
+                "replicas; this " + family + " model has no routed experts (use dp_size alone)");
   }
   if (compile.graph_max_bs > 0) {
     throw_usage(family + ": compile = graphs is not implemented for mixture-of-experts and latent-attention models "
@@ -214,6 +225,7 @@ void MoeDecoderModel::forward(const Batch& batch, KvStorage& kv, std::vector<flo
   }
   if (batch.n_tokens() == 0 || n_out == 0) {
     if (batch.n_tokens() > 0) run(batch, kv);
+    else if (moe_comm_ != nullptr) run_idle();
     logits.clear();
     return;
   }
@@ -236,6 +248,7 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   float* h = scratch(kH, n * d);
   float* out = scratch(kOut, n * d);
   backend_.embed(tok_embd_, batch.tokens.data(), n, x);
+  if (moe_comm_ != nullptr) exchange_replica_sizes(n);
   const AttentionBatch ab{n, batch.positions.data(), batch.seq_of_token.data(), batch.block_tables.data(),
                           batch.max_blocks_per_seq};
   const float eps = config_.rms_eps;
@@ -254,7 +267,8 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
       backend_.add(x, out, n * d);
       backend_.rms_norm(x, L.ffn_norm, h, n, d, eps);
     }
-    if (L.moe) moe(L, n, h, out);
+    if (L.moe && moe_comm_ != nullptr) moe_over_replicas(L, n, h, out);
+    else if (L.moe) moe(L, n, h, kOut);
     else mlp(L.dense, n, h, out);
     sum_partials(backend_, parallel_, out, n * d);  // the ranks' intermediate-dimension and expert parts
     if (!fused_) backend_.add(x, out, n * d);
@@ -267,6 +281,36 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   backend_.embed(hidden, batch.logits_indices.data(), n_out, xs);
   backend_.rms_norm(xs, output_norm_, xs, n_out, d, eps);
   backend_.matmul(output_, nullptr, xs, n_out, scratch(kLogits, n_out * output_.rows));
+}
+
+void MoeDecoderModel::exchange_replica_sizes(int64_t n) {
+  const int replicas = moe_comm_->size();
+  const int64_t mine = n * config_.hidden;
+  std::vector<int64_t> all(static_cast<size_t>(replicas));
+  moe_comm_->all_gather(&mine, all.data(), 1);
+  replica_floats_.assign(all.begin(), all.end());
+}
+
+void MoeDecoderModel::run_idle() {
+  exchange_replica_sizes(0);
+  for (const Layer& L : layers_) {
+    if (L.moe) moe_over_replicas(L, 0, nullptr, nullptr);
+  }
+}
+
+void MoeDecoderModel::moe_over_replicas(const Layer& L, int64_t n, const float* h, float* out) {
+  const int64_t d = config_.hidden;
+  int64_t total = 0;
+  for (const size_t f : replica_floats_) total += static_cast<int64_t>(f);
+  const int64_t all_tokens = total / d;
+  if (all_tokens == 0) return;  // every replica idle: each sees the same sizes, so none calls a collective
+  float* tokens = scratch(kReplicaTokens, total);
+  backend_.synchronize();
+  moe_comm_->all_gatherv(n > 0 ? h : tokens, tokens, replica_floats_);
+  moe(L, all_tokens, tokens, kReplicaSums);
+  float* sums = scratch(kReplicaSums, total);
+  backend_.synchronize();
+  moe_comm_->reduce_scatter(sums, n > 0 ? out : tokens, replica_floats_, ReduceOp::kSum);
 }
 
 void MoeDecoderModel::attention_gqa(const Layer& L, int64_t n, const float* h, const KvLayerView& cache,
@@ -333,8 +377,9 @@ void MoeDecoderModel::mlp(const Mlp& w, int64_t n, const float* h, float* out) {
   backend_.expert_mlps(all_rows, h, out);
 }
 
-void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, float* out) {
+void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, size_t out_slot) {
   const int64_t d = config_.hidden, E = config_.moe.routing.n_experts, k = config_.moe.routing.top_k;
+  float* out = scratch(out_slot, n * d);
   float* router = scratch(kRouter, n * E);
   backend_.matmul(L.router, nullptr, h, n, router);
   // Routing runs on the host, reading the router's output in place (the backend's memory is host memory: checked at
@@ -352,9 +397,12 @@ void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, float* out)
     busiest = std::max(busiest, start[static_cast<size_t>(e) + 1]);
     start[static_cast<size_t>(e) + 1] += start[static_cast<size_t>(e)];
   }
-  // Counted over all experts on every rank alike (each routes every token); the engine reads rank 0's counters.
-  load_.routed += n * k;
-  load_.busiest += busiest;
+  // Counted over all experts on every rank alike (each routes every token); the engine reads rank 0's counters. With
+  // DP attention every replica routes every replica's tokens, and the front sums the replicas: the first counts them.
+  if (moe_comm_ == nullptr || moe_comm_->rank() == 0) {
+    load_.routed += n * k;
+    load_.busiest += busiest;
+  }
   order_.resize(static_cast<size_t>(n * k));
   order_weights_.resize(static_cast<size_t>(n * k));
   std::vector<int64_t> next(start.begin(), start.end() - 1);
@@ -385,7 +433,7 @@ void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, float* out)
     mlp(L.shared, n, h, out);  // the routed outputs are added onto the shared expert's
   } else {
     if (zeros_.size() < static_cast<size_t>(n * d)) zeros_.resize(static_cast<size_t>(n * d), 0.0f);
-    backend_.upload(*scratch_[kOut], 0, zeros_.data(), static_cast<size_t>(n * d) * sizeof(float));
+    backend_.upload(*scratch_[out_slot], 0, zeros_.data(), static_cast<size_t>(n * d) * sizeof(float));
     if (config_.moe.shared_ffn > 0) {  // qwen2_moe: the shared expert scaled by sigmoid(x . w) per token
       float* shared = scratch(kSharedOut, n * d);
       mlp(L.shared, n, h, shared);

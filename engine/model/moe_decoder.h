@@ -6,8 +6,11 @@
 // (MLA: q_b / kv_b / o_proj by heads, the latent projections and cache row whole on every rank), dense and shared
 // MLPs by their intermediate dimension, routed experts by expert-parallel group and then by intermediate dimension.
 // Every rank routes every token (the hidden states are whole after each all-reduce), computes only its own experts'
-// share, and the all-reduce after the FFN adds the ranks' parts: SGLang's expert parallelism without DeepEP. The
-// all-to-all dispatch of tokens to their experts' ranks and DP attention are not implemented (the next step).
+// share, and the all-reduce after the FFN adds the ranks' parts: SGLang's expert parallelism without DeepEP.
+// With DP attention (parallel.h) each rank is a replica with its own tokens; a MoE layer all-gathers every replica's
+// tokens, computes this rank's expert share of all of them, and reduce-scatters the sums back to their replicas
+// (SGLang's gather/scatter). A replica with no tokens still joins each layer's collectives (forward on an empty
+// Batch: the idle batch). The all-to-all dispatch of tokens to their experts' ranks is not implemented.
 #pragma once
 
 #include <memory>
@@ -79,8 +82,13 @@ class MoeDecoderModel final : public Model {
   void attention_mla(const Layer& L, int64_t n, const float* h, const KvLayerView& cache, const AttentionBatch& ab,
                      const int32_t* slots, float* out);
   void mlp(const Mlp& m, int64_t n, const float* h, float* out);
-  void moe(const Layer& L, int64_t n, const float* h, float* out);
+  // Routed (+ shared) experts of `n` tokens `h` into the scratch slot `out_slot` (its sum, on this rank's share).
+  void moe(const Layer& L, int64_t n, const float* h, size_t out_slot);
+  // DP attention: gathers every replica's tokens, runs moe() on all of them, scatters the sums back into `out`.
+  void moe_over_replicas(const Layer& L, int64_t n, const float* h, float* out);
   void run(const Batch& batch, KvStorage& kv);
+  void exchange_replica_sizes(int64_t n);  // DP attention: every replica's token count this step
+  void run_idle();  // DP attention, no tokens here: only the MoE layers' collectives and this rank's expert share
 
   ModelConfig config_;
   ParallelContext parallel_;
@@ -103,6 +111,8 @@ class MoeDecoderModel final : public Model {
   std::vector<Backend::ExpertMlp> experts_;
   std::vector<float> zeros_;  // the routed sum's starting value when no shared expert writes it first
   std::vector<float> gathered_;  // all ranks' logits before interleaving (tp_size > 1)
+  Communicator* moe_comm_ = nullptr;  // DP attention: every replica (parallel.h)
+  std::vector<size_t> replica_floats_;  // DP attention: this step's floats of hidden state per replica
   ExpertLoad load_;
 };
 

@@ -23,7 +23,14 @@ struct ParallelContext {
   int tp_rank = 0;
   int tp_size = 1;
   Communicator* comm = nullptr;  // the tensor-parallel group; required when tp_size > 1, not owned
-  int ep_size = 1;               // expert-parallel groups among the tp_size ranks (divides tp_size)
+  int ep_size = 1;               // expert-parallel groups among the MoE layers' ranks (divides their number)
+  // DP attention (SGLang's --enable-dp-attention with dp = tp): this rank is one data-parallel attention replica
+  // (tp_size 1: attention, dense MLPs and the head whole here, its own requests and KV cache), and the MoE layers
+  // span every replica: their tokens are gathered over `moe_comm` before routing and the summed outputs scattered
+  // back. Null otherwise (the MoE layers span the tensor-parallel group). Not owned.
+  Communicator* moe_comm = nullptr;
+
+  bool dp_attention() const { return moe_comm != nullptr; }
 };
 
 // One rank's share of a model's sharded dimensions.

@@ -1,12 +1,15 @@
 // The Engine front: validates the config, starts dp_size replicas (each a full engine with its share of the
 // threads, KV capacity and running-request limit), gives every request a global id and a replica chosen by the
-// load-balance method, and aggregates the replicas' stats. With dp_size 1 it forwards to a single replica.
+// load-balance method, and aggregates the replicas' stats. With dp_size 1 it forwards to a single replica. With DP
+// attention the replicas are the tp_size ranks themselves (attention on one rank each), joined by one communicator
+// for their MoE layers (model/parallel.h).
 #include "servetune/engine.h"
 
 #include <algorithm>
 #include <thread>
 
 #include "core/cpu_features.h"
+#include "comm/local_communicator.h"
 #include "core/error.h"
 #include "model/model_config.h"
 #include "runtime/engine_replica.h"
@@ -22,6 +25,7 @@ EngineConfig replica_config(const EngineConfig& config, int index) {
   EngineConfig c = config;
   const int dp = config.dp_size;
   c.dp_size = 1;
+  if (config.enable_dp_attention) c.tp_size = 1;  // dp_size = tp_size: each replica's attention is one rank's
   if (dp == 1) return c;
   const int available = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   c.threads = available / dp + (index < available % dp ? 1 : 0);
@@ -45,7 +49,14 @@ EngineConfig validated(const EngineConfig& config) {
 class Engine::Impl {
  public:
   explicit Impl(const EngineConfig& config) : config_(validated(config)), router_(config.load_balance_method) {
-    for (int i = 0; i < config_.dp_size; ++i) replicas_.push_back(std::make_unique<EngineReplica>(replica_config(config_, i)));
+    std::vector<std::unique_ptr<Communicator>> moe_comms(static_cast<size_t>(config_.dp_size));
+    if (config_.enable_dp_attention) {
+      const auto group = LocalGroup::create(config_.dp_size, std::chrono::seconds(config_.dist_timeout));
+      for (int i = 0; i < config_.dp_size; ++i) moe_comms[static_cast<size_t>(i)] = group->communicator(i);
+    }
+    for (int i = 0; i < config_.dp_size; ++i) {
+      replicas_.push_back(std::make_unique<EngineReplica>(replica_config(config_, i), std::move(moe_comms[static_cast<size_t>(i)])));
+    }
   }
 
   std::shared_ptr<RequestStream> submit(Request request, std::function<void()> notify) {

@@ -232,7 +232,13 @@ void EngineConfig::validate() const {
   }
   unsupported(comm_backend != CommBackend::kNccl,
               "comm_backend nccl needs a GPU tensor-parallel group, which is not implemented yet (available: local, gloo)");
-  unsupported(!enable_dp_attention, "enable_dp_attention is not implemented yet");
+  if (enable_dp_attention) {
+    usage(dp_size > 1, "enable_dp_attention splits the tp_size ranks into dp_size attention replicas; it needs dp_size > 1");
+    unsupported(dp_size == tp_size, "enable_dp_attention with dp_size " + std::to_string(dp_size) + " < tp_size " + std::to_string(tp_size) +
+                                        " (tensor-parallel attention inside each replica) is not implemented yet; use dp_size = tp_size");
+    unsupported(comm_backend == CommBackend::kLocal,
+                "enable_dp_attention over comm_backend " + to_string(comm_backend) + " is not implemented yet (local only)");
+  }
   unsupported(compile != CompileLevel::kGraphs || device != Device::kCpu,
               "compile = graphs (CUDA graphs) needs a GPU device; on cpu use eager or fused");
   usage(cuda_graph_max_bs == 0 || compile == CompileLevel::kGraphs,
@@ -256,14 +262,17 @@ std::string EngineConfig::combination_problem() const {
            " (expert parallelism splits the tensor-parallel ranks into ep_size groups: moe_tp x ep_size = tp_size)";
   }
   // The ranks this process runs: all of them with the local communicator, its node's share with gloo.
-  const int64_t ranks = static_cast<int64_t>(comm_backend == CommBackend::kGloo ? tp_size / nnodes : tp_size) * dp_size;
+  // With DP attention the dp_size replicas are the tp_size ranks themselves.
+  const int64_t ranks = enable_dp_attention ? tp_size
+                                            : static_cast<int64_t>(comm_backend == CommBackend::kGloo ? tp_size / nnodes : tp_size) * dp_size;
+  const std::string ranks_named = enable_dp_attention ? "tp_size" : "tp_size x dp_size";
   const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   if (threads > 0 && ranks > threads) {
-    return "tp_size x dp_size = " + std::to_string(ranks) + " ranks need at least one thread each, but threads = " +
+    return ranks_named + " = " + std::to_string(ranks) + " ranks need at least one thread each, but threads = " +
            std::to_string(threads);
   }
   if (threads == 0 && ranks > cores) {
-    return "tp_size x dp_size = " + std::to_string(ranks) + " ranks need at least one thread each, but this machine has " +
+    return ranks_named + " = " + std::to_string(ranks) + " ranks need at least one thread each, but this machine has " +
            std::to_string(cores) + " (threads = 0 means all of them)";
   }
   if (max_total_tokens && *max_total_tokens / dp_size < page_size) {

@@ -26,12 +26,12 @@ namespace servetune {
 
 class EngineReplica::Impl {
  public:
-  explicit Impl(const EngineConfig& config) : config_(config) {
+  Impl(const EngineConfig& config, std::unique_ptr<Communicator> replicas) : config_(config) {
     checkpoint_ = std::make_unique<Checkpoint>(config_.model, config_.load_format, config_.seed);
     // A bad tokenizer fails before a long weight load; dummy weights first say whether they fit in memory at all.
     const bool dummy = checkpoint_->format() == LoadFormat::kDummy;
     if (!dummy) tokenizer_ = checkpoint_->load_tokenizer();
-    start_ranks();
+    start_ranks(std::move(replicas));
     if (dummy) tokenizer_ = checkpoint_->load_tokenizer();
     model_config_ = ranks_->model(0).config();
     context_length_ = model_config_.context_length;
@@ -138,7 +138,7 @@ class EngineReplica::Impl {
  private:
   // The replica's threads split evenly over its tensor-parallel ranks in this process (validate() ensures one each
   // at least): all of them with the local communicator, rank 0 alone with gloo (the others are worker processes).
-  void start_ranks() {
+  void start_ranks(std::unique_ptr<Communicator> replicas) {
     const int threads = config_.threads > 0 ? config_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const std::chrono::milliseconds timeout = std::chrono::seconds(config_.dist_timeout);
     if (config_.comm_backend == CommBackend::kGloo) {
@@ -150,12 +150,13 @@ class EngineReplica::Impl {
                                                      config_.ep_size);
     } else {
       ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, to_string(config_.device), config_.tp_size, std::max(1, threads / config_.tp_size),
-                                                     compile_options(config_), timeout, config_.ep_size);
+                                                     compile_options(config_), timeout, config_.ep_size, std::move(replicas));
     }
   }
 };
 
-EngineReplica::EngineReplica(const EngineConfig& config) : impl_(std::make_unique<Impl>(config)) {}
+EngineReplica::EngineReplica(const EngineConfig& config, std::unique_ptr<Communicator> replicas)
+    : impl_(std::make_unique<Impl>(config, std::move(replicas))) {}
 EngineReplica::~EngineReplica() { shutdown(); }
 PreparedRequest EngineReplica::prepare(Request request) const { return impl_->prepare(std::move(request)); }
 std::shared_ptr<RequestStream> EngineReplica::enqueue(uint64_t id, PreparedRequest request, std::function<void()> notify) {

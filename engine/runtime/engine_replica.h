@@ -11,6 +11,8 @@
 
 namespace servetune {
 
+class Communicator;
+
 // A request checked and tokenized, ready to be queued on any replica of the same model.
 struct PreparedRequest {
   std::vector<int32_t> prompt_ids;
@@ -21,7 +23,8 @@ struct PreparedRequest {
 class EngineReplica {
  public:
   // `config` is this replica's share (threads, KV capacity, running requests); it is not validated again here.
-  explicit EngineReplica(const EngineConfig& config);
+  // `replicas` (DP attention): this replica's communicator among all of them, which its MoE layers span.
+  explicit EngineReplica(const EngineConfig& config, std::unique_ptr<Communicator> replicas = nullptr);
   ~EngineReplica();
   EngineReplica(const EngineReplica&) = delete;
   EngineReplica& operator=(const EngineReplica&) = delete;

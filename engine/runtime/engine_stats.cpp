@@ -24,6 +24,7 @@ void EngineStats::add_replica(const EngineStats& r) {
   requests_finished += r.requests_finished;
   requests_aborted += r.requests_aborted;
   preemptions += r.preemptions;
+  idle_batches += r.idle_batches;
   forward_seconds += r.forward_seconds;
   comm_seconds += r.comm_seconds;
   comm_wait_seconds += r.comm_wait_seconds;
@@ -60,6 +61,7 @@ EngineStats EngineStats::since(const EngineStats& b) const {
   d.requests_finished -= b.requests_finished;
   d.requests_aborted -= b.requests_aborted;
   d.preemptions -= b.preemptions;
+  d.idle_batches -= b.idle_batches;
   d.forward_seconds -= b.forward_seconds;
   d.comm_seconds -= b.comm_seconds;
   d.comm_wait_seconds -= b.comm_wait_seconds;

@@ -59,6 +59,7 @@ void StepLoop::shutdown() {
 }
 
 void StepLoop::loop() {
+  const bool replicas = parts_.ranks->dp_attention();
   for (;;) {
     std::vector<std::unique_ptr<RequestState>> incoming;
     std::vector<uint64_t> aborts;
@@ -68,7 +69,10 @@ void StepLoop::loop() {
       const auto ready = [&] {
         return stopping_ || !pending_.empty() || !aborts_.empty() || parts_.scheduler->has_work();
       };
-      if (keep_alive_.count() == 0) {
+      if (replicas) {
+        // Every replica joins every step; an idle one looks for work at this interval meanwhile.
+        if (!replicas_busy_) cv_.wait_for(lock, kReplicaPollInterval, ready);
+      } else if (keep_alive_.count() == 0) {
         cv_.wait(lock, ready);
       } else if (!cv_.wait_for(lock, keep_alive_, ready)) {
         lock.unlock();
@@ -91,22 +95,42 @@ void StepLoop::loop() {
       remove(id);
       ++counters_.requests_aborted;
     }
+    if (replicas) {
+      stopping = step_with_replicas(stopping);
+    } else if (!stopping) {
+      if (!aborts.empty()) publish_stats(0, 0);
+      step();
+    }
     if (stopping) {
-      std::vector<uint64_t> ids;
-      for (const auto& [id, st] : states_) ids.push_back(id);
-      for (uint64_t id : ids) {
-        finish(*states_[id], FinishReason::kAbort);
-        remove(id);
-        ++counters_.requests_aborted;
-      }
-      publish_stats(0, 0);
+      abort_all();
       outbox_.deliver();
       return;
     }
-    if (!aborts.empty()) publish_stats(0, 0);
-    step();
     outbox_.deliver();
   }
+}
+
+// Shutdown: no request is taken any more, and each one here ends with an abort.
+void StepLoop::abort_all() {
+  std::vector<std::unique_ptr<RequestState>> queued;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;  // a replica stopped by its peers refuses new requests as one stopped itself
+    queued.swap(pending_);
+  }
+  for (auto& st : queued) {
+    Sequence* seq = &st->seq;
+    states_.emplace(st->id(), std::move(st));
+    parts_.scheduler->add(seq);
+  }
+  std::vector<uint64_t> ids;
+  for (const auto& [id, st] : states_) ids.push_back(id);
+  for (uint64_t id : ids) {
+    finish(*states_[id], FinishReason::kAbort);
+    remove(id);
+    ++counters_.requests_aborted;
+  }
+  publish_stats(0, 0);
 }
 
 // Tells idle worker processes the engine is still there; a failure leaves the group broken, and the next step
@@ -120,25 +144,79 @@ void StepLoop::keep_alive() {
 }
 
 void StepLoop::step() {
+  SchedulerOutput out = plan();
+  if (out.empty()) {
+    nothing_scheduled();
+    return;
+  }
+  execute(out);
+}
+
+// DP attention: every replica agrees on the step (run it, an empty one if nothing is scheduled here, or stop);
+// returns whether the replicas stop.
+bool StepLoop::step_with_replicas(bool stopping) {
+  SchedulerOutput out;
+  if (!stopping) out = plan();
+  ReplicaSync sync;
+  try {
+    sync = parts_.ranks->sync_replicas(!out.empty(), stopping);
+  } catch (const std::exception& ex) {
+    // A replica failed or left: the group is broken, and what was scheduled here cannot run.
+    fail_step(out, std::string("engine step failed: ") + ex.what());
+    replicas_busy_ = false;
+    return stopping;
+  }
+  replicas_busy_ = sync.any_batch && !sync.stopping;
+  if (sync.stopping) return true;
+  if (!out.empty()) {
+    execute(out);
+    return false;
+  }
+  if (sync.any_batch) {
+    ++counters_.idle_batches;
+    try {
+      parts_.ranks->forward_idle();
+    } catch (const std::exception&) {
+      // Nothing of this replica's ran; the replica whose step failed tells its requests.
+    }
+  }
+  nothing_scheduled();
+  return false;
+}
+
+// Drafts, then the scheduler's choice for this step (preempted sequences lose their drafts).
+SchedulerOutput StepLoop::plan() {
   propose_drafts();
   SchedulerOutput out = parts_.scheduler->schedule();
   counters_.preemptions += static_cast<int64_t>(out.preempted.size());
   if (parts_.speculator) {
     for (const Sequence* seq : out.preempted) parts_.speculator->release(seq->id);
   }
-  if (out.empty()) {
-    publish_stats(0, 0);
-    if (parts_.scheduler->num_running() == 0 && parts_.scheduler->num_waiting() > 0) {
-      // Cannot happen with validated requests (each fits the cache alone); fail them rather than spin.
-      std::vector<uint64_t> ids;
-      for (const auto& [id, st] : states_) ids.push_back(id);
-      for (uint64_t id : ids) {
-        finish(*states_[id], FinishReason::kError, "the request cannot be scheduled with the current KV cache");
-        remove(id);
-      }
+  return out;
+}
+
+void StepLoop::nothing_scheduled() {
+  publish_stats(0, 0);
+  if (parts_.scheduler->num_running() == 0 && parts_.scheduler->num_waiting() > 0) {
+    // Cannot happen with validated requests (each fits the cache alone); fail them rather than spin.
+    std::vector<uint64_t> ids;
+    for (const auto& [id, st] : states_) ids.push_back(id);
+    for (uint64_t id : ids) {
+      finish(*states_[id], FinishReason::kError, "the request cannot be scheduled with the current KV cache");
+      remove(id);
     }
-    return;
   }
+}
+
+void StepLoop::fail_step(const SchedulerOutput& out, const std::string& error) {
+  for (const auto& s : out.seqs) {
+    const auto id = static_cast<uint64_t>(s.seq->id);
+    finish(*states_[id], FinishReason::kError, error);
+    remove(id);
+  }
+}
+
+void StepLoop::execute(const SchedulerOutput& out) {
   std::vector<SampleRow> rows;
   try {
     const auto start = EngineClock::now();
@@ -147,11 +225,7 @@ void StepLoop::step() {
     else parts_.runner->run_sampled(out, rows);
     counters_.forward_seconds += std::chrono::duration<double>(EngineClock::now() - start).count();
   } catch (const std::exception& ex) {
-    for (const auto& s : out.seqs) {
-      const auto id = static_cast<uint64_t>(s.seq->id);
-      finish(*states_[id], FinishReason::kError, std::string("engine step failed: ") + ex.what());
-      remove(id);
-    }
+    fail_step(out, std::string("engine step failed: ") + ex.what());
     return;
   }
   parts_.scheduler->complete(out);

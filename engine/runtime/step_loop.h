@@ -29,6 +29,9 @@ struct ScheduledSeq;
 struct SchedulerOutput;
 
 // What a step works with; all of it outlives the StepLoop.
+// DP attention: how long an idle replica waits for work before joining the replicas' next step.
+constexpr std::chrono::milliseconds kReplicaPollInterval{2};
+
 struct StepParts {
   TensorParallelGroup* ranks = nullptr;  // device sampling, keep-alive, communication times
   BlockManager* blocks = nullptr;
@@ -59,6 +62,12 @@ class StepLoop {
   void loop();
   void keep_alive();
   void step();
+  bool step_with_replicas(bool stopping);
+  SchedulerOutput plan();
+  void execute(const SchedulerOutput& out);
+  void nothing_scheduled();
+  void fail_step(const SchedulerOutput& out, const std::string& error);
+  void abort_all();
   std::vector<SampleRow> device_rows(const SchedulerOutput& out);
   bool emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, EngineClock::time_point now,
                    int32_t device_token);
@@ -81,6 +90,7 @@ class StepLoop {
   std::thread thread_;
 
   // Engine thread only.
+  bool replicas_busy_ = false;  // DP attention: some replica had a batch at the last step (so no waiting now)
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> states_;
   EventOutbox outbox_;
   EngineStats counters_;  // the counters; publish_stats adds the gauges

@@ -26,9 +26,12 @@ CompileOptions compile_options(const EngineConfig& c) {
 }
 
 TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int tp_size, int threads_per_rank,
-                                         CompileOptions compile, std::chrono::milliseconds timeout, int ep_size)
+                                         CompileOptions compile, std::chrono::milliseconds timeout, int ep_size,
+                                         std::unique_ptr<Communicator> replicas)
     : ranks_(static_cast<size_t>(tp_size)), tp_size_(tp_size) {
   if (tp_size < 1 || threads_per_rank < 1) throw Error(ErrorKind::kInternal, "tensor-parallel group needs ranks and threads");
+  if (replicas && tp_size != 1) throw Error(ErrorKind::kInternal, "a DP-attention replica has one rank");
+  if (replicas) replicas_ = std::make_unique<TimedCommunicator>(std::move(replicas));
   std::shared_ptr<LocalGroup> group = tp_size > 1 ? LocalGroup::create(tp_size, timeout) : nullptr;
   for (int r = 0; r < tp_size; ++r) {
     Rank& rank = ranks_[static_cast<size_t>(r)];
@@ -37,7 +40,7 @@ TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std
       rank.comm_owner = std::make_unique<TimedCommunicator>(group->communicator(r));
       rank.comm = rank.comm_owner.get();
     }
-    rank.model = checkpoint.load(*rank.backend, ParallelContext{r, tp_size, rank.comm, ep_size}, compile);
+    rank.model = checkpoint.load(*rank.backend, ParallelContext{r, tp_size, rank.comm, ep_size, replicas_.get()}, compile);
   }
 }
 
@@ -84,7 +87,7 @@ void TensorParallelGroup::forward(const Batch& batch, std::vector<float>& logits
     return;
   }
   if (size() == 1) {
-    self.model->forward(batch, *self.kv, logits);
+    forward_own(batch, logits);
     return;
   }
   {
@@ -107,6 +110,39 @@ void TensorParallelGroup::forward(const Batch& batch, std::vector<float>& logits
   if (own_error) std::rethrow_exception(own_error);
   if (worker_error_) std::rethrow_exception(worker_error_);
   account_collectives();
+}
+
+// One rank in this process and no workers: the model alone, or a DP-attention replica, whose failure must reach the
+// other replicas waiting in its MoE layers' collectives.
+void TensorParallelGroup::forward_own(const Batch& batch, std::vector<float>& logits) {
+  Rank& self = ranks_[0];
+  if (!replicas_) {
+    self.model->forward(batch, *self.kv, logits);
+    return;
+  }
+  try {
+    self.model->forward(batch, *self.kv, logits);
+  } catch (const std::exception& ex) {
+    replicas_->abort(std::string("replica ") + std::to_string(replicas_->rank()) + " failed: " + ex.what());
+    throw;
+  }
+  // Replica 0's collectives (it joins every step, as rank 0 does under tensor parallelism; the front sums the
+  // replicas): its own time in the gathers and scatters, its wait for slower replicas included (not told apart here).
+  const std::vector<CollectiveRecord> records = replicas_->take_records();
+  if (replicas_->rank() == 0) account(records, {});
+}
+
+ReplicaSync TensorParallelGroup::sync_replicas(bool has_batch, bool stopping) {
+  int32_t flags[2] = {has_batch ? 1 : 0, stopping ? 1 : 0};
+  replicas_->all_reduce(flags, 2, ReduceOp::kMax);
+  replicas_->take_records();  // the lockstep's own handshake, not the model's communication
+  return ReplicaSync{flags[0] != 0, flags[1] != 0};
+}
+
+void TensorParallelGroup::forward_idle() {
+  const Batch empty;
+  std::vector<float> logits;
+  forward_own(empty, logits);
 }
 
 void TensorParallelGroup::forward_remote(const Batch& batch, std::vector<float>& logits) {

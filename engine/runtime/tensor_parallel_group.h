@@ -4,6 +4,8 @@
 // (servetune/tensor_parallel_worker.h) joined by a gloo communicator, to which rank 0 sends each step's Batch
 // (runtime/step_channel.h); every rank runs the same Batch in lockstep. A failing rank aborts the communicator, so
 // the step throws on every rank instead of hanging; the group then stays broken and every later step throws.
+// With DP attention (model/parallel.h) the group is one replica's single rank, and a second communicator joins it to
+// the other replicas for the MoE layers: every replica steps in lockstep (sync_replicas, forward_idle).
 #pragma once
 
 #include <chrono>
@@ -34,13 +36,22 @@ struct CollectiveRecord;
 // The model build options (fused ops, decode graphs) an engine configuration asks for, for every rank's load.
 CompileOptions compile_options(const EngineConfig& config);
 
+// What every DP-attention replica learns before a step: whether any replica has a batch (then all run one, an empty
+// one where there is none) and whether any is stopping (then all stop).
+struct ReplicaSync {
+  bool any_batch = false;
+  bool stopping = false;
+};
+
 class TensorParallelGroup {
  public:
   // Loads every rank's shard of `checkpoint` (sequentially, on this thread); each rank's backend gets
   // `threads_per_rank` threads; the routed experts split over `ep_size` groups of the ranks (model/parallel.h).
   // Throws Error(kUsage) when the model cannot be split tp_size (and ep_size) ways.
+  // `replicas` (DP attention, tp_size 1): this replica's communicator among all replicas, which the MoE layers span.
   TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int tp_size, int threads_per_rank,
-                      CompileOptions compile = {}, std::chrono::milliseconds timeout = kDefaultCommTimeout, int ep_size = 1);
+                      CompileOptions compile = {}, std::chrono::milliseconds timeout = kDefaultCommTimeout, int ep_size = 1,
+                      std::unique_ptr<Communicator> replicas = nullptr);
   // This process is rank 0 of `comm`'s group (size tp_size); the other ranks are worker processes, told the KV
   // layout by create_kv() and each step by forward(), and stopped when the group is destroyed.
   // `timeout` is the communicator's (the workers' wait for the next message).
@@ -68,6 +79,12 @@ class TensorParallelGroup {
   void forward_sampled(const Batch& batch, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) {
     model(0).forward_sampled(batch, kv(0), rows, tokens);
   }
+  // DP attention: this replica is one of several stepping in lockstep.
+  bool dp_attention() const { return replicas_ != nullptr; }
+  // DP attention, before every step of every replica (a collective): this replica's view in, all replicas' out.
+  ReplicaSync sync_replicas(bool has_batch, bool stopping);
+  // DP attention: a step with no tokens here while another replica has some (the MoE layers' collectives).
+  void forward_idle();
   // How often an idle engine must call keep_alive() so worker processes waiting for the next step do not time out
   // (zero: never).
   std::chrono::milliseconds keep_alive_interval() const;
@@ -103,7 +120,10 @@ class TensorParallelGroup {
   void stop_remote();
   void stop_workers();
 
+  void forward_own(const Batch& batch, std::vector<float>& logits);
+
   std::vector<Rank> ranks_;
+  std::unique_ptr<TimedCommunicator> replicas_;  // DP attention only
   int tp_size_ = 1;
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<StepChannel> channel_;  // worker processes only

@@ -50,6 +50,11 @@ void sample(std::string& out, const std::string& name, const std::string& labels
   out += name + '{' + labels + "} " + std::to_string(v) + '\n';
 }
 
+// `labels` plus the kind of collective `k`.
+std::string kind_label(const std::string& labels, size_t k) {
+  return labels + ",kind=\"" + collective_kind_name(static_cast<CollectiveKind>(k)) + '"';
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> upper_bounds)
@@ -153,6 +158,22 @@ std::string render_metrics(const ServerMetrics& m, const EngineStats& s, const s
   sample(out, "servetune:comm_seconds_total", labels, s.comm_seconds);
   header(out, "servetune:comm_wait_seconds_total", "counter", "Tensor-parallel collectives: rank 0's waits for slower ranks.");
   sample(out, "servetune:comm_wait_seconds_total", labels, s.comm_wait_seconds);
+  // The same per kind of collective (all_reduce for tensor parallelism, all_gather / reduce_scatter for DP attention).
+  header(out, "servetune:comm_collective_calls_total", "counter", "The model's collectives run, by kind.");
+  for (size_t k = 0; k < kCollectiveKinds; ++k) {
+    sample(out, "servetune:comm_collective_calls_total", kind_label(labels, k), s.collectives[k].calls);
+  }
+  header(out, "servetune:comm_collective_bytes_total", "counter", "Payload bytes of the model's collectives (rank 0's), by kind.");
+  for (size_t k = 0; k < kCollectiveKinds; ++k) {
+    sample(out, "servetune:comm_collective_bytes_total", kind_label(labels, k), s.collectives[k].bytes);
+  }
+  header(out, "servetune:comm_collective_seconds_total", "counter", "Time of the model's collectives (as comm_seconds), by kind.");
+  for (size_t k = 0; k < kCollectiveKinds; ++k) {
+    sample(out, "servetune:comm_collective_seconds_total", kind_label(labels, k), s.collectives[k].seconds);
+  }
+  header(out, "servetune:idle_batches_total", "counter",
+         "DP attention: steps a replica ran with no tokens of its own, to join the MoE layers' collectives.");
+  sample(out, "servetune:idle_batches_total", labels, s.idle_batches);
   header(out, "servetune:kv_cache_bytes_per_token", "gauge",
          "KV cache bytes one token takes over all layers (per-head K and V, or a latent-attention model's latent row).");
   sample(out, "servetune:kv_cache_bytes_per_token", labels, s.kv_bytes_per_token);

@@ -107,5 +107,40 @@ TEST(CommVolume, EngineStatsCountEveryStep) {
   EXPECT_EQ(j.at("engine_comm_reduce_scatter_calls").get<int64_t>(), 0);
 }
 
+// DP attention (2 replicas) through the engine: replica 0's counters (it joins every step) carry, per MoE layer and
+// step, a reduce-scatter of every replica's tokens x hidden x 4 bytes and an all-gather of the same, plus one gather
+// of the 2 replicas' counts per step; as the cost model's DP attention scheme says per step.
+TEST(CommVolume, DpAttentionEngineStatsMatchTheCodeAndTheCostModel) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  const ModelInfo info = read_model_info(m.path());
+  const int64_t moe_layers = info.n_layers - info.dense_layers;
+  EngineConfig c = testing::chunked_config(m.path());
+  c.threads = 2;
+  c.tp_size = 2;
+  c.dp_size = 2;
+  c.enable_dp_attention = true;
+  Engine engine(c);
+  testing::run_greedy(engine, testing::mixed_jobs(engine.tokenizer(), 4, 6), true);
+  // Replica 0 may still be in the last step (an idle batch for replica 1's last token) when the last request ends:
+  // its counters are final once the replicas stopped.
+  engine.shutdown();
+  const EngineStats s = engine.stats();
+  const CollectiveTotals& rs = totals_of(s.collectives, CollectiveKind::kReduceScatter);
+  const CollectiveTotals& ag = totals_of(s.collectives, CollectiveKind::kAllGather);
+  ASSERT_GT(s.batched_tokens, 0);
+  EXPECT_EQ(rs.bytes, moe_layers * info.hidden * 4 * s.batched_tokens);
+  ASSERT_EQ(rs.calls % moe_layers, 0);
+  const int64_t lockstep_steps = rs.calls / moe_layers;
+  EXPECT_GE(lockstep_steps * 2, s.steps + s.idle_batches);  // both replicas' steps, each at most one per lockstep step
+  EXPECT_EQ(ag.calls, lockstep_steps * (moe_layers + 1));
+  EXPECT_EQ(ag.bytes, rs.bytes + lockstep_steps * 2 * 8);
+  EXPECT_EQ(totals_of(s.collectives, CollectiveKind::kAllReduce).calls, 0);
+  // One step of 21 tokens in all, as the cost model has it.
+  const CollectiveStats one = tuner::predicted_stats(tuner::step_collectives(tuner::CommScheme::kDpAttention, info, 2, 1, {21, 1}));
+  EXPECT_EQ(totals_of(one, CollectiveKind::kReduceScatter).bytes, moe_layers * info.hidden * 4 * 21);
+  EXPECT_EQ(totals_of(one, CollectiveKind::kAllGather).calls, moe_layers + 1);
+  EXPECT_EQ(totals_of(one, CollectiveKind::kAllGather).bytes, moe_layers * info.hidden * 4 * 21 + 2 * 8);
+}
+
 }  // namespace
 }  // namespace servetune

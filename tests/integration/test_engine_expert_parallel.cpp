@@ -4,7 +4,8 @@
 // and Mixtral (stacked experts): logits of tp 2, ep 2 (tp 2), tp 4 x ep 2 and ep 4 (tp 4) within
 // 1e-5 relative of one rank and the same greedy picks, also when a router bias sends every token to the experts of
 // one rank; greedy engine outputs identical to tp 1, with every token's routing counted once; bad splits are clear
-// usage errors.
+// usage errors. DP attention (tp = dp replicas, the MoE layers over all of them): greedy outputs identical to tp 1, an
+// idle replica running empty batches, unsupported combinations named.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -118,6 +119,8 @@ TEST(ExpertParallelLogits, EveryTokenOnOneRanksExpertsMatchesOneRank) {
   }
 }
 
+void expect_usage_error(const EngineConfig& c, const std::vector<std::string>& words);
+
 EngineConfig config_for(const std::string& model, int tp, int ep) {
   EngineConfig c = testing::chunked_config(model);
   c.threads = std::max(2, tp);
@@ -166,6 +169,95 @@ TEST(EngineExpertParallel, DeepSeekV3GreedyOutputsIdenticalToOneRank) {
 TEST(EngineExpertParallel, Qwen3MoeGreedyOutputsIdenticalToOneRank) {
   const testing::RandomModel m("qwen3-moe-tiny");
   expect_greedy_identical(m.path(), {{2, 1}, {4, 2}});
+}
+
+// DP attention (tp = dp): each replica's attention and cache on its own rank, the MoE layers over all of them.
+EngineConfig dp_attention_config(const std::string& model, int dp, int ep) {
+  EngineConfig c = config_for(model, dp, ep);
+  c.dp_size = dp;
+  c.enable_dp_attention = true;
+  c.max_running_requests = 8 * dp;
+  return c;
+}
+
+void expect_dp_attention_identical(const std::string& model, const std::vector<Layout>& layouts) {
+  std::vector<testing::Job> jobs;
+  std::vector<std::vector<int32_t>> reference;
+  {
+    Engine engine(config_for(model, 1, 1));
+    jobs = testing::mixed_jobs(engine.tokenizer(), 8, 24);
+    reference = testing::run_greedy(engine, jobs, true);
+  }
+  for (const Layout& l : layouts) {
+    const std::string name = "dp attention " + std::to_string(l.tp) + " x ep " + std::to_string(l.ep);
+    Engine engine(dp_attention_config(model, l.tp, l.ep));
+    const auto outs = testing::run_greedy(engine, jobs, true);
+    for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(outs[i], reference[i]) << model << " " << name << ": request " << i;
+    engine.shutdown();  // replica 0 (whose expert counters count) may still be in an idle batch of the last step
+    const EngineStats s = engine.stats();
+    expect_counted_once(s, model, name);
+    // The replicas' tokens gathered before each MoE layer and the sums scattered back.
+    EXPECT_GT(s.collectives[static_cast<size_t>(CollectiveKind::kAllGather)].calls, 0) << name;
+    EXPECT_GT(s.collectives[static_cast<size_t>(CollectiveKind::kReduceScatter)].calls, 0) << name;
+    EXPECT_EQ(s.collectives[static_cast<size_t>(CollectiveKind::kAllReduce)].calls, 0) << name;
+  }
+}
+
+TEST(EngineDpAttention, DeepSeekV3GreedyOutputsIdenticalToOneRank) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  expect_dp_attention_identical(m.path(), {{2, 2}, {4, 4}, {4, 1}});
+}
+
+TEST(EngineDpAttention, Qwen3MoeGreedyOutputsIdenticalToOneRank) {
+  const testing::RandomModel m("qwen3-moe-tiny");
+  expect_dp_attention_identical(m.path(), {{2, 1}, {4, 2}});
+}
+
+// One request: the other replica has nothing to schedule and runs an empty batch at every step (its experts' share
+// of the busy replica's tokens), so the collectives never wait for it; the engine then shuts down at once.
+TEST(EngineDpAttention, IdleReplicaRunsEmptyBatches) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  std::vector<testing::Job> jobs;
+  std::vector<std::vector<int32_t>> reference;
+  {
+    Engine engine(config_for(m.path(), 1, 1));
+    jobs = testing::mixed_jobs(engine.tokenizer(), 1, 24);
+    jobs[0].max_tokens = 12;
+    reference = testing::run_greedy(engine, jobs, true);
+  }
+  Engine engine(dp_attention_config(m.path(), 2, 2));
+  EXPECT_EQ(testing::run_greedy(engine, jobs, true), reference);
+  // Requests after the first run too, on either replica (round robin: the next goes to the idle one).
+  jobs.push_back(jobs[0]);
+  const auto twice = testing::run_greedy(engine, jobs, true);
+  EXPECT_EQ(twice[0], reference[0]);
+  EXPECT_EQ(twice[1], reference[0]);
+  engine.shutdown();  // replica 0 (whose counters count) may still be in an idle batch of the last step
+  const EngineStats s = engine.stats();
+  expect_counted_once(s, m.path(), "one request, then two");
+  EXPECT_EQ(s.requests_finished, 3);
+  // While one replica had the only request, the other joined each of its steps with an empty batch (its prefill
+  // chunks, then a decode per token).
+  EXPECT_GE(s.idle_batches, jobs[0].max_tokens);
+  EXPECT_LE(s.idle_batches, s.steps);
+}
+
+TEST(EngineDpAttention, UnsupportedCombinationsAreClearErrors) {
+  const testing::RandomModel moe("qwen3-moe-tiny");
+  EngineConfig c = dp_attention_config(moe.path(), 2, 1);
+  c.dp_size = 1;
+  expect_usage_error(c, {"enable_dp_attention", "needs dp_size > 1"});
+  c = dp_attention_config(moe.path(), 4, 1);
+  c.dp_size = 2;
+  try {
+    Engine engine(c);
+    ADD_FAILURE() << "expected an error for dp 2 < tp 4";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("use dp_size = tp_size"), std::string::npos) << e.what();
+  }
+  const testing::RandomModel dense("tiny");
+  expect_usage_error(dp_attention_config(dense.path(), 2, 1), {"DP attention", "llama model has none"});
 }
 
 void expect_usage_error(const EngineConfig& c, const std::vector<std::string>& words) {

@@ -64,14 +64,15 @@ TEST(CommCost, ExpertAllToAllByHand) {
   EXPECT_NEAR(static_cast<double>(totals_of(ds, CollectiveKind::kAllToAll).bytes) / 6 / (32 * 4096), 2 * 0.99651, 1e-5);
 }
 
-TEST(CommCost, DpAttentionHalvesTheAllReduceVolume) {
-  // Per layer one all-gather and one reduce-scatter of 262144 bytes, each 3/4 sent: half of TP's two all-reduces.
+TEST(CommCost, DpAttentionGathersAndScattersEachMoeLayer) {
+  // Per MoE layer (3 of 4) one all-gather and one reduce-scatter of 262144 bytes, each 3/4 sent, and one gather of
+  // the 4 replicas' token counts (32 bytes); no logits gather (each replica's head is whole).
   const auto cs = step_collectives(CommScheme::kDpAttention, moe_model(), 4, 1, {64, 64});
   const CollectiveStats s = predicted_stats(cs);
-  expect_kind(s, CollectiveKind::kAllGather, 5, 4 * 262144 + 8192000);
-  expect_kind(s, CollectiveKind::kReduceScatter, 4, 4 * 262144);
+  expect_kind(s, CollectiveKind::kAllGather, 4, 3 * 262144 + 32);
+  expect_kind(s, CollectiveKind::kReduceScatter, 3, 3 * 262144);
   expect_kind(s, CollectiveKind::kAllReduce, 0, 0);
-  EXPECT_DOUBLE_EQ(sent_bytes_per_step(cs), 8 * 196608.0 + 6144000.0);
+  EXPECT_DOUBLE_EQ(sent_bytes_per_step(cs), 6 * 196608.0 + 24.0);
 }
 
 TEST(CommCost, OneRankOrNoTokensRunNothingAndBadLayoutsAreUsageErrors) {
@@ -95,10 +96,11 @@ TEST(CommCost, InterconnectsAndTheDryRunLine) {
   EXPECT_EQ(moe.rfind("comm per decode step (64 tokens): TP all-reduce sends ", 0), 0u) << moe;
   EXPECT_NE(moe.find("195 us test"), std::string::npos) << moe;  // the hand-computed 194.9 us
   EXPECT_NE(moe.find("EP all-to-all (not implemented)"), std::string::npos) << moe;
-  EXPECT_NE(moe.find("DP attention (not implemented)"), std::string::npos) << moe;
+  EXPECT_NE(moe.find("; DP attention sends "), std::string::npos) << moe;
   ModelInfo dense = moe_model();
   dense.experts = 0;
   EXPECT_EQ(comm_cost_line("decode step", dense, 4, 1, {64, 64}, links).find("EP all-to-all"), std::string::npos);
+  EXPECT_EQ(comm_cost_line("decode step", dense, 4, 1, {64, 64}, links).find("DP attention"), std::string::npos);
   EXPECT_TRUE(comm_cost_line("decode step", dense, 1, 1, {64, 64}, links).empty());
 }
 

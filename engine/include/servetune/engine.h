@@ -73,6 +73,7 @@ struct EngineStats {
   int64_t requests_finished = 0;
   int64_t requests_aborted = 0;
   int64_t preemptions = 0;
+  int64_t idle_batches = 0;            // DP attention: steps a replica ran with no tokens of its own (others had some)
   double forward_seconds = 0.0;        // wall time of the model's forward passes, over all steps
   // Tensor-parallel collectives: the communication path's own cost (per collective, the shortest time a rank spent
   // in it) and rank 0's further time in them waiting for slower ranks; both part of forward_seconds.
