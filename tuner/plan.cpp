@@ -50,6 +50,14 @@ std::string memory_estimate(const ModelInfo& m, const EngineConfig& c) {
   const double kv_element = c.kv_cache_dtype == KvCacheDtype::kFp8E4m3 ? 1
                             : c.kv_cache_dtype == KvCacheDtype::kF16 || (c.kv_cache_dtype == KvCacheDtype::kAuto && gpu) ? 2
                                                                                                                        : 4;
+  if (c.enable_dp_attention) {
+    // The replicas are the ranks: each holds its attention, dense layers and head whole and 1 / tp_size of the
+    // routed experts (ModelInfo does not split the bytes, so this is the upper bound), and caches only its own
+    // requests' tokens, whole.
+    return "memory per rank: weights under " + format_bytes(static_cast<double>(m.weight_bytes)) + " (routed experts split " +
+           std::to_string(c.tp_size) + " ways), KV " + format_bytes(static_cast<double>(m.kv_values_per_token) * kv_element) +
+           " per token of its own requests";
+  }
   const double kv = static_cast<double>(m.kv_values_per_token) * kv_element / (m.kv_shared_by_ranks ? 1.0 : tp);
   std::string text = "memory per rank: weights " + format_bytes(static_cast<double>(m.weight_bytes) / tp) + ", KV " +
                      format_bytes(kv) + " per token";

@@ -179,6 +179,16 @@ TEST(TunerSweep, CommittedConfigsDryRun) {
     r = dry(c);
     EXPECT_EQ(r.code, 0) << c << "\n" << r.output;
   }
+  // The study on the built-in engine: TP 2 against DP attention 2, the mixed combinations skipped by the constraint.
+  for (const char* c : {"deepseek-r1-builtin.yaml", "qwen3-moe-builtin.yaml"}) {
+    r = dry(c);
+    ASSERT_EQ(r.code, 0) << c << "\n" << r.output;
+    for (const char* s : {"--tp-size 2 --dp-size 2 --enable-dp-attention", "--tp-size 2 --ep-size 2 --compile eager",
+                          "skipped: constraint 'enable_dp_attention == (dp_size == tp_size)' is false",
+                          "stage speculative: speculative_algorithm", "random-2048-8"}) {
+      EXPECT_NE(r.output.find(s), std::string::npos) << c << ": " << s << "\n" << r.output;
+    }
+  }
 }
 
 }  // namespace
