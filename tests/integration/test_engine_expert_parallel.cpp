@@ -242,6 +242,34 @@ TEST(EngineDpAttention, IdleReplicaRunsEmptyBatches) {
   EXPECT_LE(s.idle_batches, s.steps);
 }
 
+// A KV cache so small per replica that its requests preempt each other, on both replicas or one; then the same
+// requests again shifted by one replica (an extra request first), so each replica meets prompts whose prefixes the
+// other one cached (prefix hits on one, misses on the other): outputs stay those of tp 1 throughout.
+TEST(EngineDpAttention, PreemptionAndPrefixCacheOnEachReplicaKeepOutputs) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  std::vector<testing::Job> jobs;
+  std::vector<std::vector<int32_t>> reference;
+  {
+    Engine engine(config_for(m.path(), 1, 1));
+    jobs = testing::mixed_jobs(engine.tokenizer(), 8, 24);
+    reference = testing::run_greedy(engine, jobs, true);
+  }
+  EngineConfig c = dp_attention_config(m.path(), 2, 2);
+  c.max_total_tokens = 640;  // 320 tokens per replica: its four requests of up to 259 tokens each do not fit at once
+  c.page_size = 8;
+  Engine engine(c);
+  EXPECT_EQ(testing::run_greedy(engine, jobs, true), reference);
+  std::vector<testing::Job> shifted = {jobs[3]};
+  shifted.insert(shifted.end(), jobs.begin(), jobs.end());
+  const auto again = testing::run_greedy(engine, shifted, true);
+  for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(again[i + 1], reference[i]) << "second pass, request " << i;
+  engine.shutdown();
+  const EngineStats s = engine.stats();
+  EXPECT_GT(s.preemptions, 0);
+  EXPECT_GT(s.prefix_hit_tokens, 0);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+}
+
 TEST(EngineDpAttention, UnsupportedCombinationsAreClearErrors) {
   const testing::RandomModel moe("qwen3-moe-tiny");
   EngineConfig c = dp_attention_config(moe.path(), 2, 1);
