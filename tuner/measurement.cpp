@@ -137,6 +137,7 @@ nlohmann::ordered_json engine_stats_json(const Measurement& m) {
   j["engine_prefix_cache_hit_rate"] = d.prefix_cache_hit_rate();
   j["engine_kv_bytes_per_token"] = d.kv_bytes_per_token;
   if (d.moe_experts > 0) j["engine_moe_expert_imbalance"] = d.moe_expert_imbalance();
+  if (d.moe_ep_groups > 1) j["engine_moe_ep_imbalance"] = d.moe_ep_imbalance();
   return j;
 }
 

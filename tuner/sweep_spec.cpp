@@ -323,7 +323,7 @@ bool is_known_metric(const std::string& key) {
       "engine_mean_batch_tokens", "engine_mean_running", "engine_prompt_tokens", "engine_generation_tokens",
       "engine_preemptions", "engine_idle_batches", "engine_prefix_hit_tokens", "engine_prefix_cache_hit_rate", "engine_forward_seconds",
       "engine_comm_seconds", "engine_comm_wait_seconds", "engine_comm_ms_per_step", "engine_comm_fraction",
-      "engine_comm_wait_fraction", "engine_kv_bytes_per_token", "engine_moe_expert_imbalance", "calibration_ms",
+      "engine_comm_wait_fraction", "engine_kv_bytes_per_token", "engine_moe_expert_imbalance", "engine_moe_ep_imbalance", "calibration_ms",
       "calibrated_cpu_per_token", "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
       "spec_decode_draft_tokens", "spec_decode_accepted_tokens"};
   if (plain.count(key)) return true;

@@ -27,6 +27,10 @@ struct ExpertLoad {
   int64_t experts = 0;
   int64_t routed = 0;
   int64_t busiest = 0;
+  // Expert parallelism: the groups of ranks owning contiguous expert ranges (1 without it), and per MoE layer and
+  // step the assignments of the group with the most, summed: the rank-level imbalance EPLB's redundant experts target.
+  int64_t ep_groups = 1;
+  int64_t busiest_group = 0;
 };
 
 class Model {

@@ -56,6 +56,7 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
   // As LlamaModel: the whole embedding table on every rank, the output head vocab-parallel (gathered after it).
   output_ = loader.matrix_rows(config.tied_embeddings ? "token_embd.weight" : "output.weight", config.vocab, d, share_.vocab);
   load_.experts = config.is_moe() ? config.moe.routing.n_experts : 0;
+  load_.ep_groups = parallel.ep_size;
   for (int64_t l = 0; l < config.n_layers; ++l) {
     Layer L;
     L.attn_norm = loader.vector(blk(l, "attn_norm.weight"), d);
@@ -402,6 +403,12 @@ void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, size_t out_
   if (moe_comm_ == nullptr || moe_comm_->rank() == 0) {
     load_.routed += n * k;
     load_.busiest += busiest;
+    const int64_t per_group = E / load_.ep_groups;  // expert_parallel_share checked that it divides
+    int64_t busiest_group = 0;
+    for (int64_t g = 0; g < load_.ep_groups; ++g) {
+      busiest_group = std::max(busiest_group, start[static_cast<size_t>((g + 1) * per_group)] - start[static_cast<size_t>(g * per_group)]);
+    }
+    load_.busiest_group += busiest_group;
   }
   order_.resize(static_cast<size_t>(n * k));
   order_weights_.resize(static_cast<size_t>(n * k));

@@ -41,6 +41,8 @@ void EngineStats::add_replica(const EngineStats& r) {
   moe_experts = std::max(moe_experts, r.moe_experts);
   moe_routed_tokens += r.moe_routed_tokens;
   moe_busiest_expert_tokens += r.moe_busiest_expert_tokens;
+  moe_ep_groups = std::max(moe_ep_groups, r.moe_ep_groups);
+  moe_busiest_ep_group_tokens += r.moe_busiest_ep_group_tokens;
   if (spec_accepted_per_position.size() < r.spec_accepted_per_position.size()) {
     spec_accepted_per_position.resize(r.spec_accepted_per_position.size(), 0);
   }
@@ -75,6 +77,7 @@ EngineStats EngineStats::since(const EngineStats& b) const {
   d.spec_accepted_tokens -= b.spec_accepted_tokens;
   d.moe_routed_tokens -= b.moe_routed_tokens;
   d.moe_busiest_expert_tokens -= b.moe_busiest_expert_tokens;
+  d.moe_busiest_ep_group_tokens -= b.moe_busiest_ep_group_tokens;
   // Positions that `before` has not seen yet count from 0.
   for (size_t i = 0; i < std::min(d.spec_accepted_per_position.size(), b.spec_accepted_per_position.size()); ++i) {
     d.spec_accepted_per_position[i] -= b.spec_accepted_per_position[i];

@@ -363,6 +363,8 @@ void StepLoop::publish_stats(int64_t seqs, int64_t tokens) {
   s.moe_experts = load.experts;
   s.moe_routed_tokens = load.routed;
   s.moe_busiest_expert_tokens = load.busiest;
+  s.moe_ep_groups = load.experts > 0 ? load.ep_groups : 0;
+  s.moe_busiest_ep_group_tokens = load.busiest_group;
   std::lock_guard lock(stats_mutex_);
   stats_ = s;
 }

@@ -186,6 +186,12 @@ std::string render_metrics(const ServerMetrics& m, const EngineStats& s, const s
     header(out, "servetune:moe_expert_imbalance", "gauge",
            "Busiest expert's tokens over the mean per expert, since start (1: even load).");
     sample(out, "servetune:moe_expert_imbalance", labels, s.moe_expert_imbalance());
+    header(out, "servetune:moe_busiest_ep_group_tokens_total", "counter",
+           "Per MoE layer and step, the token-expert assignments of the expert-parallel group with the most, summed.");
+    sample(out, "servetune:moe_busiest_ep_group_tokens_total", labels, s.moe_busiest_ep_group_tokens);
+    header(out, "servetune:moe_ep_imbalance", "gauge",
+           "Busiest expert-parallel group's assignments over the mean per group, since start (1: even; ep_size: one group).");
+    sample(out, "servetune:moe_ep_imbalance", labels, s.moe_ep_imbalance());
   }
   header(out, "servetune:requests_in_flight", "gauge",
          "Engine requests (one per choice of a generation request) the HTTP server submitted and not finished.");

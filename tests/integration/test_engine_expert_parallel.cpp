@@ -115,8 +115,11 @@ TEST(ExpertParallelLogits, EveryTokenOnOneRanksExpertsMatchesOneRank) {
     for (int r = 0; r < g->size(); ++r) {
       EXPECT_EQ(g->model(r).expert_load().routed, one.routed);
       EXPECT_EQ(g->model(r).expert_load().busiest, one.busiest);
+      // Every assignment in the first expert-parallel group's range: that group is the busiest with all of them.
+      EXPECT_EQ(g->model(r).expert_load().busiest_group, one.routed);
     }
   }
+  EXPECT_EQ(groups.back()->model(0).expert_load().ep_groups, kLayouts.back().ep);
 }
 
 void expect_usage_error(const EngineConfig& c, const std::vector<std::string>& words);
@@ -139,6 +142,13 @@ void expect_counted_once(const EngineStats& s, const std::string& model, const s
   EXPECT_EQ(s.moe_routed_tokens, s.batched_tokens * moe.routing.top_k * moe_layers) << name;
   EXPECT_GE(s.moe_busiest_expert_tokens * moe.routing.n_experts, s.moe_routed_tokens) << name;
   EXPECT_LE(s.moe_busiest_expert_tokens, s.batched_tokens * moe_layers) << name;
+  // The busiest expert-parallel group has at least its share of the assignments and at most all of them.
+  EXPECT_GE(s.moe_ep_groups, 1) << name;
+  EXPECT_GE(s.moe_busiest_ep_group_tokens * s.moe_ep_groups, s.moe_routed_tokens) << name;
+  EXPECT_LE(s.moe_busiest_ep_group_tokens, s.moe_routed_tokens) << name;
+  if (s.moe_ep_groups == 1) {
+    EXPECT_EQ(s.moe_busiest_ep_group_tokens, s.moe_routed_tokens) << name;
+  }
 }
 
 // Greedy outputs of a mixed batch with chunked prefill identical to tp 1, and the expert-load counters counted once.

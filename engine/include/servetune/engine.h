@@ -94,6 +94,10 @@ struct EngineStats {
   int64_t moe_experts = 0;
   int64_t moe_routed_tokens = 0;
   int64_t moe_busiest_expert_tokens = 0;
+  // Expert parallelism: the expert-parallel groups (ep_size), and per MoE layer and step the assignments of the
+  // group (its ranks) with the most, summed.
+  int64_t moe_ep_groups = 0;
+  int64_t moe_busiest_ep_group_tokens = 0;
 
   // Ratios, 0 when the denominator is 0.
   double kv_usage() const { return ratio(kv_blocks_used, kv_blocks_total); }
@@ -103,6 +107,8 @@ struct EngineStats {
   double spec_acceptance_rate() const { return ratio(spec_accepted_tokens, spec_draft_tokens); }
   // The busiest expert's tokens against the mean per expert (1: perfectly even; experts at most: all on one).
   double moe_expert_imbalance() const { return ratio(moe_busiest_expert_tokens * moe_experts, moe_routed_tokens); }
+  // The busiest expert-parallel group's assignments over the mean per group (1: even; ep_size: all on one group).
+  double moe_ep_imbalance() const { return ratio(moe_busiest_ep_group_tokens * moe_ep_groups, moe_routed_tokens); }
   // 1 + accepted / drafts: tokens per verification step.
   double spec_mean_accepted_length() const {
     return spec_num_drafts > 0 ? 1.0 + ratio(spec_accepted_tokens, spec_num_drafts) : 0.0;
