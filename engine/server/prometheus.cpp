@@ -159,18 +159,15 @@ std::string render_metrics(const ServerMetrics& m, const EngineStats& s, const s
   header(out, "servetune:comm_wait_seconds_total", "counter", "Tensor-parallel collectives: rank 0's waits for slower ranks.");
   sample(out, "servetune:comm_wait_seconds_total", labels, s.comm_wait_seconds);
   // The same per kind of collective (all_reduce for tensor parallelism, all_gather / reduce_scatter for DP attention).
-  header(out, "servetune:comm_collective_calls_total", "counter", "The model's collectives run, by kind.");
-  for (size_t k = 0; k < kCollectiveKinds; ++k) {
-    sample(out, "servetune:comm_collective_calls_total", kind_label(labels, k), s.collectives[k].calls);
-  }
-  header(out, "servetune:comm_collective_bytes_total", "counter", "Payload bytes of the model's collectives (rank 0's), by kind.");
-  for (size_t k = 0; k < kCollectiveKinds; ++k) {
-    sample(out, "servetune:comm_collective_bytes_total", kind_label(labels, k), s.collectives[k].bytes);
-  }
-  header(out, "servetune:comm_collective_seconds_total", "counter", "Time of the model's collectives (as comm_seconds), by kind.");
-  for (size_t k = 0; k < kCollectiveKinds; ++k) {
-    sample(out, "servetune:comm_collective_seconds_total", kind_label(labels, k), s.collectives[k].seconds);
-  }
+  const auto per_kind = [&](const std::string& name, const char* help, auto field) {
+    header(out, name, "counter", help);
+    for (size_t k = 0; k < kCollectiveKinds; ++k) sample(out, name, kind_label(labels, k), s.collectives[k].*field);
+  };
+  per_kind("servetune:comm_collective_calls_total", "The model's collectives run, by kind.", &CollectiveTotals::calls);
+  per_kind("servetune:comm_collective_bytes_total", "Payload bytes of the model's collectives (rank 0's), by kind.",
+           &CollectiveTotals::bytes);
+  per_kind("servetune:comm_collective_seconds_total", "Time of the model's collectives (as comm_seconds), by kind.",
+           &CollectiveTotals::seconds);
   header(out, "servetune:idle_batches_total", "counter",
          "DP attention: steps a replica ran with no tokens of its own, to join the MoE layers' collectives.");
   sample(out, "servetune:idle_batches_total", labels, s.idle_batches);

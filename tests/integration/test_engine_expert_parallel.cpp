@@ -151,16 +151,25 @@ void expect_counted_once(const EngineStats& s, const std::string& model, const s
   }
 }
 
+// `count` mixed jobs (chunked prefill, shared prefixes) and their greedy outputs on one rank: what every layout must
+// reproduce.
+struct OneRankReference {
+  std::vector<testing::Job> jobs;
+  std::vector<std::vector<int32_t>> outputs;
+};
+
+OneRankReference one_rank_reference(const std::string& model, int count) {
+  OneRankReference r;
+  Engine engine(config_for(model, 1, 1));
+  r.jobs = testing::mixed_jobs(engine.tokenizer(), count, 24);
+  r.outputs = testing::run_greedy(engine, r.jobs, true);
+  expect_counted_once(engine.stats(), model, "tp 1");
+  return r;
+}
+
 // Greedy outputs of a mixed batch with chunked prefill identical to tp 1, and the expert-load counters counted once.
 void expect_greedy_identical(const std::string& model, const std::vector<Layout>& layouts) {
-  std::vector<testing::Job> jobs;
-  std::vector<std::vector<int32_t>> reference;
-  {
-    Engine engine(config_for(model, 1, 1));
-    jobs = testing::mixed_jobs(engine.tokenizer(), 8, 24);
-    reference = testing::run_greedy(engine, jobs, true);
-    expect_counted_once(engine.stats(), model, "tp 1");
-  }
+  const auto [jobs, reference] = one_rank_reference(model, 8);
   for (const Layout& l : layouts) {
     Engine engine(config_for(model, l.tp, l.ep));
     const auto outs = testing::run_greedy(engine, jobs, true);
@@ -191,13 +200,7 @@ EngineConfig dp_attention_config(const std::string& model, int dp, int ep) {
 }
 
 void expect_dp_attention_identical(const std::string& model, const std::vector<Layout>& layouts) {
-  std::vector<testing::Job> jobs;
-  std::vector<std::vector<int32_t>> reference;
-  {
-    Engine engine(config_for(model, 1, 1));
-    jobs = testing::mixed_jobs(engine.tokenizer(), 8, 24);
-    reference = testing::run_greedy(engine, jobs, true);
-  }
+  const auto [jobs, reference] = one_rank_reference(model, 8);
   for (const Layout& l : layouts) {
     const std::string name = "dp attention " + std::to_string(l.tp) + " x ep " + std::to_string(l.ep);
     Engine engine(dp_attention_config(model, l.tp, l.ep));
@@ -227,21 +230,16 @@ TEST(EngineDpAttention, Qwen3MoeGreedyOutputsIdenticalToOneRank) {
 // of the busy replica's tokens), so the collectives never wait for it; the engine then shuts down at once.
 TEST(EngineDpAttention, IdleReplicaRunsEmptyBatches) {
   const testing::RandomModel m("deepseek-v3-tiny");
-  std::vector<testing::Job> jobs;
-  std::vector<std::vector<int32_t>> reference;
-  {
-    Engine engine(config_for(m.path(), 1, 1));
-    jobs = testing::mixed_jobs(engine.tokenizer(), 1, 24);
-    jobs[0].max_tokens = 12;
-    reference = testing::run_greedy(engine, jobs, true);
-  }
+  const OneRankReference one = one_rank_reference(m.path(), 2);
+  std::vector<testing::Job> jobs = {one.jobs[1]};  // 12 new tokens
+  const std::vector<int32_t>& reference = one.outputs[1];
   Engine engine(dp_attention_config(m.path(), 2, 2));
-  EXPECT_EQ(testing::run_greedy(engine, jobs, true), reference);
+  EXPECT_EQ(testing::run_greedy(engine, jobs, true)[0], reference);
   // Requests after the first run too, on either replica (round robin: the next goes to the idle one).
   jobs.push_back(jobs[0]);
   const auto twice = testing::run_greedy(engine, jobs, true);
-  EXPECT_EQ(twice[0], reference[0]);
-  EXPECT_EQ(twice[1], reference[0]);
+  EXPECT_EQ(twice[0], reference);
+  EXPECT_EQ(twice[1], reference);
   engine.shutdown();  // replica 0 (whose counters count) may still be in an idle batch of the last step
   const EngineStats s = engine.stats();
   expect_counted_once(s, m.path(), "one request, then two");
@@ -257,13 +255,7 @@ TEST(EngineDpAttention, IdleReplicaRunsEmptyBatches) {
 // other one cached (prefix hits on one, misses on the other): outputs stay those of tp 1 throughout.
 TEST(EngineDpAttention, PreemptionAndPrefixCacheOnEachReplicaKeepOutputs) {
   const testing::RandomModel m("deepseek-v3-tiny");
-  std::vector<testing::Job> jobs;
-  std::vector<std::vector<int32_t>> reference;
-  {
-    Engine engine(config_for(m.path(), 1, 1));
-    jobs = testing::mixed_jobs(engine.tokenizer(), 8, 24);
-    reference = testing::run_greedy(engine, jobs, true);
-  }
+  const auto [jobs, reference] = one_rank_reference(m.path(), 8);
   EngineConfig c = dp_attention_config(m.path(), 2, 2);
   c.max_total_tokens = 640;  // 320 tokens per replica: its four requests of up to 259 tokens each do not fit at once
   c.page_size = 8;
