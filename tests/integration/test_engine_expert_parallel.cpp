@@ -4,14 +4,18 @@
 // and Mixtral (stacked experts): logits of tp 2, ep 2 (tp 2), tp 4 x ep 2 and ep 4 (tp 4) within
 // 1e-5 relative of one rank and the same greedy picks, also when a router bias sends every token to the experts of
 // one rank; greedy engine outputs identical to tp 1, with every token's routing counted once; bad splits are clear
-// usage errors. DP attention (tp = dp replicas, the MoE layers over all of them): greedy outputs identical to tp 1, an
-// idle replica running empty batches, unsupported combinations named.
+// usage errors. DP attention (tp = dp replicas, the MoE layers over all of them): logits of two replicas within 1e-5
+// of one rank (one replica idle part of the time), greedy engine outputs identical to tp 1 with preemption and
+// prefix hits on either replica, an idle replica running empty batches, unsupported combinations named.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 
+#include "comm/local_communicator.h"
 #include "core/error.h"
 #include "formats/safetensors.h"
 #include "model/checkpoint.h"
@@ -123,6 +127,80 @@ TEST(ExpertParallelLogits, EveryTokenOnOneRanksExpertsMatchesOneRank) {
 }
 
 void expect_usage_error(const EngineConfig& c, const std::vector<std::string>& words);
+
+// DP attention at the model level: two replica groups (tp 1 each, their MoE layers joined by one communicator) run
+// sequences {0, 2} and {1} of three in lockstep, replica 1 with nothing left from step 10 on (its idle batches still
+// serve replica 0's tokens); every logits row within 1e-5 relative of one rank running all three, same greedy pick.
+void expect_dp_attention_logits_match(const std::string& model, int ep) {
+  const Checkpoint ck(model, LoadFormat::kAuto);
+  TensorParallelGroup one(ck, "cpu", 1, 1);
+  const auto group = LocalGroup::create(2, std::chrono::seconds(60));
+  TensorParallelGroup r0(ck, "cpu", 1, 1, CompileOptions{}, kDefaultCommTimeout, ep, group->communicator(0));
+  TensorParallelGroup r1(ck, "cpu", 1, 1, CompileOptions{}, kDefaultCommTimeout, ep, group->communicator(1));
+  for (TensorParallelGroup* g : {&one, &r0, &r1}) g->create_kv(testing::kLogitsKvBlocks, testing::kPage, DType::kF32);
+  const int64_t vocab = one.model(0).config().vocab;
+  std::vector<testing::SeqState> seqs(3);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int k = 0; k < 5 + 9 * static_cast<int>(i); ++k) seqs[i].tokens.push_back(3 + (static_cast<int>(i) * 37 + k * 11) % 250);
+    seqs[i].first_block = static_cast<int32_t>(i * testing::kLogitsMaxBlocks);
+  }
+  const std::vector<std::vector<size_t>> replica_seqs = {{0, 2}, {1}};
+  int64_t rows = 0;
+  for (int step = 0; step < 16; ++step) {
+    const auto active = [&](size_t i) { return i != 1 || step < 10; };  // replica 1's request ends: idle from step 10
+    std::vector<testing::SeqState> mine[2], every;
+    for (int r = 0; r < 2; ++r) {
+      for (size_t i : replica_seqs[static_cast<size_t>(r)]) {
+        if (active(i)) mine[r].push_back(seqs[i]);
+      }
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (active(i)) every.push_back(seqs[i]);
+    }
+    const Batch all = testing::next_batch(every, 8, testing::kLogitsMaxBlocks);
+    const Batch b0 = testing::next_batch(mine[0], 8, testing::kLogitsMaxBlocks);
+    const Batch b1 = testing::next_batch(mine[1], 8, testing::kLogitsMaxBlocks);
+    std::vector<float> ref, l0, l1;
+    one.forward(all, ref);
+    std::thread other([&] {
+      if (b1.n_tokens() > 0) r1.forward(b1, l1);
+      else r1.forward_idle();
+    });
+    r0.forward(b0, l0);
+    other.join();
+    // Each sampling sequence's row: in the reference in sequence order, in its replica in that replica's order.
+    size_t ref_row = 0, rows0 = 0, rows1 = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      testing::SeqState& s = seqs[i];
+      const int64_t end = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()), s.computed + 8);
+      const bool sampled = end == static_cast<int64_t>(s.tokens.size()) && end > s.computed;
+      const bool on_one = i == 1;
+      if (!active(i)) continue;
+      s.computed = end;
+      if (!sampled) continue;
+      const float* want = ref.data() + ref_row++ * static_cast<size_t>(vocab);
+      const float* got = on_one ? l1.data() + rows1++ * static_cast<size_t>(vocab) : l0.data() + rows0++ * static_cast<size_t>(vocab);
+      float scale = 0.0f, diff = 0.0f;
+      for (int64_t v = 0; v < vocab; ++v) {
+        scale = std::max(scale, std::fabs(want[v]));
+        diff = std::max(diff, std::fabs(want[v] - got[v]));
+      }
+      EXPECT_LE(diff / std::max(scale, 1e-30f), 1e-5) << model << " ep " << ep << " step " << step << " sequence " << i;
+      EXPECT_EQ(std::max_element(got, got + vocab) - got, std::max_element(want, want + vocab) - want) << "step " << step;
+      s.tokens.push_back(static_cast<int32_t>(std::max_element(want, want + vocab) - want));
+      ++rows;
+    }
+  }
+  EXPECT_GT(rows, 30);
+}
+
+TEST(DpAttentionLogits, DeepSeekV3AndQwen3MoeMatchOneRank) {
+  for (const std::string preset : {"deepseek-v3-tiny", "qwen3-moe-tiny"}) {
+    const testing::RandomModel m(preset);
+    expect_dp_attention_logits_match(m.path(), 1);
+    expect_dp_attention_logits_match(m.path(), 2);
+  }
+}
 
 EngineConfig config_for(const std::string& model, int tp, int ep) {
   EngineConfig c = testing::chunked_config(model);
