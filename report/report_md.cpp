@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "report/report.h"
+#include "tuner/noise.h"
 
 namespace servetune::report {
 
@@ -12,6 +13,23 @@ namespace {
 std::string metric_cell(const ReportData& d, const std::string& c, const std::string& w, const std::string& key) {
   const auto v = d.table.metric(c, w, key);
   return v ? format_number(*v) : "-";
+}
+
+// The 95% confidence interval of the mean of `key` over the repeats ("[1.2e3, 1.4e3]"), or "-" below two repeats.
+std::string interval_cell(const ReportData& d, const std::string& c, const std::string& w, const std::string& key) {
+  const Cell* cell = d.table.cell(c, w);
+  if (cell == nullptr || !cell->samples.count(key)) return "-";
+  const auto ci = mean_interval(cell->samples.at(key));
+  return ci ? "[" + format_number(ci->low) + ", " + format_number(ci->high) + "]" : "-";
+}
+
+// Whether some candidate has repeats of `key` on `w` (then the tables show intervals).
+bool has_repeats(const ReportData& d, const std::string& w, const std::string& key) {
+  for (const auto& c : d.table.candidates()) {
+    const Cell* cell = d.table.cell(c.id, w);
+    if (cell != nullptr && cell->samples.count(key) && cell->samples.at(key).size() >= 2) return true;
+  }
+  return false;
 }
 
 std::string workload_caption(const Cell& cell) {
@@ -178,11 +196,14 @@ void candidate_tables(std::ostringstream& o, const ReportData& d) {
   for (const auto& w : d.table.workloads()) {
     const Cell* any = any_cell(d, w);
     if (any == nullptr) continue;
+    // With repeats the values are medians, and total tok/s also gets the 95% interval of its mean.
+    const bool intervals = has_repeats(d, w, "total_token_throughput");
     o << "### `" << w << "` (" << workload_caption(*any) << ")\n\n| candidate |";
     for (const auto& dim : d.dims) o << " " << dim << " |";
-    o << " req/s | output tok/s | total tok/s | mean TTFT (ms) | mean TPOT (ms) | p99 TPOT (ms) | failed | SLO |\n|---|";
+    o << " req/s | output tok/s | total tok/s |" << (intervals ? " total tok/s, 95% CI of the mean |" : "")
+      << " mean TTFT (ms) | mean TPOT (ms) | p99 TPOT (ms) | failed | SLO |\n|---|";
     for (size_t i = 0; i < d.dims.size(); ++i) o << "---|";
-    o << "---:|---:|---:|---:|---:|---:|---:|---|\n";
+    o << "---:|---:|---:|" << (intervals ? "---:|" : "") << "---:|---:|---:|---:|---|\n";
     for (const auto& c : d.table.candidates()) {
       if (d.table.cell(c.id, w) == nullptr) continue;
       std::string mark = c.id == d.best ? " (best)" : (c.id == d.baseline ? " (baseline)" : "");
@@ -196,7 +217,8 @@ void candidate_tables(std::ostringstream& o, const ReportData& d) {
       g.workload = w;
       const Score s = score(d.table, c.id, g);
       o << " " << metric_cell(d, c.id, w, "request_throughput") << " | " << metric_cell(d, c.id, w, "output_throughput") << " | "
-        << metric_cell(d, c.id, w, "total_token_throughput") << " | " << metric_cell(d, c.id, w, "mean_ttft_ms") << " | "
+        << metric_cell(d, c.id, w, "total_token_throughput") << " | "
+        << (intervals ? interval_cell(d, c.id, w, "total_token_throughput") + " | " : "") << metric_cell(d, c.id, w, "mean_ttft_ms") << " | "
         << metric_cell(d, c.id, w, "mean_tpot_ms") << " | " << metric_cell(d, c.id, w, "p99_tpot_ms") << " | "
         << metric_cell(d, c.id, w, "failed") << " | " << (d.goal.slo.empty() ? "-" : (s.feasible ? "ok" : s.violation)) << " |\n";
     }

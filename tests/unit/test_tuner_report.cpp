@@ -1,6 +1,7 @@
 // Reports from a synthetic run folder: conclusion with the best settings, the % change against the baseline and
 // the command lines that reproduce it; stage gains; skipped candidates with reasons; HTML with inline SVG charts
-// (bars, Pareto front, concurrency lines) and no scripts; CSV; a folder of records without a sweep file.
+// (bars, Pareto front, concurrency lines) and no scripts; CSV; a folder of records without a sweep file; intervals
+// of the mean over repeats in the candidate tables.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -106,6 +107,23 @@ TEST_F(TunerReport, MarkdownLeadsWithTheConclusion) {
   EXPECT_NE(md.find("tp_size 2 cannot split the model's 9 attention heads"), std::string::npos);  // the skipped candidate's reason
   EXPECT_NE(md.find("Test CPU"), std::string::npos);
   EXPECT_NE(md.find("| built-in engine's CPU kernels | avx2 |"), std::string::npos);
+  EXPECT_EQ(md.find("95% CI of the mean"), std::string::npos);  // one repeat each: no interval column
+}
+
+// With repeats the candidate tables add the Student-t interval of the mean total tok/s: the baseline's 100, 90, 110
+// give 100 +- t(0.975, 2) x 10 / sqrt(3) = [75.2, 125]; candidates with one repeat show "-".
+TEST_F(TunerReport, RepeatsShowTheIntervalOfTheMean) {
+  ResultsStore store(dir_.string());
+  const Candidate base = SearchSpace(spec_).baseline();
+  for (const auto& [repeat, tps] : {std::pair{1, 90.0}, std::pair{2, 110.0}}) {
+    auto r = record(base, spec_, "chat", tps, 3000 / tps);
+    r["repeat"] = repeat;
+    store.write_record(r);
+  }
+  const std::string md = render_markdown(load_report(dir_.string()));
+  EXPECT_NE(md.find("| total tok/s | total tok/s, 95% CI of the mean |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 100 | [75.2, 125] |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 150 | - |"), std::string::npos) << md;
 }
 
 TEST_F(TunerReport, HtmlIsSelfContainedWithCharts) {
