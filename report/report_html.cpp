@@ -7,6 +7,7 @@
 
 #include "report/report.h"
 #include "report/svg_chart.h"
+#include "tuner/noise.h"
 
 namespace servetune::report {
 
@@ -119,11 +120,21 @@ std::string charts(const ReportData& d) {
     if (has_levels(d, g)) continue;
     std::vector<Bar> bars;
     size_t i = 0;
+    bool whiskers = false;
     for (const auto& c : d.table.candidates()) {
       const auto v = d.table.metric(c.id, g, "total_token_throughput");
-      if (v && bars.size() < 60) bars.push_back({chart_label(d, c.id), *v, color_for(d, c.id, i++)});
+      if (!v || bars.size() >= 60) continue;
+      bars.push_back({chart_label(d, c.id), *v, color_for(d, c.id, i++), std::nullopt});
+      const Cell* cell = d.table.cell(c.id, g);
+      if (cell != nullptr && cell->samples.count("total_token_throughput")) {
+        if (const auto ci = tuner::mean_interval(cell->samples.at("total_token_throughput"))) {
+          bars.back().whisker = std::pair{ci->low, ci->high};
+          whiskers = true;
+        }
+      }
     }
-    if (!bars.empty()) o << "<figure>" << bar_chart("Total token throughput on " + g, "tokens/s", bars) << "</figure>\n";
+    const std::string title = "Total token throughput on " + g + (whiskers ? " (median; whiskers: 95% interval of the mean)" : "");
+    if (!bars.empty()) o << "<figure>" << bar_chart(title, "tokens/s", bars) << "</figure>\n";
   }
   // Throughput vs TPOT on the objective workload, with the Pareto front.
   if (!d.goal.workload.empty()) {

@@ -99,7 +99,7 @@ std::string bar_chart(const std::string& title, const std::string& y_label, cons
   std::ostringstream o;
   frame(o, title, "", y_label);
   double hi = 0.0;
-  for (const auto& b : bars) hi = std::max(hi, b.value);
+  for (const auto& b : bars) hi = std::max({hi, b.value, b.whisker ? b.whisker->second : 0.0});
   std::vector<double> ticks = nice_ticks(0.0, hi > 0 ? hi : 1.0);
   hi = ticks.back();
   y_axis(o, ticks, 0.0, hi);
@@ -112,6 +112,13 @@ std::string bar_chart(const std::string& title, const std::string& y_label, cons
       << "\" fill=\"" << bars[i].color << "\"><title>" << html_escape(bars[i].label) << ": " << format_number(bars[i].value)
       << "</title></rect>\n";
     const double cx = x + slot * 0.35;
+    if (const auto& wk = bars[i].whisker) {
+      const double y_low = kTop + h - std::max(0.0, wk->first) / hi * h, y_high = kTop + h - wk->second / hi * h;
+      o << "<path d=\"M" << num(cx) << " " << num(y_low) << "V" << num(y_high) << "M" << num(cx - slot * 0.12) << " " << num(y_low)
+        << "h" << num(slot * 0.24) << "M" << num(cx - slot * 0.12) << " " << num(y_high) << "h" << num(slot * 0.24)
+        << "\" stroke=\"#222\" fill=\"none\"><title>" << html_escape(bars[i].label) << ": 95% interval of the mean ["
+        << format_number(wk->first) << ", " << format_number(wk->second) << "]</title></path>\n";
+    }
     o << "<text transform=\"translate(" << num(cx) << "," << num(kHeight - kBottom + 12) << ") rotate(35)\">" << html_escape(bars[i].label) << "</text>\n";
   }
   o << "</svg>\n";

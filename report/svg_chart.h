@@ -2,6 +2,7 @@
 // category) and an x-y chart (points and/or lines per series, optional log2 x axis), with nice axis ticks.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@ struct Bar {
   std::string label;
   double value = 0.0;
   std::string color;
+  std::optional<std::pair<double, double>> whisker;  // an interval drawn over the bar (low, high)
 };
 
 struct Series {

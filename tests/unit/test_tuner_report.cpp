@@ -1,7 +1,7 @@
 // Reports from a synthetic run folder: conclusion with the best settings, the % change against the baseline and
 // the command lines that reproduce it; stage gains; skipped candidates with reasons; HTML with inline SVG charts
 // (bars, Pareto front, concurrency lines) and no scripts; CSV; a folder of records without a sweep file; intervals
-// of the mean over repeats in the candidate tables.
+// of the mean over repeats in the candidate tables and as whiskers on the bars.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -124,6 +124,10 @@ TEST_F(TunerReport, RepeatsShowTheIntervalOfTheMean) {
   EXPECT_NE(md.find("| total tok/s | total tok/s, 95% CI of the mean |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 100 | [75.2, 125] |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 150 | - |"), std::string::npos) << md;
+  // The HTML's throughput bars carry the same interval as a whisker.
+  const std::string html = render_html(load_report(dir_.string()));
+  EXPECT_NE(html.find("Total token throughput on chat (median; whiskers: 95% interval of the mean)"), std::string::npos);
+  EXPECT_NE(html.find(": 95% interval of the mean [75.2, 125]</title>"), std::string::npos);
 }
 
 TEST_F(TunerReport, HtmlIsSelfContainedWithCharts) {
