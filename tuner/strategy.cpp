@@ -148,7 +148,13 @@ class HalvingStrategy : public Strategy {
       std::stable_sort(ranked.begin(), ranked.end(), [&](const std::string& a, const std::string& b) {
         return better(score(results, a, g), score(results, b, g), g.maximize);
       });
-      const size_t keep = std::max<size_t>(1, static_cast<size_t>(std::ceil(spec_.strategy.keep * static_cast<double>(ranked.size()))));
+      size_t keep = std::max<size_t>(1, static_cast<size_t>(std::ceil(spec_.strategy.keep * static_cast<double>(ranked.size()))));
+      // With repeats, a candidate the last kept one does not beat beyond noise goes on too: screening does not drop
+      // what it cannot tell apart (the rung then keeps more than its fraction).
+      while (keep < ranked.size() && !beats_beyond_noise(results, ranked[keep], ranked[keep - 1], g) &&
+             compare_scores(results, ranked[keep], ranked[keep - 1], g)) {
+        ++keep;
+      }
       ranked.resize(std::min(keep, ranked.size()));
       survivors_ = ranked;
       stages_.back().winner = ranked.front();

@@ -3,6 +3,8 @@
 // within the repeats' noise but promotes one beyond it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "tuner/noise.h"
@@ -75,11 +77,11 @@ TEST(TunerNoise, PredictionAllowance) {
   EXPECT_DOUBLE_EQ(*noise_allowance({7.0, 7.0}, 1), 0.0);
 }
 
-nlohmann::ordered_json record(const Candidate& c, int repeat, double tps) {
+nlohmann::ordered_json record(const Candidate& c, int repeat, double tps, const std::string& workload = "w") {
   nlohmann::ordered_json r;
   r["schema"] = "servetune.record.v1";
   r["candidate"] = {{"id", c.id}, {"label", c.label}, {"settings", c.settings}};
-  r["workload"] = {{"name", "w"}, {"group", "w"}};
+  r["workload"] = {{"name", workload}, {"group", workload}};
   r["repeat"] = repeat;
   r["metrics"] = {{"total_token_throughput", tps}, {"completed", 10}};
   return r;
@@ -116,6 +118,38 @@ repeat: 3
   EXPECT_FALSE(st->next(ResultsTable::build(recs)));
   EXPECT_EQ(st->stages()[1].winner, m8l.id);
   EXPECT_TRUE(st->stages()[1].not_promoted.empty());
+}
+
+// Screening keeps its fraction (here 1 of 4), and with repeats also every candidate the last kept one does not beat
+// beyond noise: m16 trails m8 within noise and goes on; m32 and m64 trail beyond it and stop.
+TEST(TunerNoise, HalvingKeepsWhatScreeningCannotTellApart) {
+  const SweepSpec s = parse_sweep(parse_spec_text(R"(name: t
+target: {engine: builtin, model: m.gguf}
+space: {max_running_requests: [8, 16, 32, 64]}
+strategy: {kind: halving, screen_prompts: [4], keep: 0.25}
+workloads: [{name: w, dataset: random, num_prompts: 16}]
+repeat: 3
+)", "test.yaml"));
+  SearchSpace space(s);
+  const Candidate m8 = space.find({{"max_running_requests", 8}}), m16 = space.find({{"max_running_requests", 16}}),
+                  m32 = space.find({{"max_running_requests", 32}}), m64 = space.find({{"max_running_requests", 64}});
+  std::vector<nlohmann::ordered_json> recs;
+  for (int r = 0; r < 3; ++r) {
+    recs.push_back(record(m8, r, std::vector<double>{120, 100, 130}[r], "w@screen4"));
+    recs.push_back(record(m16, r, std::vector<double>{115, 125, 95}[r], "w@screen4"));
+    recs.push_back(record(m32, r, std::vector<double>{60, 61, 59}[r], "w@screen4"));
+    recs.push_back(record(m64, r, std::vector<double>{40, 41, 39}[r], "w@screen4"));
+  }
+  auto st = Strategy::make(s, space);
+  ASSERT_TRUE(st->next(ResultsTable{}));
+  const auto final_batch = st->next(ResultsTable::build(recs));
+  ASSERT_TRUE(final_batch);
+  EXPECT_EQ(st->stages()[0].kept, 2u);
+  std::vector<std::string> finalists;
+  for (const auto& t : final_batch->trials) finalists.push_back(t.candidate.id);
+  EXPECT_NE(std::find(finalists.begin(), finalists.end(), m16.id), finalists.end());
+  EXPECT_EQ(std::find(finalists.begin(), finalists.end(), m32.id), finalists.end());
+  EXPECT_EQ(std::find(finalists.begin(), finalists.end(), m64.id), finalists.end());
 }
 
 }  // namespace
