@@ -194,6 +194,45 @@ void expect_dp_attention_logits_match(const std::string& model, int ep) {
   EXPECT_GT(rows, 30);
 }
 
+// A replica whose step fails (here a batch asking for a logits row it does not have) aborts the replicas'
+// communicator: the other one, waiting in its first MoE gather, fails at once with that replica's error instead of
+// waiting out the 60 s timeout, and the group stays broken (idle batches throw too).
+TEST(DpAttentionLogits, AFailingReplicaFailsTheOtherAtOnce) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  const Checkpoint ck(m.path(), LoadFormat::kAuto);
+  const auto group = LocalGroup::create(2, std::chrono::seconds(60));
+  TensorParallelGroup r0(ck, "cpu", 1, 1, CompileOptions{}, kDefaultCommTimeout, 2, group->communicator(0));
+  TensorParallelGroup r1(ck, "cpu", 1, 1, CompileOptions{}, kDefaultCommTimeout, 2, group->communicator(1));
+  for (TensorParallelGroup* g : {&r0, &r1}) g->create_kv(testing::kLogitsKvBlocks, testing::kPage, DType::kF32);
+  std::vector<testing::SeqState> seqs(1);
+  seqs[0].tokens = {3, 4, 5, 6};
+  const Batch good = testing::next_batch(seqs, 8, testing::kLogitsMaxBlocks);
+  Batch bad = good;
+  bad.logits_indices = {99};
+  const auto start = std::chrono::steady_clock::now();
+  std::string other_error;
+  std::thread other([&] {
+    std::vector<float> logits;
+    try {
+      r1.forward(bad, logits);
+    } catch (const std::exception& e) {
+      other_error = e.what();
+    }
+  });
+  std::vector<float> logits;
+  try {
+    r0.forward(good, logits);
+    ADD_FAILURE() << "replica 0's step should fail with replica 1's";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("replica 1 failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("logits index out of range"), std::string::npos) << e.what();
+  }
+  other.join();
+  EXPECT_NE(other_error.find("logits index out of range"), std::string::npos) << other_error;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_THROW(r0.forward_idle(), Error);
+}
+
 TEST(DpAttentionLogits, DeepSeekV3AndQwen3MoeMatchOneRank) {
   for (const std::string preset : {"deepseek-v3-tiny", "qwen3-moe-tiny"}) {
     const testing::RandomModel m(preset);
