@@ -126,8 +126,13 @@ std::string SearchSpace::check(const Candidate& c) const {
     if (!ok) return "constraint '" + constraints_[i].text() + "' is false";
   }
   const int64_t tp = int_setting(vars, "tp_size").value_or(1), dp = int_setting(vars, "dp_size").value_or(1);
-  if (spec_.target.devices && tp * dp > *spec_.target.devices) {
-    return "tp_size x dp_size = " + std::to_string(tp * dp) + " exceeds the " + std::to_string(*spec_.target.devices) + " devices";
+  // With DP attention the dp_size replicas are the tp_size ranks themselves (SGLang's --dp with --enable-dp-attention).
+  const auto dp_attention = vars.find("enable_dp_attention");
+  const bool replicas_are_ranks = dp_attention != vars.end() && dp_attention->is_boolean() && dp_attention->get<bool>();
+  const int64_t devices = replicas_are_ranks ? tp : tp * dp;
+  if (spec_.target.devices && devices > *spec_.target.devices) {
+    return std::string(replicas_are_ranks ? "tp_size" : "tp_size x dp_size") + " = " + std::to_string(devices) + " exceeds the " +
+           std::to_string(*spec_.target.devices) + " devices";
   }
   const int64_t ep = int_setting(vars, "ep_size").value_or(1);
   if (spec_.target.num_experts && ep > 0 && *spec_.target.num_experts % ep != 0) {

@@ -46,6 +46,18 @@ workloads: [{name: w, dataset: random}]
   EXPECT_NE(space.at(5).skip_reason.find("exceeds the 4 devices"), std::string::npos);  // tp 8, 64
 }
 
+// DP attention's replicas are the tp_size ranks: tp 4 x dp 4 with it needs 4 devices, without it 16.
+TEST(TunerSpace, DpAttentionCountsTheRanksOnce) {
+  const SweepSpec s = parse_space_spec(R"(name: t
+target: {engine: external, model: m, command: "srv --port {port} {flags}", devices: 4, settings: {tp_size: 4, dp_size: 4}}
+space: {enable_dp_attention: [true, false]}
+workloads: [{name: w, dataset: random}]
+)");
+  SearchSpace space(s);
+  EXPECT_EQ(space.at(0).skip_reason, "");
+  EXPECT_NE(space.at(1).skip_reason.find("tp_size x dp_size = 16 exceeds the 4 devices"), std::string::npos) << space.at(1).skip_reason;
+}
+
 TEST(TunerSpace, TensorParallelSizesTheModelCannotBeSplitIntoAreSkipped) {
   const SweepSpec s = parse_space_spec(R"(name: t
 target: {engine: builtin, model: )" + testing::stories_path() + R"(}
