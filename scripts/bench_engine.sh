@@ -27,27 +27,38 @@ if ! "$PY" -c 'import gguf, numpy' 2>/dev/null; then
   }
 fi
 
-# A prompt of exactly PROMPT_TOKENS tokens for this model (BOS included).
-PROMPT=$(python3 - "$ST" "$MODEL" "$PROMPT_TOKENS" <<'PY'
-import json, subprocess, sys
-st, model, want = sys.argv[1], sys.argv[2], int(sys.argv[3])
-words = ("the quick brown fox jumps over the lazy dog while seven wizards quietly judge boxing matches " * 80).split()
-lo, hi = 1, len(words)
-while lo < hi:  # longest word prefix with <= want tokens
-    mid = (lo + hi + 1) // 2
-    n = len(json.loads(subprocess.check_output([st, "tokenize", "--model", model, " ".join(words[:mid])])))
-    lo, hi = (mid, hi) if n <= want else (lo, mid - 1)
-print(" ".join(words[:lo]))
+# servetune is timed warm, as llama-bench times llama.cpp (it runs one untimed pass first): each run is one
+# `servetune bench` process at concurrency 1 with prefix caching off, whose first request warms the engine; prefill
+# is PROMPT_TOKENS / the median time to first token of the later ones and decode 1 / their median time per output
+# token. Both include what llama-bench leaves out (scheduling, sampling, the token stream), so the ratio errs
+# against servetune. A cold engine's first forward (page faults in fresh buffers) costs milliseconds, which is all of
+# a tiny model's prefill.
+st_bench() {  # st_bench INPUT_LEN OUTPUT_LEN PROMPTS ttft|tpot -> its median in ms over the requests after the first
+  local dir
+  dir=$(mktemp -d)
+  "$ST" bench --backend builtin --model "$MODEL" --threads "$THREADS" --disable-radix-cache --max-concurrency 1 \
+    --dataset-name random --random-input-len "$1" --random-output-len "$2" --ignore-eos --num-prompts "$3" \
+    --save-result --save-detailed --result-dir "$dir" --result-filename r.json >/dev/null 2>&1 ||
+    { echo "bench_engine: servetune bench failed on $MODEL" >&2; rm -rf "$dir"; exit 1; }
+  python3 - "$dir/r.json" "$4" <<'PY'
+import json, statistics, sys
+r = json.load(open(sys.argv[1]))
+warm = sorted(range(len(r["start_times"])), key=lambda i: r["start_times"][i])[1:]  # the first request warmed up
+if sys.argv[2] == "ttft":
+    print(statistics.median(1000 * r["ttfts"][i] for i in warm))
+else:  # time per output token after the first
+    print(statistics.median(1000 * (r["latencies"][i] - r["ttfts"][i]) / (r["output_lens"][i] - 1) for i in warm))
 PY
-)
+  rm -rf "$dir"
+}
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2)? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 st_pp=(); st_tg=(); ll_pp=(); ll_tg=()
 for i in $(seq "$RUNS"); do
-  out=$("$ST" generate --model "$MODEL" --threads "$THREADS" --prompt "$PROMPT" --max-tokens 1 2>&1 >/dev/null)
-  st_pp+=("$(echo "$out" | sed -n 's/^prefill: .*(\(.*\) tok\/s)/\1/p')")
-  out=$("$ST" generate --model "$MODEL" --threads "$THREADS" --prompt "Once upon a time" --max-tokens $((GEN_TOKENS + 1)) --ignore-eos 2>&1 >/dev/null)
-  st_tg+=("$(echo "$out" | sed -n 's/^decode: .*(\(.*\) tok\/s)/\1/p')")
+  ttft_ms=$(st_bench "$PROMPT_TOKENS" 1 9 ttft)
+  st_pp+=("$(echo "1000 * $PROMPT_TOKENS / $ttft_ms" | bc -l)")
+  tpot_ms=$(st_bench 8 $((GEN_TOKENS + 1)) 5 tpot)
+  st_tg+=("$(echo "1000 / $tpot_ms" | bc -l)")
   js=$("$LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$PROMPT_TOKENS" -n "$GEN_TOKENS" -r 1 -o json 2>/dev/null)
   ll_pp+=("$(echo "$js" | python3 -c 'import json,sys; print([r["avg_ts"] for r in json.load(sys.stdin) if r["n_prompt"]>0][0])')")
   ll_tg+=("$(echo "$js" | python3 -c 'import json,sys; print([r["avg_ts"] for r in json.load(sys.stdin) if r["n_gen"]>0][0])')")

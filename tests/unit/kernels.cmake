@@ -1,5 +1,5 @@
-# CPU kernel tests: the thread pool (core) and the CPU matmul kernels (block-scaled FP8 included) against their
-# reference (backend).
+# CPU kernel tests: the thread pool (core), the CPU matmul kernels (block-scaled FP8 included) and the latent attention
+# kernels against their reference (backend).
 servetune_test(test_thread_pool LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_thread_pool.cpp
   LIBS servetune_core)
@@ -16,4 +16,7 @@ servetune_test(test_cpu_ops LABEL unit
   LIBS servetune_backend)
 servetune_test(test_background_prefetch LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_background_prefetch.cpp
+  LIBS servetune_backend)
+servetune_test(test_cpu_latent_attention LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_latent_attention.cpp
   LIBS servetune_backend)

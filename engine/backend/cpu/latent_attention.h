@@ -1,4 +1,4 @@
-// Absorbed latent attention (MLA) for one token and a range of its heads, built per ISA (latent_attention_impl.h).
+// Absorbed latent attention (MLA) for a run of tokens and a range of their heads, built per ISA (latent_attention_impl.h).
 #pragma once
 
 #include <cstdint>
@@ -18,9 +18,10 @@ struct LatentAttentionItem {
   float* out = nullptr;      // [n_tokens, n_heads, v_dim]
 };
 
-// Per-thread buffers: a widened cache row, and per head its scores (then weights), their sum and the output sum.
+// Per-thread buffers: a widened cache row, the queries (the SIMD kernels: transposed, lanes side by side), the scores
+// (then weights), their sums and the output sums.
 struct LatentAttentionScratch {
-  std::vector<float> row, scores, sum, acc;
+  std::vector<float> row, queries, scores, sum, acc;
 };
 
 // Tokens [t0, t1) (one sequence, consecutive positions), heads [h0, h1): out = softmax(q . row * scale) weighted

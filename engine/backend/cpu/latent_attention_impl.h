@@ -1,8 +1,10 @@
-// The latent attention kernel's body, included by one file per ISA so the compiler vectorises its lane loops for
-// that ISA (the same additions in the same order everywhere). Internal linkage: safe in any ISA's file.
+// The latent attention kernels: the scalar reference (one dot product per token, head and position) and the SIMD
+// body over an ISA's vector traits (simd_avx2.h / simd_avx512.h), included by one file per ISA. Internal linkage:
+// safe in any ISA's file.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <span>
 #include <vector>
 
@@ -44,8 +46,8 @@ struct CachedRows {
   }
 };
 
-// Tokens [t0, t1) of one sequence at consecutive positions (a prefill chunk's run, or one decode token), heads
-// [h0, h1): three passes over the positions: every (token, head)'s scores (each cached row read once for all of them,
+// The reference. Tokens [t0, t1) of one sequence at consecutive positions (a prefill chunk's run, or one decode token),
+// heads [h0, h1): three passes over the positions: every (token, head)'s scores (each cached row read once for all of them,
 // since the heads share it and every later token sees it too), the softmax weights by the vector exp, then the
 // weighted sum of the rows' first v_dim values.
 inline void latent_attention_body(const LatentAttentionItem& item, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
@@ -90,6 +92,103 @@ inline void latent_attention_body(const LatentAttentionItem& item, int64_t t0, i
     float* o = item.out + (t * item.n_heads + h) * v_dim;
     const float* a = s.acc.data() + lane * v_dim;
     for (int64_t c = 0; c < v_dim; ++c) o[c] = a[c] * inv;
+  }
+}
+
+
+// The SIMD kernel, with the reference's contract. Every head of every token scores the same cached rows, so the
+// (token, head) pairs are the vector lanes (FlashMLA's view: the heads are a GEMM's rows): a row's value at column c is
+// broadcast against the lanes' queries at c, with no horizontal sums. A lane's arithmetic does not depend on which
+// lanes share its vector: each score is a chain of fused multiply-adds over the row in order, the softmax runs over
+// the positions the lane's token sees in order, and each output is a chain over those positions. Prefill runs and
+// decode tokens therefore give a token the same bits.
+template <class S>
+void latent_attention_lanes(const LatentAttentionItem& item, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
+                            LatentAttentionScratch& s) {
+  using V = typename S::V;
+  constexpr int64_t kVectors = 4;  // lane vectors per pass: their score accumulators stay in registers
+  constexpr int64_t kChunk = kVectors * S::kWidth;
+  const KvLayerView& kv = *item.kv;
+  const AttentionBatch& batch = *item.batch;
+  const int64_t width = kv.head_dim, v_dim = item.v_dim, hn = h1 - h0, first = batch.positions[t0];
+  const int64_t span = batch.positions[t1 - 1] + 1;  // positions any of the tokens sees
+  const int64_t lanes = (t1 - t0) * hn;                // (token, head) pairs, token-major
+  const CachedRows rows{kv, batch.block_tables + batch.seq_of_token[t0] * batch.max_blocks_per_seq,
+                        width * dtype_info(kv.dtype).type_size};
+  s.row.resize(static_cast<size_t>(width));
+  s.queries.resize(static_cast<size_t>(width * kChunk));
+  s.scores.resize(static_cast<size_t>(span * kChunk));
+  s.acc.resize(static_cast<size_t>(v_dim * kChunk));
+  const V neg_inf = S::set1(-INFINITY), scale = S::set1(item.scale);
+  constexpr uint32_t kAllLanes = S::kWidth == 32 ? ~0u : (1u << S::kWidth) - 1u;
+  for (int64_t l0 = 0; l0 < lanes; l0 += kChunk) {
+    const int64_t nl = std::min(kChunk, lanes - l0), nv = (nl + S::kWidth - 1) / S::kWidth;
+    // Queries transposed (queries[c * kChunk + i] is lane l0 + i's column c), unused lanes 0; the last position each
+    // lane's token sees (unused lanes: all of them).
+    float* queries = s.queries.data();
+    float last_seen[kChunk];
+    for (int64_t i = 0; i < kChunk; ++i) {
+      const int64_t lane = l0 + i;
+      last_seen[i] = static_cast<float>(i < nl ? first + lane / hn : span);
+      const float* q = i < nl ? item.q + ((t0 + lane / hn) * item.n_heads + h0 + lane % hn) * width : nullptr;
+      for (int64_t c = 0; c < width; ++c) queries[c * kChunk + i] = q != nullptr ? q[c] : 0.0f;
+    }
+    V last[kVectors], max[kVectors], sum[kVectors];
+    for (int64_t g = 0; g < nv; ++g) {
+      last[g] = S::load(last_seen + g * S::kWidth);
+      max[g] = neg_inf;
+      sum[g] = S::zero();
+    }
+    float* scores = s.scores.data();
+    for (int64_t p = 0; p < span; ++p) {
+      const float* r = rows.get(p, s.row);
+      V acc[kVectors];
+      for (int64_t g = 0; g < nv; ++g) acc[g] = S::zero();
+      for (int64_t c = 0; c < width; ++c) {
+        const V rc = S::set1(r[c]);
+        for (int64_t g = 0; g < nv; ++g) acc[g] = S::fmadd(S::load(queries + c * kChunk + g * S::kWidth), rc, acc[g]);
+      }
+      for (int64_t g = 0; g < nv; ++g) {
+        if (p > first) {  // inside the run: lanes of earlier tokens do not see p
+          const uint32_t seen = S::ge_mask(last[g], S::set1(static_cast<float>(p)));
+          acc[g] = S::add(S::zero_unless(seen, acc[g]), S::zero_unless(~seen & kAllLanes, neg_inf));
+        }
+        S::store(scores + p * kChunk + g * S::kWidth, acc[g]);
+        max[g] = S::max(max[g], acc[g]);
+      }
+    }
+    for (int64_t p = 0; p < span; ++p) {  // weights e^((score - max) * scale), 0 where unseen
+      for (int64_t g = 0; g < nv; ++g) {
+        float* w = scores + p * kChunk + g * S::kWidth;
+        const V e = S::exp(S::mul(S::sub(S::load(w), max[g]), scale));
+        S::store(w, e);
+        sum[g] = S::add(sum[g], e);
+      }
+    }
+    float* acc = s.acc.data();
+    std::fill_n(acc, v_dim * kChunk, 0.0f);
+    for (int64_t p = 0; p < span; ++p) {
+      const float* r = rows.get(p, s.row);
+      for (int64_t g = 0; g < nv; ++g) {
+        const V w = S::load(scores + p * kChunk + g * S::kWidth);
+        for (int64_t c = 0; c < v_dim; ++c) {
+          float* a = acc + c * kChunk + g * S::kWidth;
+          S::store(a, S::fmadd(w, S::set1(r[c]), S::load(a)));
+        }
+      }
+    }
+    for (int64_t g = 0; g < nv; ++g) {
+      const V inv = S::div(S::set1(1.0f), sum[g]);
+      for (int64_t c = 0; c < v_dim; ++c) {
+        float* a = acc + c * kChunk + g * S::kWidth;
+        S::store(a, S::mul(S::load(a), inv));
+      }
+    }
+    for (int64_t i = 0; i < nl; ++i) {
+      const int64_t lane = l0 + i;
+      float* o = item.out + ((t0 + lane / hn) * item.n_heads + h0 + lane % hn) * v_dim;
+      for (int64_t c = 0; c < v_dim; ++c) o[c] = acc[c * kChunk + i];
+    }
   }
 }
 

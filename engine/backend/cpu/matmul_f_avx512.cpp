@@ -1,5 +1,5 @@
-// AVX-512 kernels for F32 / F16 / BF16 weights × f32 activations (a 4×4 rows × tokens FMA tile, masked column tail)
-// and the f16 / bf16 rounding of activations that ggml applies before those dots.
+// AVX-512 kernels for F32 / F16 / BF16 weights × f32 activations (a 4×4 rows × tokens FMA tile, masked column tail,
+// one transpose-reduce per tile) and the f16 / bf16 rounding of activations that ggml applies before those dots.
 
 #include "backend/cpu/matmul_avx512.h"
 #include "backend/cpu/matmul_internal.h"
@@ -40,9 +40,7 @@ void float_tile(const uint8_t* w0, int64_t row_bytes, const float* x0, int64_t x
       for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(w[r], xv, acc[r][t]);
     }
   }
-  for (int t = 0; t < T; ++t) {
-    for (int r = 0; r < R; ++r) y[t * y_stride + r] = hsum(acc[r][t]);
-  }
+  store_tile_sums(acc, y, y_stride);
 }
 
 using FloatTileFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, int64_t, float*, int64_t);

@@ -66,13 +66,6 @@ inline void fma_group(const __m512* w, const float* x0, int64_t x_stride, int64_
   }
 }
 
-template <int R, int T>
-void store_sums(const __m512 (&acc)[R][T], float* y, int64_t y_stride) {
-  for (int t = 0; t < T; ++t) {
-    for (int r = 0; r < R; ++r) y[t * y_stride + r] = hsum(acc[r][t]);
-  }
-}
-
 // Columns [c0, c1) of one scale block, dequantized in registers: 32 a step, as two 16-column groups in column order
 // (the F32 kernel's order). kFull: a whole block, so no lane is masked off.
 template <int R, int T, bool kFull>
@@ -109,7 +102,7 @@ void direct_tile(const TileRows& rows, const float* x0, int64_t x_stride, int64_
       direct_block<R, T, false>(rows, scale, x0, x_stride, c0, cols, acc);
     }
   }
-  store_sums(acc, y, y_stride);
+  store_tile_sums(acc, y, y_stride);
 }
 
 // R rows × T tokens over columns [c0, c1) of dequantized rows in `panel` (column c at panel[r * kPanelCols + c - c0]),
@@ -128,7 +121,7 @@ void panel_tile(const float* panel, const float* x0, int64_t x_stride, int64_t c
     fma_group<R, T>(w, x0, x_stride, c, mask, acc);
   }
   if (last) {
-    store_sums(acc, y, y_stride);
+    store_tile_sums(acc, y, y_stride);
     return;
   }
   for (int r = 0; r < R; ++r) {
