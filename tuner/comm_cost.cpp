@@ -41,6 +41,7 @@ const char* comm_scheme_label(CommScheme scheme) {
     case CommScheme::kTensorParallel: return "TP all-reduce";
     case CommScheme::kExpertAllToAll: return "EP all-to-all (not implemented)";
     case CommScheme::kDpAttention: return "DP attention";
+    case CommScheme::kDpAttentionAllToAll: return "DP attention + all-to-all";
   }
   return "";
 }
@@ -115,6 +116,24 @@ std::vector<StepCollective> step_collectives(CommScheme scheme, const ModelInfo&
       out.push_back(ring_one_way(CollectiveKind::kReduceScatter, "MoE output scatter", moe_layers, hidden_rows, n));
       return out;
     }
+    case CommScheme::kDpAttentionAllToAll: {
+      // As model/moe_decoder.cpp runs it: per MoE layer one gather of every rank's layout (experts + ranks counts, 8
+      // bytes each), then each replica's tokens (tokens / n) go once to every rank of each expert-parallel group
+      // owning one of their experts (uniform routing: probability 1 - C(E - E/ep, k) / C(E, k) per group), as rows
+      // of hidden + 2k values (the ids and weights), and the sums come back as rows of hidden values.
+      const int64_t moe_layers = m.n_layers - m.dense_layers;
+      out.push_back(ring_one_way(CollectiveKind::kAllGather, "MoE layouts", moe_layers, n * (m.experts + n) * 8, n));
+      const double owns = rank_owns_token_probability(m.experts, m.experts_per_token, ep);
+      const double rows = static_cast<double>(s.tokens) * owns;  // one rank's tokens / n, to each of n ranks: itself too
+      for (const auto& [what, width] : {std::pair<const char*, int64_t>{"MoE dispatch", m.hidden + 2 * m.experts_per_token},
+                                        std::pair<const char*, int64_t>{"MoE combine", m.hidden}}) {
+        StepCollective a2a = ring_one_way(CollectiveKind::kAllToAll, what, moe_layers,
+                                          std::llround(rows * static_cast<double>(width * kCommElementBytes)), n);
+        a2a.sent_bytes = rows * (n - 1) / n * static_cast<double>(width * kCommElementBytes);  // to the other ranks
+        out.push_back(a2a);
+      }
+      return out;
+    }
   }
   add_logits_gather(out, m, n, s);
   return out;
@@ -161,7 +180,7 @@ std::string comm_cost_line(const std::string& step_name, const ModelInfo& m, int
   if (n <= 1 || s.tokens == 0) return "";
   std::vector<CommScheme> schemes = {CommScheme::kTensorParallel};
   if (m.experts > 0 && ep == n) schemes.push_back(CommScheme::kExpertAllToAll);  // DeepEP's layout: one expert range per rank
-  if (m.experts > 0) schemes.push_back(CommScheme::kDpAttention);
+  if (m.experts > 0) schemes.insert(schemes.end(), {CommScheme::kDpAttention, CommScheme::kDpAttentionAllToAll});
   std::string line = "comm per " + step_name + " (" + std::to_string(s.tokens) + " tokens):";
   for (size_t i = 0; i < schemes.size(); ++i) {
     const auto cs = step_collectives(schemes[i], m, n, ep, s);

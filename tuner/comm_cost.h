@@ -45,11 +45,12 @@ struct StepShape {
   int64_t logits_rows = 0;
 };
 
-// How the ranks share the work (the implemented one, and the two of SGLang's this engine does not have yet).
+// How the ranks share the work (SGLang's schemes; the engine runs all but kExpertAllToAll).
 enum class CommScheme {
-  kTensorParallel,   // what the engine runs: TP attention and FFN; EP over the same all-reduce (moe_tp x ep = tp)
-  kExpertAllToAll,   // not implemented: EP with all-to-all dispatch and combine (SGLang's DeepEP mode)
+  kTensorParallel,   // TP attention and FFN; EP over the same all-reduce (moe_tp x ep = tp)
+  kExpertAllToAll,   // not implemented: TP attention, EP with all-to-all dispatch and combine (SGLang's DeepEP mode)
   kDpAttention,      // DP attention (tp = dp replicas): all-gather before and reduce-scatter after each MoE layer
+  kDpAttentionAllToAll,  // DP attention, each MoE layer's tokens dispatched all-to-all (--moe-a2a-backend deepep)
 };
 const char* comm_scheme_label(CommScheme scheme);
 
@@ -66,7 +67,8 @@ double predicted_seconds(const std::vector<StepCollective>& collectives, const I
 
 // One line for `servetune sweep --dry-run`, e.g. "comm per decode step (64 tokens): TP all-reduce 1.2 MiB/rank ->
 // 3 us nvlink4, 25 us 400gbe; ...": every scheme the model and layout allow (EP all-to-all on a MoE model with
-// ep > 1, DP attention on a MoE model), the unimplemented ones marked. Empty for one rank.
+// ep > 1, DP attention with and without all-to-all dispatch on a MoE model), the unimplemented ones marked. Empty
+// for one rank.
 std::string comm_cost_line(const std::string& step_name, const ModelInfo& model, int ranks, int ep, const StepShape& step,
                            const std::vector<const Interconnect*>& links);
 

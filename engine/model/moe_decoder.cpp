@@ -17,7 +17,8 @@ namespace {
 // Activation buffers by role.
 enum Slot : size_t {
   kX, kH, kOut, kQ, kK, kV, kAttn, kQA, kLatent, kRopeKey, kQAbsorbed, kAttnLatent, kRouter,
-  kGathered, kExpertOut, kSharedOut, kSharedGate, kLogitsIn, kLogits, kReplicaTokens, kReplicaSums, kSlotCount
+  kGathered, kExpertOut, kSharedOut, kSharedGate, kLogitsIn, kLogits, kReplicaTokens, kReplicaSums,
+  kDispatch, kDispatched, kCombine, kCombined, kSharedSum, kSlotCount
 };
 
 }  // namespace
@@ -41,6 +42,14 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
   if (parallel.dp_attention() && !config.is_moe()) {
     throw_usage("DP attention (enable_dp_attention) spreads the mixture-of-experts layers over the data-parallel "
                 "replicas; this " + family + " model has no routed experts (use dp_size alone)");
+  }
+  if (parallel.moe_all_to_all) {
+    if (!parallel.dp_attention()) throw Error(ErrorKind::kInternal, "all-to-all dispatch needs the DP-attention replicas");
+    // Each replica runs the shared experts of its own tokens: whole on every rank.
+    expert_share_.shared_ffn = {0, config.is_moe() ? config.moe.shared_ffn : 0};
+    for (int r = 0; r < parallel.moe_comm->size(); ++r) {
+      rank_experts_.push_back(expert_parallel_share(config, parallel.moe_comm->size(), parallel.ep_size, r).experts);
+    }
   }
   if (compile.graph_max_bs > 0) {
     throw_usage(family + ": compile = graphs is not implemented for mixture-of-experts and latent-attention models "
@@ -211,7 +220,7 @@ void MoeDecoderModel::load_ffn(Layer& L, int64_t l, WeightLoader& loader) {
 }
 
 float* MoeDecoderModel::scratch(size_t slot, int64_t floats) {
-  if (floats > scratch_floats_[slot]) {
+  if (floats > scratch_floats_[slot] || !scratch_[slot]) {  // a first call may ask for 0 floats (an empty dispatch)
     const int64_t n = std::max<int64_t>(floats, 1024);
     scratch_[slot] = backend_.allocate(static_cast<size_t>(n) * sizeof(float));
     scratch_floats_[slot] = n;
@@ -249,7 +258,7 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   float* h = scratch(kH, n * d);
   float* out = scratch(kOut, n * d);
   backend_.embed(tok_embd_, batch.tokens.data(), n, x);
-  if (moe_comm_ != nullptr) exchange_replica_sizes(n);
+  if (moe_comm_ != nullptr && !parallel_.moe_all_to_all) exchange_replica_sizes(n);
   const AttentionBatch ab{n, batch.positions.data(), batch.seq_of_token.data(), batch.block_tables.data(),
                           batch.max_blocks_per_seq};
   const float eps = config_.rms_eps;
@@ -268,7 +277,8 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
       backend_.add(x, out, n * d);
       backend_.rms_norm(x, L.ffn_norm, h, n, d, eps);
     }
-    if (L.moe && moe_comm_ != nullptr) moe_over_replicas(L, n, h, out);
+    if (L.moe && moe_comm_ != nullptr && parallel_.moe_all_to_all) moe_all_to_all(L, n, h, out);
+    else if (L.moe && moe_comm_ != nullptr) moe_over_replicas(L, n, h, out);
     else if (L.moe) moe(L, n, h, kOut);
     else mlp(L.dense, n, h, out);
     sum_partials(backend_, parallel_, out, n * d);  // the ranks' intermediate-dimension and expert parts
@@ -293,6 +303,12 @@ void MoeDecoderModel::exchange_replica_sizes(int64_t n) {
 }
 
 void MoeDecoderModel::run_idle() {
+  if (parallel_.moe_all_to_all) {
+    for (const Layer& L : layers_) {
+      if (L.moe) moe_all_to_all(L, 0, nullptr, nullptr);
+    }
+    return;
+  }
   exchange_replica_sizes(0);
   for (const Layer& L : layers_) {
     if (L.moe) moe_over_replicas(L, 0, nullptr, nullptr);
@@ -378,9 +394,8 @@ void MoeDecoderModel::mlp(const Mlp& w, int64_t n, const float* h, float* out) {
   backend_.expert_mlps(all_rows, h, out);
 }
 
-void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, size_t out_slot) {
-  const int64_t d = config_.hidden, E = config_.moe.routing.n_experts, k = config_.moe.routing.top_k;
-  float* out = scratch(out_slot, n * d);
+void MoeDecoderModel::route(const Layer& L, int64_t n, const float* h) {
+  const int64_t E = config_.moe.routing.n_experts, k = config_.moe.routing.top_k;
   float* router = scratch(kRouter, n * E);
   backend_.matmul(L.router, nullptr, h, n, router);
   // Routing runs on the host, reading the router's output in place (the backend's memory is host memory: checked at
@@ -388,75 +403,207 @@ void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, size_t out_
   expert_ids_.resize(static_cast<size_t>(n * k));
   expert_weights_.resize(static_cast<size_t>(n * k));
   route_tokens(config_.moe.routing, router, L.selection_bias, n, expert_ids_.data(), expert_weights_.data());
+}
 
-  // Tokens grouped by expert (a stable counting sort): each expert's rows are contiguous, so one matmul serves all
-  // of its tokens.
-  std::vector<int64_t> start(static_cast<size_t>(E + 1), 0);
-  for (const int32_t e : expert_ids_) ++start[static_cast<size_t>(e) + 1];
-  int64_t busiest = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    busiest = std::max(busiest, start[static_cast<size_t>(e) + 1]);
-    start[static_cast<size_t>(e) + 1] += start[static_cast<size_t>(e)];
+void MoeDecoderModel::count_load(const std::vector<int64_t>& per_expert) {
+  const int64_t E = config_.moe.routing.n_experts, per_group = E / load_.ep_groups;  // expert_parallel_share checked it divides
+  int64_t busiest = 0, busiest_group = 0;
+  for (int64_t g = 0; g < load_.ep_groups; ++g) {
+    int64_t group = 0;
+    for (int64_t e = g * per_group; e < (g + 1) * per_group; ++e) {
+      busiest = std::max(busiest, per_expert[static_cast<size_t>(e)]);
+      group += per_expert[static_cast<size_t>(e)];
+    }
+    load_.routed += group;
+    busiest_group = std::max(busiest_group, group);
   }
+  load_.busiest += busiest;
+  load_.busiest_group += busiest_group;
+}
+
+void MoeDecoderModel::sort_by_expert(const int32_t* experts, const int32_t* rows, const float* weights, int64_t count) {
+  // A stable counting sort: each expert's rows are contiguous, so one matmul serves all of them.
+  const int64_t E = config_.moe.routing.n_experts;
+  expert_start_.assign(static_cast<size_t>(E + 1), 0);
+  for (int64_t i = 0; i < count; ++i) ++expert_start_[static_cast<size_t>(experts[i]) + 1];
+  for (int64_t e = 0; e < E; ++e) expert_start_[static_cast<size_t>(e) + 1] += expert_start_[static_cast<size_t>(e)];
+  order_.resize(static_cast<size_t>(count));
+  order_weights_.resize(static_cast<size_t>(count));
+  std::vector<int64_t> next(expert_start_.begin(), expert_start_.end() - 1);
+  for (int64_t i = 0; i < count; ++i) {
+    const auto slot = static_cast<size_t>(next[static_cast<size_t>(experts[i])]++);
+    order_[slot] = rows[i];
+    order_weights_[slot] = weights[i];
+  }
+}
+
+void MoeDecoderModel::add_own_experts(const Layer& L, const WeightMatrix& x, float* out) {
+  // This rank's experts are contiguous ids, so their assignments are one contiguous run [lo, hi) of the order.
+  const SliceRange mine = expert_share_.experts;
+  const int64_t d = config_.hidden;
+  const int64_t lo = expert_start_[static_cast<size_t>(mine.begin)], hi = expert_start_[static_cast<size_t>(mine.begin + mine.count)];
+  if (hi == lo) return;  // no token picked this rank's experts (expert parallelism)
+  float* gathered = scratch(kGathered, (hi - lo) * d);
+  float* expert_out = scratch(kExpertOut, (hi - lo) * d);
+  backend_.embed(x, order_.data() + lo, hi - lo, gathered);
+  experts_.clear();
+  for (int64_t e = mine.begin; e < mine.begin + mine.count; ++e) {
+    const int64_t first = expert_start_[static_cast<size_t>(e)], count = expert_start_[static_cast<size_t>(e) + 1] - first;
+    const Mlp& w = L.experts[static_cast<size_t>(e - mine.begin)];
+    if (count > 0) experts_.push_back({&w.gate, &w.up, &w.down, first - lo, count});
+  }
+  backend_.expert_mlps(experts_, gathered, expert_out);
+  backend_.scatter_add_rows(expert_out, order_.data() + lo, order_weights_.data() + lo, hi - lo, d, out);
+}
+
+void MoeDecoderModel::shared_experts(const Layer& L, int64_t n, const float* h, size_t out_slot) {
+  const int64_t d = config_.hidden;
+  float* out = scratch(out_slot, n * d);
+  if (config_.moe.shared_ffn > 0 && L.shared_gate.data == nullptr) {
+    mlp(L.shared, n, h, out);  // the routed outputs are added onto the shared expert's
+    return;
+  }
+  if (zeros_.size() < static_cast<size_t>(n * d)) zeros_.resize(static_cast<size_t>(n * d), 0.0f);
+  backend_.upload(*scratch_[out_slot], 0, zeros_.data(), static_cast<size_t>(n * d) * sizeof(float));
+  if (config_.moe.shared_ffn == 0) return;
+  // qwen2_moe: the shared expert scaled by sigmoid(x . w) per token.
+  float* shared = scratch(kSharedOut, n * d);
+  mlp(L.shared, n, h, shared);
+  float* gate = scratch(kSharedGate, n);
+  backend_.matmul(L.shared_gate, nullptr, h, n, gate);
+  std::vector<float> weights(static_cast<size_t>(n));
+  backend_.download(weights.data(), *scratch_[kSharedGate], 0, weights.size() * sizeof(float));
+  std::vector<int32_t> rows(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) {
+    weights[static_cast<size_t>(t)] = 1.0f / (1.0f + std::exp(-weights[static_cast<size_t>(t)]));
+    rows[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+  }
+  backend_.scatter_add_rows(shared, rows.data(), weights.data(), n, d, out);
+}
+
+void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, size_t out_slot) {
+  const int64_t d = config_.hidden, E = config_.moe.routing.n_experts, k = config_.moe.routing.top_k;
+  route(L, n, h);
+  assignment_rows_.resize(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < n * k; ++i) assignment_rows_[static_cast<size_t>(i)] = static_cast<int32_t>(i / k);
+  sort_by_expert(expert_ids_.data(), assignment_rows_.data(), expert_weights_.data(), n * k);
   // Counted over all experts on every rank alike (each routes every token); the engine reads rank 0's counters. With
   // DP attention every replica routes every replica's tokens, and the front sums the replicas: the first counts them.
   if (moe_comm_ == nullptr || moe_comm_->rank() == 0) {
-    load_.routed += n * k;
-    load_.busiest += busiest;
-    const int64_t per_group = E / load_.ep_groups;  // expert_parallel_share checked that it divides
-    int64_t busiest_group = 0;
-    for (int64_t g = 0; g < load_.ep_groups; ++g) {
-      busiest_group = std::max(busiest_group, start[static_cast<size_t>((g + 1) * per_group)] - start[static_cast<size_t>(g * per_group)]);
-    }
-    load_.busiest_group += busiest_group;
+    std::vector<int64_t> per_expert(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) per_expert[static_cast<size_t>(e)] = expert_start_[static_cast<size_t>(e) + 1] - expert_start_[static_cast<size_t>(e)];
+    count_load(per_expert);
   }
-  order_.resize(static_cast<size_t>(n * k));
-  order_weights_.resize(static_cast<size_t>(n * k));
-  std::vector<int64_t> next(start.begin(), start.end() - 1);
-  for (int64_t i = 0; i < n * k; ++i) {
-    const auto slot = static_cast<size_t>(next[static_cast<size_t>(expert_ids_[static_cast<size_t>(i)])]++);
-    order_[slot] = static_cast<int32_t>(i / k);
-    order_weights_[slot] = expert_weights_[static_cast<size_t>(i)];
-  }
-  // This rank's experts are contiguous ids, so their assignments are one contiguous run [lo, hi) of the order.
-  const SliceRange mine = expert_share_.experts;
-  const int64_t lo = start[static_cast<size_t>(mine.begin)], hi = start[static_cast<size_t>(mine.begin + mine.count)];
-  float* expert_out = nullptr;
-  if (hi > lo) {  // else no token picked this rank's experts (expert parallelism)
-    float* gathered = scratch(kGathered, (hi - lo) * d);
-    expert_out = scratch(kExpertOut, (hi - lo) * d);
-    const WeightMatrix tokens{h, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
-    backend_.embed(tokens, order_.data() + lo, hi - lo, gathered);
-    experts_.clear();
-    for (int64_t e = mine.begin; e < mine.begin + mine.count; ++e) {
-      const int64_t first = start[static_cast<size_t>(e)], count = start[static_cast<size_t>(e) + 1] - first;
-      const Mlp& w = L.experts[static_cast<size_t>(e - mine.begin)];
-      if (count > 0) experts_.push_back({&w.gate, &w.up, &w.down, first - lo, count});
+  shared_experts(L, n, h, out_slot);
+  const WeightMatrix tokens{h, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
+  add_own_experts(L, tokens, scratch(out_slot, n * d));
+}
+
+void MoeDecoderModel::moe_all_to_all(const Layer& L, int64_t n, const float* h, float* out) {
+  const int64_t d = config_.hidden, E = config_.moe.routing.n_experts, k = config_.moe.routing.top_k;
+  const int ranks = moe_comm_->size(), me = moe_comm_->rank();
+  if (n > 0) route(L, n, h);
+  // The layout, as DeepEP's dispatch computes it: per rank its assignments per expert and its rows for each rank (a
+  // token goes once to every rank owning any of its experts). Every rank learns every rank's layout in one gather.
+  const int64_t layout_size = E + ranks;
+  std::vector<int64_t> layout(static_cast<size_t>(layout_size), 0);
+  std::vector<std::vector<int32_t>> to_rank(static_cast<size_t>(ranks));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int r = 0; r < ranks; ++r) {
+      const SliceRange owned = rank_experts_[static_cast<size_t>(r)];
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = expert_ids_[static_cast<size_t>(t * k + j)];
+        if (e >= owned.begin && e < owned.begin + owned.count) {
+          to_rank[static_cast<size_t>(r)].push_back(static_cast<int32_t>(t));
+          break;
+        }
+      }
     }
-    backend_.expert_mlps(experts_, gathered, expert_out);
+  }
+  for (int64_t i = 0; i < n * k; ++i) ++layout[static_cast<size_t>(expert_ids_[static_cast<size_t>(i)])];
+  for (int r = 0; r < ranks; ++r) layout[static_cast<size_t>(E + r)] = static_cast<int64_t>(to_rank[static_cast<size_t>(r)].size());
+  std::vector<int64_t> layouts(static_cast<size_t>(ranks * layout_size));
+  backend_.synchronize();
+  moe_comm_->all_gather(layout.data(), layouts.data(), static_cast<size_t>(layout_size));
+  const auto layout_of = [&](int r, int64_t i) { return layouts[static_cast<size_t>(r * layout_size + i)]; };
+  if (me == 0) {  // the global per-expert load, as the gathering scheme counts it (the front sums the replicas)
+    std::vector<int64_t> per_expert(static_cast<size_t>(E), 0);
+    for (int r = 0; r < ranks; ++r) {
+      for (int64_t e = 0; e < E; ++e) per_expert[static_cast<size_t>(e)] += layout_of(r, e);
+    }
+    count_load(per_expert);
+  }
+  int64_t dispatched_anywhere = 0;
+  for (int r = 0; r < ranks; ++r) {
+    for (int p = 0; p < ranks; ++p) dispatched_anywhere += layout_of(r, E + p);
+  }
+  if (dispatched_anywhere == 0) return;  // every replica idle: all see the same layouts, so none calls a collective
+
+  // Dispatch: a row is [hidden state | its k expert ids (-1 where the receiving rank does not own one) | weights].
+  const int64_t width = d + 2 * k;
+  std::vector<size_t> send_counts(static_cast<size_t>(ranks)), recv_counts(static_cast<size_t>(ranks));
+  int64_t sent = 0, received = 0;
+  for (int r = 0; r < ranks; ++r) {
+    send_counts[static_cast<size_t>(r)] = to_rank[static_cast<size_t>(r)].size() * static_cast<size_t>(width);
+    recv_counts[static_cast<size_t>(r)] = static_cast<size_t>(layout_of(r, E + me) * width);
+    sent += static_cast<int64_t>(to_rank[static_cast<size_t>(r)].size());
+    received += layout_of(r, E + me);
+  }
+  float* send = scratch(kDispatch, sent * width);
+  float* recv = scratch(kDispatched, received * width);
+  int64_t row = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const SliceRange owned = rank_experts_[static_cast<size_t>(r)];
+    for (const int32_t t : to_rank[static_cast<size_t>(r)]) {
+      float* dst = send + row++ * width;
+      std::copy_n(h + t * d, d, dst);
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = expert_ids_[static_cast<size_t>(t * k + j)];
+        const bool here = e >= owned.begin && e < owned.begin + owned.count;
+        dst[d + j] = here ? static_cast<float>(e) : -1.0f;  // expert ids are exact in a float
+        dst[d + k + j] = here ? expert_weights_[static_cast<size_t>(t * k + j)] : 0.0f;
+      }
+    }
+  }
+  moe_comm_->all_to_allv(send, send_counts, recv, recv_counts);
+
+  // This rank's experts over the rows it received, their weighted sums per row.
+  std::vector<int32_t> experts, rows;
+  std::vector<float> weights;
+  for (int64_t i = 0; i < received; ++i) {
+    const float* r = recv + i * width;
+    for (int64_t j = 0; j < k; ++j) {
+      if (r[d + j] < 0.0f) continue;
+      experts.push_back(static_cast<int32_t>(r[d + j]));
+      rows.push_back(static_cast<int32_t>(i));
+      weights.push_back(r[d + k + j]);
+    }
+  }
+  float* sums = scratch(kCombine, received * d);
+  if (received > 0) {
+    if (zeros_.size() < static_cast<size_t>(received * d)) zeros_.resize(static_cast<size_t>(received * d), 0.0f);
+    backend_.upload(*scratch_[kCombine], 0, zeros_.data(), static_cast<size_t>(received * d) * sizeof(float));
+    sort_by_expert(experts.data(), rows.data(), weights.data(), static_cast<int64_t>(experts.size()));
+    add_own_experts(L, WeightMatrix{recv, DType::kF32, received, d, width * static_cast<int64_t>(sizeof(float))}, sums);
   }
 
-  if (config_.moe.shared_ffn > 0 && L.shared_gate.data == nullptr) {
-    mlp(L.shared, n, h, out);  // the routed outputs are added onto the shared expert's
-  } else {
-    if (zeros_.size() < static_cast<size_t>(n * d)) zeros_.resize(static_cast<size_t>(n * d), 0.0f);
-    backend_.upload(*scratch_[out_slot], 0, zeros_.data(), static_cast<size_t>(n * d) * sizeof(float));
-    if (config_.moe.shared_ffn > 0) {  // qwen2_moe: the shared expert scaled by sigmoid(x . w) per token
-      float* shared = scratch(kSharedOut, n * d);
-      mlp(L.shared, n, h, shared);
-      float* gate = scratch(kSharedGate, n);
-      backend_.matmul(L.shared_gate, nullptr, h, n, gate);
-      std::vector<float> weights(static_cast<size_t>(n));
-      backend_.download(weights.data(), *scratch_[kSharedGate], 0, weights.size() * sizeof(float));
-      std::vector<int32_t> rows(static_cast<size_t>(n));
-      for (int64_t t = 0; t < n; ++t) {
-        weights[static_cast<size_t>(t)] = 1.0f / (1.0f + std::exp(-weights[static_cast<size_t>(t)]));
-        rows[static_cast<size_t>(t)] = static_cast<int32_t>(t);
-      }
-      backend_.scatter_add_rows(shared, rows.data(), weights.data(), n, d, out);
-    }
+  // Combine: the sums go back to the rows' replicas, which add them (in rank order) onto their shared experts.
+  for (int r = 0; r < ranks; ++r) {
+    std::swap(send_counts[static_cast<size_t>(r)], recv_counts[static_cast<size_t>(r)]);
+    send_counts[static_cast<size_t>(r)] = send_counts[static_cast<size_t>(r)] / static_cast<size_t>(width) * static_cast<size_t>(d);
+    recv_counts[static_cast<size_t>(r)] = recv_counts[static_cast<size_t>(r)] / static_cast<size_t>(width) * static_cast<size_t>(d);
   }
-  if (hi > lo) backend_.scatter_add_rows(expert_out, order_.data() + lo, order_weights_.data() + lo, hi - lo, d, out);
+  float* back = scratch(kCombined, sent * d);
+  backend_.synchronize();
+  moe_comm_->all_to_allv(sums, send_counts, back, recv_counts);
+  if (n == 0) return;
+  shared_experts(L, n, h, kSharedSum);
+  float* total = scratch(kSharedSum, n * d);
+  std::vector<int32_t> token_of;
+  for (int r = 0; r < ranks; ++r) token_of.insert(token_of.end(), to_rank[static_cast<size_t>(r)].begin(), to_rank[static_cast<size_t>(r)].end());
+  const std::vector<float> ones(token_of.size(), 1.0f);
+  backend_.scatter_add_rows(back, token_of.data(), ones.data(), sent, d, total);
+  backend_.copy_rows(total, d, out, d, n, d);
 }
 
 }  // namespace servetune

@@ -9,8 +9,10 @@
 // share, and the all-reduce after the FFN adds the ranks' parts: SGLang's expert parallelism without DeepEP.
 // With DP attention (parallel.h) each rank is a replica with its own tokens; a MoE layer all-gathers every replica's
 // tokens, computes this rank's expert share of all of them, and reduce-scatters the sums back to their replicas
-// (SGLang's gather/scatter). A replica with no tokens still joins each layer's collectives (forward on an empty
-// Batch: the idle batch). The all-to-all dispatch of tokens to their experts' ranks is not implemented.
+// (SGLang's gather/scatter); or, with moe_all_to_all (SGLang's --moe-a2a-backend deepep), routes its own tokens, sends
+// each one only to the ranks owning its experts and adds their weighted sums, sent back, onto its own shared experts'
+// output (DeepEP's dispatch and combine). A replica with no tokens still joins each layer's collectives (forward on
+// an empty Batch: the idle batch).
 #pragma once
 
 #include <memory>
@@ -86,6 +88,20 @@ class MoeDecoderModel final : public Model {
   void moe(const Layer& L, int64_t n, const float* h, size_t out_slot);
   // DP attention: gathers every replica's tokens, runs moe() on all of them, scatters the sums back into `out`.
   void moe_over_replicas(const Layer& L, int64_t n, const float* h, float* out);
+  // DP attention with all-to-all dispatch: this replica's `n` tokens `h` to their experts' ranks and back into `out`;
+  // meanwhile this rank's experts serve the rows the others sent.
+  void moe_all_to_all(const Layer& L, int64_t n, const float* h, float* out);
+  // The router and top-k of `n` tokens: expert_ids_, expert_weights_ ([n, top_k]).
+  void route(const Layer& L, int64_t n, const float* h);
+  // Adds one step's assignments per expert (all ranks' tokens) to the load counters.
+  void count_load(const std::vector<int64_t>& per_expert);
+  // Assignment i (row rows[i] of the experts' input, expert experts[i], weight weights[i]) sorted by expert, stably:
+  // order_, order_weights_ and each expert's start in them, expert_start_ [n_experts + 1].
+  void sort_by_expert(const int32_t* experts, const int32_t* rows, const float* weights, int64_t count);
+  // Adds this rank's experts' weighted outputs over the sorted assignments (rows of `x`) into `out`'s rows.
+  void add_own_experts(const Layer& L, const WeightMatrix& x, float* out);
+  // The scratch slot `out_slot` [n, hidden] = the shared experts' output of `h` (qwen2_moe: gated), or zeros.
+  void shared_experts(const Layer& L, int64_t n, const float* h, size_t out_slot);
   void run(const Batch& batch, KvStorage& kv);
   void exchange_replica_sizes(int64_t n);  // DP attention: every replica's token count this step
   void run_idle();  // DP attention, no tokens here: only the MoE layers' collectives and this rank's expert share
@@ -106,8 +122,10 @@ class MoeDecoderModel final : public Model {
   std::vector<std::unique_ptr<Buffer>> owned_;        // weights the model derived (the transposed key absorption)
   std::vector<std::unique_ptr<Buffer>> scratch_;      // activations, grown on demand
   std::vector<int64_t> scratch_floats_;
-  std::vector<int32_t> expert_ids_, order_;
+  std::vector<int32_t> expert_ids_, order_, assignment_rows_;
   std::vector<float> expert_weights_, order_weights_;
+  std::vector<int64_t> expert_start_;
+  std::vector<SliceRange> rank_experts_;  // all-to-all dispatch: the routed experts each rank of moe_comm_ owns
   std::vector<Backend::ExpertMlp> experts_;
   std::vector<float> zeros_;  // the routed sum's starting value when no shared expert writes it first
   std::vector<float> gathered_;  // all ranks' logits before interleaving (tp_size > 1)

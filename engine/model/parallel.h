@@ -29,6 +29,10 @@ struct ParallelContext {
   // span every replica: their tokens are gathered over `moe_comm` before routing and the summed outputs scattered
   // back. Null otherwise (the MoE layers span the tensor-parallel group). Not owned.
   Communicator* moe_comm = nullptr;
+  // DP attention only: each replica routes its own tokens and sends each one, all-to-all, only to the ranks owning
+  // any of its experts, which send their weighted sums back (DeepEP's dispatch and combine); the shared experts are
+  // then whole on every rank, for its own tokens. False: every replica's tokens are gathered to every rank.
+  bool moe_all_to_all = false;
 
   bool dp_attention() const { return moe_comm != nullptr; }
 };

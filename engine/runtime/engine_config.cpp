@@ -239,6 +239,10 @@ void EngineConfig::validate() const {
     unsupported(comm_backend == CommBackend::kLocal,
                 "enable_dp_attention over comm_backend " + to_string(comm_backend) + " is not implemented yet (local only)");
   }
+  // Without DP attention every tensor-parallel rank holds every token, so there is nothing to dispatch.
+  unsupported(moe_a2a_backend == MoeA2aBackend::kNone || enable_dp_attention,
+              "moe_a2a_backend " + to_string(moe_a2a_backend) +
+                  " dispatches each DP-attention rank's tokens to their experts' ranks; it needs enable_dp_attention");
   unsupported(compile != CompileLevel::kGraphs || device != Device::kCpu,
               "compile = graphs (CUDA graphs) needs a GPU device; on cpu use eager or fused");
   usage(cuda_graph_max_bs == 0 || compile == CompileLevel::kGraphs,

@@ -150,7 +150,8 @@ class EngineReplica::Impl {
                                                      config_.ep_size);
     } else {
       ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, to_string(config_.device), config_.tp_size, std::max(1, threads / config_.tp_size),
-                                                     compile_options(config_), timeout, config_.ep_size, std::move(replicas));
+                                                     compile_options(config_), timeout, config_.ep_size, std::move(replicas),
+                                                     config_.moe_a2a_backend == MoeA2aBackend::kDeepep);
     }
   }
 };

@@ -27,7 +27,7 @@ CompileOptions compile_options(const EngineConfig& c) {
 
 TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int tp_size, int threads_per_rank,
                                          CompileOptions compile, std::chrono::milliseconds timeout, int ep_size,
-                                         std::unique_ptr<Communicator> replicas)
+                                         std::unique_ptr<Communicator> replicas, bool moe_all_to_all)
     : ranks_(static_cast<size_t>(tp_size)), tp_size_(tp_size) {
   if (tp_size < 1 || threads_per_rank < 1) throw Error(ErrorKind::kInternal, "tensor-parallel group needs ranks and threads");
   if (replicas && tp_size != 1) throw Error(ErrorKind::kInternal, "a DP-attention replica has one rank");
@@ -40,7 +40,7 @@ TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std
       rank.comm_owner = std::make_unique<TimedCommunicator>(group->communicator(r));
       rank.comm = rank.comm_owner.get();
     }
-    rank.model = checkpoint.load(*rank.backend, ParallelContext{r, tp_size, rank.comm, ep_size, replicas_.get()}, compile);
+    rank.model = checkpoint.load(*rank.backend, ParallelContext{r, tp_size, rank.comm, ep_size, replicas_.get(), moe_all_to_all}, compile);
   }
 }
 

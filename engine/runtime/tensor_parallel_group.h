@@ -48,10 +48,11 @@ class TensorParallelGroup {
   // Loads every rank's shard of `checkpoint` (sequentially, on this thread); each rank's backend gets
   // `threads_per_rank` threads; the routed experts split over `ep_size` groups of the ranks (model/parallel.h).
   // Throws Error(kUsage) when the model cannot be split tp_size (and ep_size) ways.
-  // `replicas` (DP attention, tp_size 1): this replica's communicator among all replicas, which the MoE layers span.
+  // `replicas` (DP attention, tp_size 1): this replica's communicator among all replicas, which the MoE layers span;
+  // `moe_all_to_all`: they dispatch their tokens all-to-all instead of gathering them (ParallelContext).
   TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int tp_size, int threads_per_rank,
                       CompileOptions compile = {}, std::chrono::milliseconds timeout = kDefaultCommTimeout, int ep_size = 1,
-                      std::unique_ptr<Communicator> replicas = nullptr);
+                      std::unique_ptr<Communicator> replicas = nullptr, bool moe_all_to_all = false);
   // This process is rank 0 of `comm`'s group (size tp_size); the other ranks are worker processes, told the KV
   // layout by create_kv() and each step by forward(), and stopped when the group is destroyed.
   // `timeout` is the communicator's (the workers' wait for the next message).

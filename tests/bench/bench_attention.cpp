@@ -5,6 +5,9 @@
 // into evicted pages. `Dram`: each call reads the next of 30 layers' caches (the engine's pattern: a step's KV reads
 // come from DRAM); `Cached`: one layer's cache, read again (L2/L3), which isolates the kernel's arithmetic.
 // bytes_per_second counts the K and V bytes a decode call must read (a prefill call reads each row many times).
+// BM_LatentDecodeDram: the absorbed MLA decode (attention_latent) on DeepSeek-V3's shape, a cache of 576-value latent
+// rows (512 latent + 64 rotary key) in f16 with 16 heads (one rank of tensor parallelism 8) or all 128; bytes_per_second
+// counts the latent rows alone, which is all the cache holds, against the host's memory bandwidth.
 // Run: bench_attention --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
@@ -175,6 +178,53 @@ BENCHMARK(BM_AttentionDecodeDram)->Apply(decode_cases);
 BENCHMARK(BM_AttentionDecodeCached)->Apply(decode_cases);
 BENCHMARK(BM_AttentionPrefill)->Apply(prefill_cases);
 BENCHMARK(BM_RopeStoreDecodeDram)->Apply(store_cases)->Iterations(300);  // each call first reads 64 MB
+
+// DeepSeek-V3's latent cache: per token and layer one row of kv_lora_rank 512 + qk_rope_head_dim 64 f16 values; each
+// call reads the next of kLatentLayers layers' caches (more bytes than the L3 holds), as a decode step does.
+void BM_LatentDecodeDram(benchmark::State& state) {
+  constexpr int64_t kRow = 576, kLatent = 512, kLatentLayers = 8, kPage = 16;
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t seqs = state.range(1), ctx = state.range(2), heads = state.range(3);
+  CpuBackend backend(threads);
+  const int64_t blocks_per_seq = (ctx + kPage - 1) / kPage, blocks = seqs * blocks_per_seq;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<uint16_t> pattern(4096);
+  for (uint16_t& h : pattern) h = f32_to_fp16(dist(rng));
+  std::vector<std::unique_ptr<Buffer>> caches;
+  std::vector<KvLayerView> views;
+  for (int64_t l = 0; l < kLatentLayers; ++l) {
+    const auto elems = static_cast<size_t>(blocks * kPage * kRow);
+    caches.push_back(backend.allocate(elems * 2));
+    auto* data = static_cast<uint16_t*>(caches.back()->data());
+    for (size_t i = 0; i < elems; ++i) data[i] = pattern[(i * 7 + static_cast<size_t>(l)) % pattern.size()];
+    views.push_back(KvLayerView{data, nullptr, DType::kF16, blocks, kPage, 1, kRow});
+  }
+  std::vector<int32_t> tables(static_cast<size_t>(blocks)), positions, seq_of_token;
+  std::iota(tables.begin(), tables.end(), 0);
+  std::shuffle(tables.begin(), tables.end(), rng);
+  for (int64_t s = 0; s < seqs; ++s) {
+    positions.push_back(static_cast<int32_t>(ctx - 1));
+    seq_of_token.push_back(static_cast<int32_t>(s));
+  }
+  const AttentionBatch batch{seqs, positions.data(), seq_of_token.data(), tables.data(), blocks_per_seq};
+  std::vector<float> q(static_cast<size_t>(seqs * heads * kRow)), out(static_cast<size_t>(seqs * heads * kLatent));
+  for (float& x : q) x = dist(rng);
+  size_t layer = 0;
+  for (auto _ : state) {
+    backend.attention_latent(views[layer], batch, q.data(), heads, kLatent, 0.07f, out.data());
+    benchmark::DoNotOptimize(out.data());
+    layer = (layer + 1) % views.size();
+  }
+  state.SetBytesProcessed(state.iterations() * seqs * ctx * kRow * 2);
+}
+BENCHMARK(BM_LatentDecodeDram)
+    ->ArgNames({"threads", "seqs", "ctx", "heads"})
+    ->Args({1, 1, 4096, 16})
+    ->Args({2, 1, 4096, 16})
+    ->Args({2, 8, 4096, 16})
+    ->Args({2, 1, 4096, 128})
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace servetune::cpu

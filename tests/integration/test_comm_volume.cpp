@@ -107,6 +107,23 @@ TEST(CommVolume, EngineStatsCountEveryStep) {
   EXPECT_EQ(j.at("engine_comm_reduce_scatter_calls").get<int64_t>(), 0);
 }
 
+// The engine's stats after mixed greedy jobs with DP attention on 2 replicas. Replica 0 may still be in the last step
+// (an idle batch for replica 1's last token) when the last request ends: its counters are final once the replicas
+// stopped.
+EngineStats dp_attention_run(const std::string& model, int ep, MoeA2aBackend a2a) {
+  EngineConfig c = testing::chunked_config(model);
+  c.threads = 2;
+  c.tp_size = 2;
+  c.dp_size = 2;
+  c.ep_size = ep;
+  c.enable_dp_attention = true;
+  c.moe_a2a_backend = a2a;
+  Engine engine(c);
+  testing::run_greedy(engine, testing::mixed_jobs(engine.tokenizer(), 4, 6), true);
+  engine.shutdown();
+  return engine.stats();
+}
+
 // DP attention (2 replicas) through the engine: replica 0's counters (it joins every step) carry, per MoE layer and
 // step, a reduce-scatter of every replica's tokens x hidden x 4 bytes and an all-gather of the same, plus one gather
 // of the 2 replicas' counts per step; as the cost model's DP attention scheme says per step.
@@ -114,17 +131,7 @@ TEST(CommVolume, DpAttentionEngineStatsMatchTheCodeAndTheCostModel) {
   const testing::RandomModel m("deepseek-v3-tiny");
   const ModelInfo info = read_model_info(m.path());
   const int64_t moe_layers = info.n_layers - info.dense_layers;
-  EngineConfig c = testing::chunked_config(m.path());
-  c.threads = 2;
-  c.tp_size = 2;
-  c.dp_size = 2;
-  c.enable_dp_attention = true;
-  Engine engine(c);
-  testing::run_greedy(engine, testing::mixed_jobs(engine.tokenizer(), 4, 6), true);
-  // Replica 0 may still be in the last step (an idle batch for replica 1's last token) when the last request ends:
-  // its counters are final once the replicas stopped.
-  engine.shutdown();
-  const EngineStats s = engine.stats();
+  const EngineStats s = dp_attention_run(m.path(), 1, MoeA2aBackend::kNone);
   const CollectiveTotals& rs = totals_of(s.collectives, CollectiveKind::kReduceScatter);
   const CollectiveTotals& ag = totals_of(s.collectives, CollectiveKind::kAllGather);
   ASSERT_GT(s.batched_tokens, 0);
@@ -140,6 +147,35 @@ TEST(CommVolume, DpAttentionEngineStatsMatchTheCodeAndTheCostModel) {
   EXPECT_EQ(totals_of(one, CollectiveKind::kReduceScatter).bytes, moe_layers * info.hidden * 4 * 21);
   EXPECT_EQ(totals_of(one, CollectiveKind::kAllGather).calls, moe_layers + 1);
   EXPECT_EQ(totals_of(one, CollectiveKind::kAllGather).bytes, moe_layers * info.hidden * 4 * 21 + 2 * 8);
+}
+
+// DP attention with all-to-all dispatch (2 replicas, ep 2): replica 0's counters carry, per MoE layer and lockstep
+// step, one gather of both layouts (experts + 2 counts of 8 bytes each, per replica) and two all-to-alls (dispatch,
+// combine), as the code and the cost model's scheme say; the rows moved depend on the routing, so only their bounds
+// are checked: each of replica 0's rows goes to at most both ranks, at (hidden + 2 top_k) values out.
+TEST(CommVolume, DpAttentionAllToAllEngineStatsMatchTheCodeAndTheCostModel) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  const ModelInfo info = read_model_info(m.path());
+  const int64_t moe_layers = info.n_layers - info.dense_layers;
+  const EngineStats s = dp_attention_run(m.path(), 2, MoeA2aBackend::kDeepep);
+  const CollectiveTotals& a2a = totals_of(s.collectives, CollectiveKind::kAllToAll);
+  const CollectiveTotals& ag = totals_of(s.collectives, CollectiveKind::kAllGather);
+  ASSERT_GT(s.batched_tokens, 0);
+  ASSERT_GT(ag.calls, 0);
+  ASSERT_EQ(ag.calls % moe_layers, 0);
+  const int64_t lockstep_steps = ag.calls / moe_layers;
+  EXPECT_GE(lockstep_steps * 2, s.steps + s.idle_batches);
+  const int64_t layout_bytes = 2 * (info.experts + 2) * 8;
+  EXPECT_EQ(ag.bytes, ag.calls * layout_bytes);
+  EXPECT_EQ(a2a.calls, 2 * ag.calls);
+  EXPECT_GT(a2a.bytes, 0);
+  EXPECT_LE(a2a.bytes, moe_layers * s.batched_tokens * 2 * (2 * info.hidden + 2 * info.experts_per_token) * 4);
+  EXPECT_EQ(totals_of(s.collectives, CollectiveKind::kReduceScatter).calls, 0);
+  EXPECT_EQ(totals_of(s.collectives, CollectiveKind::kAllReduce).calls, 0);
+  const CollectiveStats one = tuner::predicted_stats(tuner::step_collectives(tuner::CommScheme::kDpAttentionAllToAll, info, 2, 2, {21, 1}));
+  EXPECT_EQ(totals_of(one, CollectiveKind::kAllGather).calls, moe_layers);
+  EXPECT_EQ(totals_of(one, CollectiveKind::kAllGather).bytes, moe_layers * layout_bytes);
+  EXPECT_EQ(totals_of(one, CollectiveKind::kAllToAll).calls, 2 * moe_layers);
 }
 
 }  // namespace

@@ -131,12 +131,13 @@ void expect_usage_error(const EngineConfig& c, const std::vector<std::string>& w
 // DP attention at the model level: two replica groups (tp 1 each, their MoE layers joined by one communicator) run
 // sequences {0, 2} and {1} of three in lockstep, replica 1 with nothing left from step 10 on (its idle batches still
 // serve replica 0's tokens); every logits row within 1e-5 relative of one rank running all three, same greedy pick.
-void expect_dp_attention_logits_match(const std::string& model, int ep) {
+// `all_to_all`: the MoE layers dispatch tokens to their experts' ranks instead of gathering them.
+void expect_dp_attention_logits_match(const std::string& model, int ep, bool all_to_all = false) {
   const Checkpoint ck(model, LoadFormat::kAuto);
   TensorParallelGroup one(ck, "cpu", 1, 1);
   const auto group = LocalGroup::create(2, std::chrono::seconds(60));
-  TensorParallelGroup r0(ck, "cpu", 1, 1, CompileOptions{}, kDefaultCommTimeout, ep, group->communicator(0));
-  TensorParallelGroup r1(ck, "cpu", 1, 1, CompileOptions{}, kDefaultCommTimeout, ep, group->communicator(1));
+  TensorParallelGroup r0(ck, "cpu", 1, 1, CompileOptions{}, kDefaultCommTimeout, ep, group->communicator(0), all_to_all);
+  TensorParallelGroup r1(ck, "cpu", 1, 1, CompileOptions{}, kDefaultCommTimeout, ep, group->communicator(1), all_to_all);
   for (TensorParallelGroup* g : {&one, &r0, &r1}) g->create_kv(testing::kLogitsKvBlocks, testing::kPage, DType::kF32);
   const int64_t vocab = one.model(0).config().vocab;
   std::vector<testing::SeqState> seqs(3);
@@ -185,7 +186,8 @@ void expect_dp_attention_logits_match(const std::string& model, int ep) {
         scale = std::max(scale, std::fabs(want[v]));
         diff = std::max(diff, std::fabs(want[v] - got[v]));
       }
-      EXPECT_LE(diff / std::max(scale, 1e-30f), 1e-5) << model << " ep " << ep << " step " << step << " sequence " << i;
+      EXPECT_LE(diff / std::max(scale, 1e-30f), 1e-5)
+          << model << " ep " << ep << (all_to_all ? " all-to-all" : "") << " step " << step << " sequence " << i;
       EXPECT_EQ(std::max_element(got, got + vocab) - got, std::max_element(want, want + vocab) - want) << "step " << step;
       s.tokens.push_back(static_cast<int32_t>(std::max_element(want, want + vocab) - want));
       ++rows;
@@ -239,6 +241,20 @@ TEST(DpAttentionLogits, DeepSeekV3AndQwen3MoeMatchOneRank) {
     expect_dp_attention_logits_match(m.path(), 1);
     expect_dp_attention_logits_match(m.path(), 2);
   }
+}
+
+// All-to-all dispatch: ep 2 (each rank owns half the experts, whole), ep 1 (each rank owns every expert's half of the
+// intermediate dimension, so every token goes to both); and every token routed to rank 0's experts (rank 1 receives
+// nothing and sends its tokens away).
+TEST(DpAttentionLogits, AllToAllDispatchMatchesOneRank) {
+  for (const std::string preset : {"deepseek-v3-tiny", "qwen3-moe-tiny"}) {
+    const testing::RandomModel m(preset);
+    expect_dp_attention_logits_match(m.path(), 2, true);
+    expect_dp_attention_logits_match(m.path(), 1, true);
+  }
+  const testing::RandomModel skewed("deepseek-v3-tiny");
+  bias_to_first_experts(skewed.path());
+  expect_dp_attention_logits_match(skewed.path(), 2, true);
 }
 
 EngineConfig config_for(const std::string& model, int tp, int ep) {
@@ -316,19 +332,24 @@ EngineConfig dp_attention_config(const std::string& model, int dp, int ep) {
   return c;
 }
 
-void expect_dp_attention_identical(const std::string& model, const std::vector<Layout>& layouts) {
+void expect_dp_attention_identical(const std::string& model, const std::vector<Layout>& layouts, bool all_to_all = false) {
   const auto [jobs, reference] = one_rank_reference(model, 8);
   for (const Layout& l : layouts) {
-    const std::string name = "dp attention " + std::to_string(l.tp) + " x ep " + std::to_string(l.ep);
-    Engine engine(dp_attention_config(model, l.tp, l.ep));
+    const std::string name =
+        "dp attention " + std::to_string(l.tp) + " x ep " + std::to_string(l.ep) + (all_to_all ? ", all-to-all" : "");
+    EngineConfig c = dp_attention_config(model, l.tp, l.ep);
+    if (all_to_all) c.moe_a2a_backend = MoeA2aBackend::kDeepep;
+    Engine engine(c);
     const auto outs = testing::run_greedy(engine, jobs, true);
     for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(outs[i], reference[i]) << model << " " << name << ": request " << i;
     engine.shutdown();  // replica 0 (whose expert counters count) may still be in an idle batch of the last step
     const EngineStats s = engine.stats();
     expect_counted_once(s, model, name);
-    // The replicas' tokens gathered before each MoE layer and the sums scattered back.
+    // Gather: the replicas' tokens gathered before each MoE layer and the sums scattered back. All-to-all: the layouts
+    // gathered, the rows dispatched and the sums combined all-to-all.
     EXPECT_GT(s.collectives[static_cast<size_t>(CollectiveKind::kAllGather)].calls, 0) << name;
-    EXPECT_GT(s.collectives[static_cast<size_t>(CollectiveKind::kReduceScatter)].calls, 0) << name;
+    EXPECT_EQ(s.collectives[static_cast<size_t>(CollectiveKind::kReduceScatter)].calls > 0, !all_to_all) << name;
+    EXPECT_EQ(s.collectives[static_cast<size_t>(CollectiveKind::kAllToAll)].calls > 0, all_to_all) << name;
     EXPECT_EQ(s.collectives[static_cast<size_t>(CollectiveKind::kAllReduce)].calls, 0) << name;
   }
 }
@@ -341,6 +362,13 @@ TEST(EngineDpAttention, DeepSeekV3GreedyOutputsIdenticalToOneRank) {
 TEST(EngineDpAttention, Qwen3MoeGreedyOutputsIdenticalToOneRank) {
   const testing::RandomModel m("qwen3-moe-tiny");
   expect_dp_attention_identical(m.path(), {{2, 1}, {4, 2}});
+}
+
+TEST(EngineDpAttention, AllToAllDispatchGreedyOutputsIdenticalToOneRank) {
+  const testing::RandomModel deepseek("deepseek-v3-tiny");
+  expect_dp_attention_identical(deepseek.path(), {{2, 2}, {4, 4}, {4, 2}}, true);
+  const testing::RandomModel qwen("qwen3-moe-tiny");
+  expect_dp_attention_identical(qwen.path(), {{2, 1}, {4, 4}}, true);
 }
 
 // One request: the other replica has nothing to schedule and runs an empty batch at every step (its experts' share
@@ -405,6 +433,16 @@ TEST(EngineDpAttention, UnsupportedCombinationsAreClearErrors) {
   }
   const testing::RandomModel dense("tiny");
   expect_usage_error(dp_attention_config(dense.path(), 2, 1), {"DP attention", "llama model has none"});
+  c = config_for(moe.path(), 2, 2);
+  c.moe_a2a_backend = MoeA2aBackend::kDeepep;
+  try {
+    Engine engine(c);
+    ADD_FAILURE() << "expected an error for deepep without DP attention";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("moe_a2a_backend deepep"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("needs enable_dp_attention"), std::string::npos) << e.what();
+  }
 }
 
 void expect_usage_error(const EngineConfig& c, const std::vector<std::string>& words) {

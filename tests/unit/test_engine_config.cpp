@@ -40,6 +40,7 @@ EngineConfig all_changed() {
   c.dist_init_addr = "127.0.0.1:29500";
   c.dist_timeout = 60;
   c.enable_dp_attention = true;
+  c.moe_a2a_backend = MoeA2aBackend::kDeepep;
   c.compile = CompileLevel::kEager;
   c.cuda_graph_max_bs = 8;
   c.max_total_tokens = 4096;
@@ -124,14 +125,14 @@ TEST(EngineSettingsTable, KeysAreUniqueAndFlagsLong) {
 }
 
 // Captured from the implementation before the table (commit 504d558, to_json into nlohmann::json): records, bench
-// JSON and worker command lines keep these bytes.
+// JSON and worker command lines keep these bytes (plus the settings added since: moe_a2a_backend).
 TEST(EngineSettingsTable, JsonIsByteIdenticalToBefore) {
   const std::string defaults =
       R"({"chunked_prefill_size":2048,"comm_backend":"local","compile":"fused","context_length":null,"cuda_graph_max_bs":0,)"
       R"("device":"cpu","disable_radix_cache":false,"dist_init_addr":"","dist_timeout":300,"dp_size":1,)"
       R"("enable_dp_attention":false,"ep_size":1,"kv_cache_dtype":"auto","load_balance_method":"round_robin",)"
       R"("load_format":"auto","max_prefill_tokens":8192,"max_running_requests":256,"max_total_tokens":null,)"
-      R"("mem_fraction_static":0.0,"model":"","nnodes":1,"node_rank":0,"page_size":16,"schedule_policy":"fcfs","seed":0,)"
+      R"("mem_fraction_static":0.0,"model":"","moe_a2a_backend":"none","nnodes":1,"node_rank":0,"page_size":16,"schedule_policy":"fcfs","seed":0,)"
       R"("speculative_algorithm":"","speculative_draft_model":"","speculative_eagle_topk":0,)"
       R"("speculative_ngram_max_match_window_size":12,"speculative_ngram_min_match_window_size":1,)"
       R"("speculative_num_draft_tokens":0,"speculative_num_steps":0,"threads":0,"tp_size":1})";
@@ -146,7 +147,7 @@ TEST(EngineSettingsTable, JsonIsByteIdenticalToBefore) {
       R"("device":"cpu","disable_radix_cache":true,"dist_init_addr":"127.0.0.1:29500","dist_timeout":60,"dp_size":2,)"
       R"("enable_dp_attention":true,"ep_size":1,"kv_cache_dtype":"fp8_e4m3","load_balance_method":"shortest_queue",)"
       R"("load_format":"dummy","max_prefill_tokens":1024,"max_running_requests":8,"max_total_tokens":4096,)"
-      R"("mem_fraction_static":0.25,"model":"models/x.gguf","nnodes":2,"node_rank":1,"page_size":32,)"
+      R"("mem_fraction_static":0.25,"model":"models/x.gguf","moe_a2a_backend":"deepep","nnodes":2,"node_rank":1,"page_size":32,)"
       R"("schedule_policy":"lpm","seed":18446744073709551615,"speculative_algorithm":"draft",)"
       R"("speculative_draft_model":"d.gguf","speculative_eagle_topk":1,"speculative_ngram_max_match_window_size":6,)"
       R"("speculative_ngram_min_match_window_size":2,"speculative_num_draft_tokens":4,"speculative_num_steps":3,)"

@@ -75,6 +75,24 @@ TEST(CommCost, DpAttentionGathersAndScattersEachMoeLayer) {
   EXPECT_DOUBLE_EQ(sent_bytes_per_step(cs), 6 * 196608.0 + 24.0);
 }
 
+TEST(CommCost, DpAttentionAllToAllDispatchesEachMoeLayer) {
+  // Per MoE layer (3): one gather of the 4 ranks' layouts (8 experts + 4 ranks counts of 8 bytes each: 4 x 96 = 384
+  // bytes), a dispatch and a combine. ep 4: a rank owns 2 of the 8 experts, so a token reaches it with probability
+  // 13/28 (see ExpertAllToAllByHand); a replica's 16 tokens go to each of 4 ranks: 64 x 13/28 rows of (1024 + 4) x 4
+  // bytes out, of 1024 x 4 back; 3/4 of them to other ranks.
+  const auto cs = step_collectives(CommScheme::kDpAttentionAllToAll, moe_model(), 4, 4, {64, 64});
+  const CollectiveStats s = predicted_stats(cs);
+  expect_kind(s, CollectiveKind::kAllGather, 3, 3 * 384);
+  const double rows = 64.0 * 13 / 28;
+  expect_kind(s, CollectiveKind::kAllToAll, 6, 3 * std::llround(rows * 1028 * 4) + 3 * std::llround(rows * 1024 * 4));
+  expect_kind(s, CollectiveKind::kAllReduce, 0, 0);
+  expect_kind(s, CollectiveKind::kReduceScatter, 0, 0);
+  EXPECT_NEAR(sent_bytes_per_step(cs), 3 * 288.0 + 3 * rows * 3 / 4 * (1028 + 1024) * 4, 1e-6);
+  // ep 1: every rank owns a slice of every expert, so every token goes to every rank.
+  const auto all = predicted_stats(step_collectives(CommScheme::kDpAttentionAllToAll, moe_model(), 4, 1, {64, 64}));
+  expect_kind(all, CollectiveKind::kAllToAll, 6, 3 * 64 * 1028 * 4 + 3 * 64 * 1024 * 4);
+}
+
 TEST(CommCost, OneRankOrNoTokensRunNothingAndBadLayoutsAreUsageErrors) {
   EXPECT_TRUE(step_collectives(CommScheme::kTensorParallel, moe_model(), 1, 1, {64, 64}).empty());
   EXPECT_TRUE(step_collectives(CommScheme::kTensorParallel, moe_model(), 4, 1, {0, 0}).empty());
@@ -97,6 +115,7 @@ TEST(CommCost, InterconnectsAndTheDryRunLine) {
   EXPECT_NE(moe.find("195 us test"), std::string::npos) << moe;  // the hand-computed 194.9 us
   EXPECT_NE(moe.find("EP all-to-all (not implemented)"), std::string::npos) << moe;
   EXPECT_NE(moe.find("; DP attention sends "), std::string::npos) << moe;
+  EXPECT_NE(moe.find("; DP attention + all-to-all sends "), std::string::npos) << moe;
   ModelInfo dense = moe_model();
   dense.experts = 0;
   EXPECT_EQ(comm_cost_line("decode step", dense, 4, 1, {64, 64}, links).find("EP all-to-all"), std::string::npos);

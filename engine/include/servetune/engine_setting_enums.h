@@ -15,6 +15,7 @@ enum class LoadFormat { kAuto, kGguf, kSafetensors, kDummy };
 enum class Device { kCpu, kCuda, kHip };
 enum class LoadBalanceMethod { kRoundRobin, kShortestQueue };
 enum class CommBackend { kLocal, kGloo, kNccl };
+enum class MoeA2aBackend { kNone, kDeepep };
 enum class CompileLevel { kEager, kFused, kGraphs };
 enum class KvCacheDtype { kAuto, kF32, kF16, kFp8E4m3 };
 enum class SchedulePolicy { kFcfs, kLpm };
@@ -62,6 +63,16 @@ struct SettingEnum<CommBackend> {
   static constexpr bool kAnyCase = false;
   static constexpr std::array<EnumSpelling<CommBackend>, 3> kSpellings = {
       {{CommBackend::kLocal, "local"}, {CommBackend::kGloo, "gloo"}, {CommBackend::kNccl, "nccl"}}};
+};
+
+// SGLang's --moe-a2a-backend words: none (tokens gathered to every rank) | deepep (dispatched all-to-all to the ranks
+// owning their experts, as DeepEP does; here over the engine's own communicator, not the DeepEP library).
+template <>
+struct SettingEnum<MoeA2aBackend> {
+  static constexpr std::string_view kKey = "moe_a2a_backend";
+  static constexpr bool kAnyCase = false;
+  static constexpr std::array<EnumSpelling<MoeA2aBackend>, 2> kSpellings = {
+      {{MoeA2aBackend::kNone, "none"}, {MoeA2aBackend::kDeepep, "deepep"}}};
 };
 
 template <>
@@ -165,6 +176,7 @@ inline LoadBalanceMethod parse_load_balance_method(std::string_view text) {
   return parse_setting_enum<LoadBalanceMethod>(text);
 }
 inline CommBackend parse_comm_backend(std::string_view text) { return parse_setting_enum<CommBackend>(text); }
+inline MoeA2aBackend parse_moe_a2a_backend(std::string_view text) { return parse_setting_enum<MoeA2aBackend>(text); }
 inline CompileLevel parse_compile_level(std::string_view text) { return parse_setting_enum<CompileLevel>(text); }
 inline KvCacheDtype parse_kv_cache_dtype(std::string_view text) { return parse_setting_enum<KvCacheDtype>(text); }
 inline SchedulePolicy parse_schedule_policy(std::string_view text) { return parse_setting_enum<SchedulePolicy>(text); }
