@@ -18,10 +18,11 @@ struct LatentAttentionItem {
   float* out = nullptr;      // [n_tokens, n_heads, v_dim]
 };
 
-// Per-thread buffers: a widened cache row, the queries (the SIMD kernels: transposed, lanes side by side), the scores
-// (then weights), their sums and the output sums.
+// Per-thread buffers: a widened cache row (the SIMD kernels: one per position of a block), the queries (the SIMD
+// kernels: transposed, lanes side by side), the scores (then weights), their sums and the output sums.
 struct LatentAttentionScratch {
   std::vector<float> row, queries, scores, sum, acc;
+  std::vector<std::vector<float>> rows;
 };
 
 // Tokens [t0, t1) (one sequence, consecutive positions), heads [h0, h1): out = softmax(q . row * scale) weighted

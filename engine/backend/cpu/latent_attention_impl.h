@@ -101,26 +101,153 @@ inline void latent_attention_body(const LatentAttentionItem& item, int64_t t0, i
 // broadcast against the lanes' queries at c, with no horizontal sums. A lane's arithmetic does not depend on which
 // lanes share its vector: each score is a chain of fused multiply-adds over the row in order, the softmax runs over
 // the positions the lane's token sees in order, and each output is a chain over those positions. Prefill runs and
-// decode tokens therefore give a token the same bits.
+// decode tokens therefore give a token the same bits. Positions are taken kPositions at a time (independent chains
+// for the score pass, one load and store of the output sums per block in the value pass), more of them when fewer
+// lane vectors leave registers free: a decode token of 16 heads is one vector.
+constexpr int64_t kLatentLaneVectors = 4;  // lane vectors per pass
+
+template <class S>
+struct LatentLanes {
+  using V = typename S::V;
+  static constexpr int64_t kChunk = kLatentLaneVectors * S::kWidth;  // lanes per pass
+
+  const LatentAttentionItem& item;
+  const CachedRows& rows;
+  LatentAttentionScratch& s;
+  int64_t width, v_dim, first, span;
+
+  // Rows [p0, p0 + n) widened to f32 where the cache is narrower (each in its own buffer of the scratch), a vector at
+  // a time (f16 and FP8 widen exactly, so the values are dequantize_row's).
+  template <int64_t P>
+  void load_rows(int64_t p0, int64_t n, const float* (&r)[P]) {
+    const KvLayerView& kv = *item.kv;
+    for (int64_t i = 0; i < P; ++i) {
+      if (i >= n) {
+        r[i] = r[0];
+        continue;
+      }
+      const int64_t p = p0 + i, slot = static_cast<int64_t>(rows.table[p / kv.page_size]) * kv.page_size + p % kv.page_size;
+      const uint8_t* stored = static_cast<const uint8_t*>(kv.k) + slot * rows.row_bytes;
+      if (kv.dtype == DType::kF32) {
+        r[i] = reinterpret_cast<const float*>(stored);
+        continue;
+      }
+      std::vector<float>& buf = s.rows[static_cast<size_t>(i)];
+      buf.resize(static_cast<size_t>(width));
+      int64_t c = 0;
+      if (kv.dtype == DType::kF16) {
+        for (; c + S::kWidth <= width; c += S::kWidth) S::store(buf.data() + c, S::load(reinterpret_cast<const uint16_t*>(stored) + c));
+      } else if (kv.dtype == DType::kFP8_E4M3) {
+        const V unscale = S::set1(256.0f);  // load_fp8_scaled gives 2^-8 times each code's value
+        for (; c + S::kWidth <= width; c += S::kWidth) S::store(buf.data() + c, S::mul(S::load_fp8_scaled(stored + c), unscale));
+      }
+      if (c < width) {  // the tail (or another type) as the reference widens it
+        const int64_t elem = dtype_info(kv.dtype).type_size;
+        dequantize_row(kv.dtype, stored + c * elem, buf.data() + c, width - c);
+      }
+      r[i] = buf.data();
+    }
+  }
+
+  // One pass over kChunk lanes in NV vectors (their queries transposed in s.queries, unused lanes 0): scores, the
+  // softmax weights in s.scores [span][kChunk], then the output sums in s.acc [v_dim][kChunk].
+  template <int NV>
+  void pass(const float* last_seen) {
+    constexpr int64_t P = NV == 1 ? 8 : NV == 2 ? 4 : 2;  // positions per block: P x NV accumulators in registers
+    const float* queries = s.queries.data();
+    float* scores = s.scores.data();
+    const V neg_inf = S::set1(-INFINITY);
+    constexpr uint32_t kAllLanes = S::kWidth == 32 ? ~0u : (1u << S::kWidth) - 1u;
+    V last[NV], max[NV], sum[NV];
+    for (int g = 0; g < NV; ++g) {
+      last[g] = S::load(last_seen + g * S::kWidth);
+      max[g] = neg_inf;
+      sum[g] = S::zero();
+    }
+    for (int64_t p0 = 0; p0 < span; p0 += P) {
+      const int64_t n = std::min(P, span - p0);
+      const float* r[P];
+      load_rows<P>(p0, n, r);
+      V acc[P][NV];
+      for (int64_t i = 0; i < P; ++i) {
+        for (int g = 0; g < NV; ++g) acc[i][g] = S::zero();
+      }
+      for (int64_t c = 0; c < width; ++c) {
+        V q[NV];
+        for (int g = 0; g < NV; ++g) q[g] = S::load(queries + c * kChunk + g * S::kWidth);
+        for (int64_t i = 0; i < P; ++i) {
+          const V rc = S::set1(r[i][c]);
+          for (int g = 0; g < NV; ++g) acc[i][g] = S::fmadd(q[g], rc, acc[i][g]);
+        }
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t p = p0 + i;
+        for (int g = 0; g < NV; ++g) {
+          V a = acc[i][g];
+          if (p > first) {  // inside the run: lanes of earlier tokens do not see p
+            const uint32_t seen = S::ge_mask(last[g], S::set1(static_cast<float>(p)));
+            a = S::add(S::zero_unless(seen, a), S::zero_unless(~seen & kAllLanes, neg_inf));
+          }
+          S::store(scores + p * kChunk + g * S::kWidth, a);
+          max[g] = S::max(max[g], a);
+        }
+      }
+    }
+    const V scale = S::set1(item.scale);
+    for (int64_t p = 0; p < span; ++p) {  // weights e^((score - max) * scale), 0 where unseen
+      for (int g = 0; g < NV; ++g) {
+        float* w = scores + p * kChunk + g * S::kWidth;
+        const V e = S::exp(S::mul(S::sub(S::load(w), max[g]), scale));
+        S::store(w, e);
+        sum[g] = S::add(sum[g], e);
+      }
+    }
+    float* acc = s.acc.data();
+    std::fill_n(acc, v_dim * kChunk, 0.0f);
+    for (int64_t p0 = 0; p0 < span; p0 += P) {
+      const int64_t n = std::min(P, span - p0);
+      const float* r[P];
+      load_rows<P>(p0, n, r);
+      V w[P][NV];
+      for (int64_t i = 0; i < P; ++i) {
+        for (int g = 0; g < NV; ++g) w[i][g] = i < n ? S::load(scores + (p0 + i) * kChunk + g * S::kWidth) : S::zero();
+      }
+      for (int64_t c = 0; c < v_dim; ++c) {
+        for (int g = 0; g < NV; ++g) {
+          float* a = acc + c * kChunk + g * S::kWidth;
+          V sum_c = S::load(a);
+          for (int64_t i = 0; i < n; ++i) sum_c = S::fmadd(w[i][g], S::set1(r[i][c]), sum_c);  // positions in order
+          S::store(a, sum_c);
+        }
+      }
+    }
+    for (int g = 0; g < NV; ++g) {
+      const V inv = S::div(S::set1(1.0f), sum[g]);
+      for (int64_t c = 0; c < v_dim; ++c) {
+        float* a = acc + c * kChunk + g * S::kWidth;
+        S::store(a, S::mul(S::load(a), inv));
+      }
+    }
+  }
+};
+
 template <class S>
 void latent_attention_lanes(const LatentAttentionItem& item, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
                             LatentAttentionScratch& s) {
-  using V = typename S::V;
-  constexpr int64_t kVectors = 4;  // lane vectors per pass: their score accumulators stay in registers
-  constexpr int64_t kChunk = kVectors * S::kWidth;
+  using Lanes = LatentLanes<S>;
+  constexpr int64_t kChunk = Lanes::kChunk;
   const KvLayerView& kv = *item.kv;
   const AttentionBatch& batch = *item.batch;
-  const int64_t width = kv.head_dim, v_dim = item.v_dim, hn = h1 - h0, first = batch.positions[t0];
+  const int64_t width = kv.head_dim, hn = h1 - h0, first = batch.positions[t0];
   const int64_t span = batch.positions[t1 - 1] + 1;  // positions any of the tokens sees
   const int64_t lanes = (t1 - t0) * hn;                // (token, head) pairs, token-major
   const CachedRows rows{kv, batch.block_tables + batch.seq_of_token[t0] * batch.max_blocks_per_seq,
                         width * dtype_info(kv.dtype).type_size};
-  s.row.resize(static_cast<size_t>(width));
+  s.rows.resize(8);
   s.queries.resize(static_cast<size_t>(width * kChunk));
   s.scores.resize(static_cast<size_t>(span * kChunk));
-  s.acc.resize(static_cast<size_t>(v_dim * kChunk));
-  const V neg_inf = S::set1(-INFINITY), scale = S::set1(item.scale);
-  constexpr uint32_t kAllLanes = S::kWidth == 32 ? ~0u : (1u << S::kWidth) - 1u;
+  s.acc.resize(static_cast<size_t>(item.v_dim * kChunk));
+  Lanes run{item, rows, s, width, item.v_dim, first, span};
   for (int64_t l0 = 0; l0 < lanes; l0 += kChunk) {
     const int64_t nl = std::min(kChunk, lanes - l0), nv = (nl + S::kWidth - 1) / S::kWidth;
     // Queries transposed (queries[c * kChunk + i] is lane l0 + i's column c), unused lanes 0; the last position each
@@ -133,61 +260,17 @@ void latent_attention_lanes(const LatentAttentionItem& item, int64_t t0, int64_t
       const float* q = i < nl ? item.q + ((t0 + lane / hn) * item.n_heads + h0 + lane % hn) * width : nullptr;
       for (int64_t c = 0; c < width; ++c) queries[c * kChunk + i] = q != nullptr ? q[c] : 0.0f;
     }
-    V last[kVectors], max[kVectors], sum[kVectors];
-    for (int64_t g = 0; g < nv; ++g) {
-      last[g] = S::load(last_seen + g * S::kWidth);
-      max[g] = neg_inf;
-      sum[g] = S::zero();
+    switch (nv) {
+      case 1: run.template pass<1>(last_seen); break;
+      case 2: run.template pass<2>(last_seen); break;
+      case 3: run.template pass<3>(last_seen); break;
+      default: run.template pass<4>(last_seen); break;
     }
-    float* scores = s.scores.data();
-    for (int64_t p = 0; p < span; ++p) {
-      const float* r = rows.get(p, s.row);
-      V acc[kVectors];
-      for (int64_t g = 0; g < nv; ++g) acc[g] = S::zero();
-      for (int64_t c = 0; c < width; ++c) {
-        const V rc = S::set1(r[c]);
-        for (int64_t g = 0; g < nv; ++g) acc[g] = S::fmadd(S::load(queries + c * kChunk + g * S::kWidth), rc, acc[g]);
-      }
-      for (int64_t g = 0; g < nv; ++g) {
-        if (p > first) {  // inside the run: lanes of earlier tokens do not see p
-          const uint32_t seen = S::ge_mask(last[g], S::set1(static_cast<float>(p)));
-          acc[g] = S::add(S::zero_unless(seen, acc[g]), S::zero_unless(~seen & kAllLanes, neg_inf));
-        }
-        S::store(scores + p * kChunk + g * S::kWidth, acc[g]);
-        max[g] = S::max(max[g], acc[g]);
-      }
-    }
-    for (int64_t p = 0; p < span; ++p) {  // weights e^((score - max) * scale), 0 where unseen
-      for (int64_t g = 0; g < nv; ++g) {
-        float* w = scores + p * kChunk + g * S::kWidth;
-        const V e = S::exp(S::mul(S::sub(S::load(w), max[g]), scale));
-        S::store(w, e);
-        sum[g] = S::add(sum[g], e);
-      }
-    }
-    float* acc = s.acc.data();
-    std::fill_n(acc, v_dim * kChunk, 0.0f);
-    for (int64_t p = 0; p < span; ++p) {
-      const float* r = rows.get(p, s.row);
-      for (int64_t g = 0; g < nv; ++g) {
-        const V w = S::load(scores + p * kChunk + g * S::kWidth);
-        for (int64_t c = 0; c < v_dim; ++c) {
-          float* a = acc + c * kChunk + g * S::kWidth;
-          S::store(a, S::fmadd(w, S::set1(r[c]), S::load(a)));
-        }
-      }
-    }
-    for (int64_t g = 0; g < nv; ++g) {
-      const V inv = S::div(S::set1(1.0f), sum[g]);
-      for (int64_t c = 0; c < v_dim; ++c) {
-        float* a = acc + c * kChunk + g * S::kWidth;
-        S::store(a, S::mul(S::load(a), inv));
-      }
-    }
+    const float* acc = s.acc.data();
     for (int64_t i = 0; i < nl; ++i) {
       const int64_t lane = l0 + i;
-      float* o = item.out + ((t0 + lane / hn) * item.n_heads + h0 + lane % hn) * v_dim;
-      for (int64_t c = 0; c < v_dim; ++c) o[c] = acc[c * kChunk + i];
+      float* o = item.out + ((t0 + lane / hn) * item.n_heads + h0 + lane % hn) * item.v_dim;
+      for (int64_t c = 0; c < item.v_dim; ++c) o[c] = acc[c * kChunk + i];
     }
   }
 }
