@@ -235,6 +235,30 @@ TEST(DpAttentionLogits, AFailingReplicaFailsTheOtherAtOnce) {
   EXPECT_THROW(r0.forward_idle(), Error);
 }
 
+// A replica that never arrives (its thread never steps): the other fails in its first MoE collective within the
+// replicas' timeout, naming it, instead of hanging; with either MoE scheme.
+TEST(DpAttentionLogits, AReplicaThatNeverArrivesFailsTheOtherWithinTheTimeout) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  const Checkpoint ck(m.path(), LoadFormat::kAuto);
+  for (const bool all_to_all : {false, true}) {
+    const auto group = LocalGroup::create(2, std::chrono::seconds(1));
+    TensorParallelGroup r0(ck, "cpu", 1, 1, CompileOptions{}, kDefaultCommTimeout, 2, group->communicator(0), all_to_all);
+    r0.create_kv(testing::kLogitsKvBlocks, testing::kPage, DType::kF32);
+    std::vector<testing::SeqState> seqs(1);
+    seqs[0].tokens = {3, 4, 5, 6};
+    const Batch batch = testing::next_batch(seqs, 8, testing::kLogitsMaxBlocks);
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<float> logits;
+    try {
+      r0.forward(batch, logits);
+      ADD_FAILURE() << "replica 0 should fail without replica 1";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("timed out after 1000 ms waiting for rank(s) 1"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << (all_to_all ? "all-to-all" : "gather");
+  }
+}
+
 TEST(DpAttentionLogits, DeepSeekV3AndQwen3MoeMatchOneRank) {
   for (const std::string preset : {"deepseek-v3-tiny", "qwen3-moe-tiny"}) {
     const testing::RandomModel m(preset);
