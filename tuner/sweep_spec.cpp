@@ -341,6 +341,36 @@ bool lower_is_better(const std::string& key) {
          key == "engine_comm_wait_seconds" || key == "engine_comm_wait_fraction" || is_collective_metric(key);
 }
 
+namespace {
+
+// repeat: a count (1-100), `auto` ({min: 3, max: 10, width: 0.05}) or {min, max, width}.
+void parse_repeat(const SpecFile& f, Section& top, SweepSpec& spec) {
+  const nlohmann::ordered_json* r = top.get("repeat");
+  if (r == nullptr || r->is_number()) {
+    spec.repeat = spec.repeat_min = static_cast<int>(top.int_in("repeat", 1, 1, 100));
+    return;
+  }
+  if (r->is_string()) {
+    if (r->get<std::string>() != "auto") top.fail("repeat", "must be a count (1-100), auto, or {min, max, width}");
+    spec.repeat_min = 3;
+    spec.repeat = 10;
+    spec.repeat_width = 0.05;
+    return;
+  }
+  if (!r->is_object()) top.fail("repeat", "must be a count (1-100), auto, or {min, max, width}");
+  Section rs(f, *r, top.key_path("repeat"));
+  spec.repeat_min = static_cast<int>(rs.int_in("min", 3, 2, 100));
+  spec.repeat = static_cast<int>(rs.int_in("max", 10, 2, 100));
+  spec.repeat_width = rs.dbl("width", 0.05);
+  rs.done();
+  if (spec.repeat < spec.repeat_min) rs.fail("max", "must be at least min (" + std::to_string(spec.repeat_min) + ")");
+  if (!(spec.repeat_width > 0.0 && spec.repeat_width < 1.0)) {
+    rs.fail("width", "must be between 0 and 1 (the interval's half-width relative to the mean, e.g. 0.05)");
+  }
+}
+
+}  // namespace
+
 SweepSpec parse_sweep(const SpecFile& f) {
   SweepSpec spec;
   spec.source = f.path;
@@ -365,7 +395,7 @@ SweepSpec parse_sweep(const SpecFile& f) {
   top.get("objective");
   top.get("slo");
   parse_objective_and_slo(f, spec);
-  spec.repeat = static_cast<int>(top.int_in("repeat", 1, 1, 100));
+  parse_repeat(f, top, spec);
   if (top.has("interconnects")) {
     spec.interconnects = top.str_list("interconnects");
     std::string known;

@@ -100,7 +100,12 @@ struct SweepSpec {
   std::vector<WorkloadSpec> workloads;  // expanded, in file order
   ObjectiveSpec objective;
   std::map<std::string, double> slo;    // metric -> upper bound (latencies, ms)
+  // Runs of each workload per candidate: `repeat` of them; with `repeat: auto` (repeat_width > 0) at least repeat_min
+  // and at most `repeat`, stopping once the 95% interval of the objective metric's mean is within +-repeat_width of
+  // the mean (relative).
   int repeat = 1;
+  int repeat_min = 1;
+  double repeat_width = 0.0;
   std::vector<std::string> check_tolerances;  // `servetune check` defaults ("total_output_tokens=0", ...)
   std::vector<std::string> interconnects = {"nvlink4", "400gbe"};  // the links --dry-run's comm cost is priced on
   std::vector<double> percentiles;            // computed for every run (50, 90, 99 + those named above)

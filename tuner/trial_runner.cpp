@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "servetune/error.h"
 #include "tuner/interrupt.h"
 #include "tuner/measurement.h"
+#include "tuner/noise.h"
 #include "tuner/server_command.h"
 #include "tuner/server_process.h"
 
@@ -258,6 +260,7 @@ bool TrialRunner::run_here(const Trial& t) {
     nlohmann::ordered_json info = candidate_info(t.candidate);
     if (!marker.command.empty()) info["command"] = marker.command;
     for (const auto& w : t.workloads) {
+      std::vector<double> objective;  // repeat: auto: the objective metric of each repeat so far
       for (int r = 0; r < spec_.repeat; ++r) {
         if (interrupted_by() != 0) throw LaunchFailure(TrialFailure::kInterrupted, "");
         progress_.run_started(w.name, r);
@@ -272,6 +275,11 @@ bool TrialRunner::run_here(const Trial& t) {
         progress_.run_finished(run_summary(m));
         ++done;
         check_failed_requests(m, w.name);
+        if (r + 1 < spec_.repeat && precise_enough(metrics, objective)) {
+          progress_.skip_runs(static_cast<size_t>(spec_.repeat - r - 1));
+          done += static_cast<size_t>(spec_.repeat - r - 1);
+          break;
+        }
       }
     }
     session.reset();
@@ -283,6 +291,19 @@ bool TrialRunner::run_here(const Trial& t) {
   }
   write_marker(t, marker);
   return true;
+}
+
+// repeat: auto: adds this repeat's objective metric to `samples` and says whether the repeats so far are enough: at
+// least repeat_min of them, and the 95% interval of their mean within +-repeat_width of it. A workload without the
+// metric (or a mean of 0) runs every repeat.
+bool TrialRunner::precise_enough(const nlohmann::ordered_json& metrics, std::vector<double>& samples) const {
+  if (spec_.repeat_width <= 0.0) return false;
+  const auto it = metrics.find(spec_.objective.metric);
+  if (it == metrics.end() || !it->is_number()) return false;
+  samples.push_back(it->get<double>());
+  if (static_cast<int>(samples.size()) < spec_.repeat_min) return false;
+  const std::optional<MeanInterval> ci = mean_interval(samples);
+  return ci && ci->mean != 0.0 && (ci->high - ci->low) / 2.0 <= spec_.repeat_width * std::fabs(ci->mean);
 }
 
 // A run with more failed requests than target.max_failed_fraction fails the trial (its record is kept): a

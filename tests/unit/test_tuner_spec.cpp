@@ -112,6 +112,27 @@ TEST(TunerSpec, SloMayNameEveryRecordedSummary) {
   EXPECT_FALSE(is_known_metric("p99_client_lags_ms"));
 }
 
+// repeat: a count, `auto`, or {min, max, width}; a count is min = max without a width (no early stop).
+TEST(TunerSpec, RepeatIsACountOrAuto) {
+  const SweepSpec fixed = parse_spec(std::string(kMinimal) + "repeat: 4\n");
+  EXPECT_EQ(fixed.repeat, 4);
+  EXPECT_EQ(fixed.repeat_min, 4);
+  EXPECT_EQ(fixed.repeat_width, 0.0);
+  const SweepSpec automatic = parse_spec(std::string(kMinimal) + "repeat: auto\n");
+  EXPECT_EQ(automatic.repeat_min, 3);
+  EXPECT_EQ(automatic.repeat, 10);
+  EXPECT_DOUBLE_EQ(automatic.repeat_width, 0.05);
+  const SweepSpec given = parse_spec(std::string(kMinimal) + "repeat: {min: 2, max: 6, width: 0.1}\n");
+  EXPECT_EQ(given.repeat_min, 2);
+  EXPECT_EQ(given.repeat, 6);
+  EXPECT_DOUBLE_EQ(given.repeat_width, 0.1);
+  expect_error(std::string(kMinimal) + "repeat: sometimes\n", {"repeat", "a count (1-100), auto, or {min, max, width}"});
+  expect_error(std::string(kMinimal) + "repeat: {min: 5, max: 3}\n", {"repeat.max", "at least min (5)"});
+  expect_error(std::string(kMinimal) + "repeat: {min: 1}\n", {"repeat.min"});
+  expect_error(std::string(kMinimal) + "repeat: {width: 0}\n", {"repeat.width", "between 0 and 1"});
+  expect_error(std::string(kMinimal) + "repeat: {maxx: 3}\n", {"repeat.maxx", "unknown key"});
+}
+
 TEST(TunerSpec, BadFilesNameFileKeyLineAndProblem) {
   expect_error(R"(name: t
 target: {engine: builtin, model: m.gguf, max_failed_fraction: 1.5}

@@ -71,6 +71,24 @@ TEST(TunerSweep, GridOnStoriesWritesRecordsAndReports) {
   fs::remove_all(dir);
 }
 
+// repeat: auto stops a workload's repeats once the objective's interval is within the width: on a metric that does
+// not vary (output tokens) it stops at min; on throughput with a width nothing meets it runs max.
+TEST(TunerSweep, RepeatAutoStopsWhenTheIntervalIsNarrowEnough) {
+  const fs::path dir = scratch("repeat-auto");
+  const std::string workloads = "  - {name: short, dataset: random, input_len: 16, output_len: 4, num_prompts: 4, seed: 1}\n";
+  for (const auto& [metric, runs] : {std::pair<const char*, size_t>{"total_output_tokens", 2}, {"total_token_throughput", 4}}) {
+    std::string text = stories_sweep("auto", "  max_running_requests: [4]\n", workloads);
+    text.replace(text.find("repeat: 1"), 9, "repeat: {min: 2, max: 4, width: 0.000001}");
+    text += std::string("objective: {workload: short, metric: ") + metric + "}\n";
+    write_text(dir / "s.yaml", text);
+    const fs::path run = dir / metric;
+    const CliResult r = servetune("sweep " + (dir / "s.yaml").string() + " --output " + run.string());
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(count_files(run / "records"), runs) << metric << "\n" << r.output;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(TunerSweep, KillNineThenResumeMeasuresEveryCandidateOnce) {
   const fs::path dir = scratch("resume");
   write_text(dir / "s.yaml", stories_sweep("resume", "  max_running_requests: [1, 2, 4, 8, 16]\n",
