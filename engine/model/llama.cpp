@@ -32,12 +32,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
   tok_embd_ = loader.matrix("token_embd.weight", config.vocab, d);
   output_norm_ = loader.vector("output_norm.weight", d);
   output_ = loader.matrix_rows(config.tied_embeddings ? "token_embd.weight" : "output.weight", config.vocab, d, share_.vocab);
-  if (loader.has("rope_freqs.weight")) {
-    const float* ff = loader.vector("rope_freqs.weight", config.rope_dim / 2);
-    rope_freq_factors_.assign(ff, ff + config.rope_dim / 2);
-  } else {
-    rope_freq_factors_ = rope_freq_factors(config);
-  }
+  rotary_ = ModelRotary(config, loader, backend_);
 
   for (int64_t i = 0; i < config.n_layers; ++i) {
     Layer L;
@@ -77,17 +72,6 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
   }
   weight_buffers_ = loader.take_buffers();
 
-  rope_.head_dim = hd;
-  rope_.rope_dim = config.rope_dim;
-  rope_.theta = config.rope_theta;
-  rope_.freq_scale = config.rope_scaling == RopeKind::kLinear ? 1.0f / config.rope_factor : 1.0f;
-  rope_.neox = config.rope_neox;
-  if (!rope_freq_factors_.empty()) {
-    const size_t bytes = rope_freq_factors_.size() * sizeof(float);
-    rope_freq_buffer_ = backend_.allocate(bytes);
-    backend_.upload(*rope_freq_buffer_, 0, rope_freq_factors_.data(), bytes);
-    rope_.freq_factors = static_cast<const float*>(rope_freq_buffer_->data());
-  }
 }
 
 LlamaModel::BatchIndices LlamaModel::place_indices(const Batch& batch) {
@@ -301,12 +285,12 @@ void LlamaModel::forward_layers(int64_t n, int64_t max_blocks_per_seq, const Bat
     else backend_.add_rms_norm(x, h, L.attn_norm, h, n, d, config_.rms_eps);  // h: the previous layer's MLP output
     if (L.wqkv.data != nullptr) {
       backend_.matmul(L.wqkv, L.bqkv, h, n, k);
-      backend_.rope_store_qkv(cache, k, ix.positions, ix.slots, n, n_heads_, rope_, q);
+      backend_.rope_store_qkv(cache, k, ix.positions, ix.slots, n, n_heads_, rotary_.params(), q);
     } else {
       const Backend::MatmulOut qkv[] = {{&L.wq, L.bq, q}, {&L.wk, L.bk, k}, {&L.wv, L.bv, v}};
       backend_.matmuls(qkv, h, n);
-      backend_.rope(q, ix.positions, n, n_heads_, rope_);
-      backend_.rope(k, ix.positions, n, n_kv_heads_, rope_);
+      backend_.rope(q, ix.positions, n, n_heads_, rotary_.params());
+      backend_.rope(k, ix.positions, n, n_kv_heads_, rotary_.params());
       backend_.store_kv(cache, k, v, ix.slots, n);
     }
     backend_.attention(cache, ab, q, n_heads_, scale, attn);

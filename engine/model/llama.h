@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "model/rotary.h"
 #include "model/weight_loader.h"
 
 namespace servetune {
@@ -92,9 +93,7 @@ class LlamaModel final : public Model {
   const float* output_norm_ = nullptr;
   WeightMatrix output_;
   std::vector<Layer> layers_;
-  std::vector<float> rope_freq_factors_;
-  std::unique_ptr<Buffer> rope_freq_buffer_;  // rope_freq_factors_ in backend memory
-  RopeParams rope_;
+  ModelRotary rotary_;
   std::vector<std::unique_ptr<Buffer>> weight_buffers_;
   Workspace ws_;
   std::unique_ptr<Buffer> logits_out_;

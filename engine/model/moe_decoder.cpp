@@ -62,6 +62,7 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
   const int64_t d = config.hidden;
   tok_embd_ = loader.matrix("token_embd.weight", config.vocab, d);
   output_norm_ = loader.vector("output_norm.weight", d);
+  rotary_ = ModelRotary(config, loader, backend_);
   // As LlamaModel: the whole embedding table on every rank, the output head vocab-parallel (gathered after it).
   output_ = loader.matrix_rows(config.tied_embeddings ? "token_embd.weight" : "output.weight", config.vocab, d, share_.vocab);
   load_.experts = config.is_moe() ? config.moe.routing.n_experts : 0;
@@ -76,18 +77,6 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
   }
   weight_buffers_ = loader.take_buffers();
 
-  rope_.head_dim = config.head_dim;
-  rope_.rope_dim = config.rope_dim;
-  rope_.theta = config.rope_theta;
-  rope_.freq_scale = config.rope_scaling == RopeKind::kLinear ? 1.0f / config.rope_factor : 1.0f;
-  rope_.neox = config.rope_neox;
-  const std::vector<float> factors = rope_freq_factors(config);
-  if (!factors.empty()) {
-    const size_t bytes = factors.size() * sizeof(float);
-    rope_freq_buffer_ = backend_.allocate(bytes);
-    backend_.upload(*rope_freq_buffer_, 0, factors.data(), bytes);
-    rope_.freq_factors = static_cast<const float*>(rope_freq_buffer_->data());
-  }
   scratch_.resize(kSlotCount);
   scratch_floats_.assign(kSlotCount, 0);
 }
@@ -342,8 +331,8 @@ void MoeDecoderModel::attention_gqa(const Layer& L, int64_t n, const float* h, c
     backend_.rms_norm(q, L.q_norm, q, n * heads, hd, config_.rms_eps);
     backend_.rms_norm(k, L.k_norm, k, n * kv_heads, hd, config_.rms_eps);
   }
-  backend_.rope(q, ab.positions, n, heads, rope_);
-  backend_.rope(k, ab.positions, n, kv_heads, rope_);
+  backend_.rope(q, ab.positions, n, heads, rotary_.params());
+  backend_.rope(k, ab.positions, n, kv_heads, rotary_.params());
   backend_.store_kv(cache, k, v, slots, n);
   float* attn = scratch(kAttn, n * heads * hd);
   const float scale = config_.attention_scale_factor / std::sqrt(static_cast<float>(hd));
@@ -372,8 +361,8 @@ void MoeDecoderModel::attention_mla(const Layer& L, int64_t n, const float* h, c
   backend_.rms_norm(latent, L.latent_norm, latent, n, rank, config_.rms_eps);
   // Each head's query is [no-rope part | rotary part]: rotate the rotary part in place (head stride hd), and the one
   // rotary key shared by all heads.
-  backend_.rope(q + m.qk_nope_dim, ab.positions, n, heads, rope_);
-  RopeParams key_rope = rope_;
+  backend_.rope(q + m.qk_nope_dim, ab.positions, n, heads, rotary_.params());
+  RopeParams key_rope = rotary_.params();
   key_rope.head_dim = rope;
   backend_.rope(rope_key, ab.positions, n, 1, key_rope);
   backend_.store_latent(cache, latent, rank, rope_key, slots, n);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "model/rotary.h"
 #include "model/moe_routing.h"
 #include "model/weight_loader.h"
 
@@ -116,8 +117,7 @@ class MoeDecoderModel final : public Model {
   WeightMatrix tok_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<Layer> layers_;
-  RopeParams rope_;
-  std::unique_ptr<Buffer> rope_freq_buffer_;
+  ModelRotary rotary_;
   std::vector<std::unique_ptr<Buffer>> weight_buffers_;
   std::vector<std::unique_ptr<Buffer>> owned_;        // weights the model derived (the transposed key absorption)
   std::vector<std::unique_ptr<Buffer>> scratch_;      // activations, grown on demand
