@@ -46,10 +46,7 @@ namespace {
 // tp_size ranks (a latent cache row is whole on every rank), and how many replicas hold that.
 std::string memory_estimate(const ModelInfo& m, const EngineConfig& c) {
   const double tp = std::max(1, c.tp_size);
-  const bool gpu = c.device != Device::kCpu;
-  const double kv_element = c.kv_cache_dtype == KvCacheDtype::kFp8E4m3 ? 1
-                            : c.kv_cache_dtype == KvCacheDtype::kF16 || (c.kv_cache_dtype == KvCacheDtype::kAuto && gpu) ? 2
-                                                                                                                       : 4;
+  const auto kv_element = static_cast<double>(kv_element_bytes(c.kv_cache_dtype, c.device));
   if (c.enable_dp_attention) {
     // The replicas are the ranks: each holds its attention, dense layers and head whole and 1 / tp_size of the
     // routed experts (ModelInfo does not split the bytes, so this is the upper bound), and caches only its own

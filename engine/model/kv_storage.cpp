@@ -10,6 +10,12 @@ int64_t KvStorage::block_bytes(const ModelConfig& config, int64_t local_kv_heads
   return config.kv_values_per_token(local_kv_heads) * page_size * elem;
 }
 
+DType kv_storage_dtype(KvCacheDtype setting, bool host_memory) {
+  if (setting == KvCacheDtype::kFp8E4m3) return DType::kFP8_E4M3;
+  if (setting == KvCacheDtype::kF16 || (setting == KvCacheDtype::kAuto && !host_memory)) return DType::kF16;
+  return DType::kF32;
+}
+
 KvStorage::KvStorage(Backend& backend, const ModelConfig& config, int64_t local_kv_heads, int64_t num_blocks,
                      int64_t page_size, DType dtype)
     : num_blocks_(num_blocks), page_size_(page_size), dtype_(dtype) {

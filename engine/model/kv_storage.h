@@ -11,8 +11,13 @@
 
 #include "backend/backend.h"
 #include "model/model_config.h"
+#include "servetune/engine_setting_enums.h"
 
 namespace servetune {
+
+// The element type of a KV cache for the kv_cache_dtype setting: fp8_e4m3, f16, f32 as named; auto is f32 in host
+// memory (exact against the reference) and f16 on GPUs (half the memory and bandwidth).
+DType kv_storage_dtype(KvCacheDtype setting, bool host_memory);
 
 class KvStorage {
  public:

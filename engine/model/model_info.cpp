@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "model/checkpoint.h"
+#include "model/kv_storage.h"
 #include "model/model_config.h"
 #include "model/parallel.h"
 
@@ -38,6 +39,10 @@ ModelInfo read_model_info(const std::string& path, LoadFormat load_format) {
   ModelInfo info = model_info_of(checkpoint.config());
   info.weight_bytes = checkpoint.weight_bytes();
   return info;
+}
+
+int64_t kv_element_bytes(KvCacheDtype setting, Device device) {
+  return dtype_info(kv_storage_dtype(setting, device == Device::kCpu)).type_size;
 }
 
 std::string format_bytes(double bytes) {

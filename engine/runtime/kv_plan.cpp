@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/kv_storage.h"
 #include "runtime/tensor_parallel_group.h"
 
 namespace servetune {
@@ -19,11 +20,7 @@ int64_t physical_memory_bytes() {
 
 }  // namespace
 
-DType kv_dtype_for(KvCacheDtype setting, const Backend& backend) {
-  if (setting == KvCacheDtype::kFp8E4m3) return DType::kFP8_E4M3;
-  if (setting == KvCacheDtype::kF16 || (setting == KvCacheDtype::kAuto && !backend.host_memory())) return DType::kF16;
-  return DType::kF32;
-}
+DType kv_dtype_for(KvCacheDtype setting, const Backend& backend) { return kv_storage_dtype(setting, backend.host_memory()); }
 
 int64_t kv_budget_bytes(double mem_fraction_static, std::optional<DeviceMemory> device, int64_t physical_memory) {
   if (device) {

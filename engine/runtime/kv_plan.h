@@ -18,7 +18,7 @@ constexpr double kCpuDefaultMemFraction = 0.1;
 // Device memory for weights plus KV cache on a GPU when mem_fraction_static is 0 (SGLang's meaning of the setting).
 constexpr double kGpuDefaultMemFraction = 0.88;
 
-// "auto" is f32 on the CPU (exact against the reference) and f16 on GPUs (half the memory and bandwidth).
+// The cache element type on `backend` (model/kv_storage.h: kv_storage_dtype).
 DType kv_dtype_for(KvCacheDtype setting, const Backend& backend);
 
 // KV bytes available under mem_fraction_static: of `physical_memory` (bytes of RAM) without a device; on a GPU,

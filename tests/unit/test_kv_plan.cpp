@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "model/kv_storage.h"
 #include "runtime/kv_plan.h"
+#include "servetune/model_info.h"
 
 namespace servetune {
 namespace {
@@ -68,6 +69,16 @@ TEST(KvPlan, CacheTypeOnTheCpu) {
   EXPECT_EQ(kv_dtype_for(KvCacheDtype::kF32, *cpu), DType::kF32);
   EXPECT_EQ(kv_dtype_for(KvCacheDtype::kF16, *cpu), DType::kF16);
   EXPECT_EQ(kv_dtype_for(KvCacheDtype::kFp8E4m3, *cpu), DType::kFP8_E4M3);
+}
+
+// The public API's element size (the tuner's memory estimate) follows the same choice, GPUs included.
+TEST(KvPlan, ElementBytesAsTheEngineStoresThem) {
+  EXPECT_EQ(kv_element_bytes(KvCacheDtype::kAuto, Device::kCpu), 4);
+  EXPECT_EQ(kv_element_bytes(KvCacheDtype::kAuto, Device::kCuda), 2);
+  EXPECT_EQ(kv_element_bytes(KvCacheDtype::kAuto, Device::kHip), 2);
+  EXPECT_EQ(kv_element_bytes(KvCacheDtype::kF32, Device::kCuda), 4);
+  EXPECT_EQ(kv_element_bytes(KvCacheDtype::kF16, Device::kCpu), 2);
+  EXPECT_EQ(kv_element_bytes(KvCacheDtype::kFp8E4m3, Device::kCpu), 1);
 }
 
 }  // namespace

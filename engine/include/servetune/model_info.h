@@ -32,6 +32,10 @@ struct ModelInfo {
   bool kv_shared_by_ranks = false;  // latent attention: every tensor-parallel rank caches the whole row
 };
 
+// Bytes of one KV cache element for the kv_cache_dtype setting on `device`, as the engine sizes its cache (auto: f32
+// on the cpu, f16 on GPUs); times kv_values_per_token, a token's KV bytes.
+int64_t kv_element_bytes(KvCacheDtype setting, Device device);
+
 // "1.5 GiB" / "70.3 KiB": a byte count for messages.
 std::string format_bytes(double bytes);
 
