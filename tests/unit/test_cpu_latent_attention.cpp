@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/latent_attention.h"
 #include "core/cpu_features.h"
 #include "core/quant.h"
@@ -67,6 +68,54 @@ void check_latent(LatentAttentionKernel kernel, DType kv_dtype) {
         ASSERT_EQ(split[i], whole[i]) << "output " << i << " differs in another run or head range";
       }
     }
+  }
+}
+
+// Contexts longer than a position block go through partials merged in block order: a decode token seeing 3 blocks
+// and a prefill run across a block boundary (its first tokens do not see the next block at all), through the backend
+// op on 1, 2 and 3 threads: the same bits on each, near the reference.
+TEST(CpuLatentAttention, LongContextsSplitByPositionBlockMatchReference) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int64_t width = 72, v_dim = 64, n_heads = 6, page = 16;
+  const int64_t decode_pos = 2 * kLatentPositionBlock + 300, run_first = kLatentPositionBlock - 4, run = 8;
+  const int64_t blocks_per_seq = (decode_pos + 1 + page - 1) / page, num_blocks = 2 * blocks_per_seq;
+  std::vector<uint16_t> cache(static_cast<size_t>(num_blocks * page * width));
+  std::vector<float> row(static_cast<size_t>(width));
+  for (size_t slot = 0; slot < cache.size() / width; ++slot) {
+    for (float& x : row) x = normal(rng);
+    quantize_row(DType::kF16, row.data(), cache.data() + slot * width, width);
+  }
+  std::vector<int32_t> tables(static_cast<size_t>(num_blocks));
+  std::iota(tables.begin(), tables.end(), 0);
+  std::shuffle(tables.begin(), tables.end(), rng);
+  const KvLayerView kv{cache.data(), nullptr, DType::kF16, num_blocks, page, 1, width};
+  // Token 0: sequence 0's decode token; tokens 1..8: sequence 1's prefill run.
+  std::vector<int32_t> positions = {static_cast<int32_t>(decode_pos)}, seq = {0};
+  for (int64_t i = 0; i < run; ++i) {
+    positions.push_back(static_cast<int32_t>(run_first + i));
+    seq.push_back(1);
+  }
+  const int64_t n = 1 + run;
+  const AttentionBatch batch{n, positions.data(), seq.data(), tables.data(), blocks_per_seq};
+  std::vector<float> q(static_cast<size_t>(n * n_heads * width));
+  for (float& x : q) x = normal(rng);
+  const size_t out_size = static_cast<size_t>(n * n_heads * v_dim);
+  std::vector<float> want(out_size);
+  LatentAttentionScratch scratch;
+  const LatentAttentionItem ref_item{&kv, &batch, q.data(), n_heads, v_dim, 0.1f, want.data()};
+  detail::latent_attention_reference(ref_item, 0, 1, 0, n_heads, scratch);
+  detail::latent_attention_reference(ref_item, 1, n, 0, n_heads, scratch);
+  std::vector<float> first;
+  for (int threads : {1, 2, 3}) {
+    CpuBackend backend(threads);
+    std::vector<float> got(out_size);
+    backend.attention_latent(kv, batch, q.data(), n_heads, v_dim, 0.1f, got.data());
+    for (size_t i = 0; i < out_size; ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << "threads " << threads << " output " << i;
+    }
+    if (first.empty()) first = got;
+    EXPECT_EQ(got, first) << threads << " threads";
   }
 }
 

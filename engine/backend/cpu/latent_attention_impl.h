@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <span>
 #include <vector>
@@ -114,7 +115,8 @@ struct LatentLanes {
   const LatentAttentionItem& item;
   const CachedRows& rows;
   LatentAttentionScratch& s;
-  int64_t width, v_dim, first, span;
+  int64_t width, v_dim, first;
+  int64_t begin, end;  // the positions of this pass: [begin, end)
 
   // Rows [p0, p0 + n) widened to f32 where the cache is narrower (each in its own buffer of the scratch), a vector at
   // a time (f16 and FP8 widen exactly, so the values are dequantize_row's).
@@ -149,10 +151,12 @@ struct LatentLanes {
     }
   }
 
-  // One pass over kChunk lanes in NV vectors (their queries transposed in s.queries, unused lanes 0): scores, the
-  // softmax weights in s.scores [span][kChunk], then the output sums in s.acc [v_dim][kChunk].
+  // One pass over kChunk lanes in NV vectors (their queries transposed in s.queries, unused lanes 0) and the
+  // positions [begin, end): scores, the softmax weights in s.scores [end - begin][kChunk], the unnormalised output
+  // sums in s.acc [v_dim][kChunk], and per lane the largest score (-inf where the lane sees none of the positions)
+  // and the weights' sum in `max_out` and `sum_out` [kChunk].
   template <int NV>
-  void pass(const float* last_seen) {
+  void pass(const float* last_seen, float* max_out, float* sum_out) {
     constexpr int64_t P = NV == 1 ? 8 : NV == 2 ? 4 : 2;  // positions per block: P x NV accumulators in registers
     const float* queries = s.queries.data();
     float* scores = s.scores.data();
@@ -164,8 +168,8 @@ struct LatentLanes {
       max[g] = neg_inf;
       sum[g] = S::zero();
     }
-    for (int64_t p0 = 0; p0 < span; p0 += P) {
-      const int64_t n = std::min(P, span - p0);
+    for (int64_t p0 = begin; p0 < end; p0 += P) {
+      const int64_t n = std::min(P, end - p0);
       const float* r[P];
       load_rows<P>(p0, n, r);
       V acc[P][NV];
@@ -188,29 +192,31 @@ struct LatentLanes {
             const uint32_t seen = S::ge_mask(last[g], S::set1(static_cast<float>(p)));
             a = S::add(S::zero_unless(seen, a), S::zero_unless(~seen & kAllLanes, neg_inf));
           }
-          S::store(scores + p * kChunk + g * S::kWidth, a);
+          S::store(scores + (p - begin) * kChunk + g * S::kWidth, a);
           max[g] = S::max(max[g], a);
         }
       }
     }
     const V scale = S::set1(item.scale);
-    for (int64_t p = 0; p < span; ++p) {  // weights e^((score - max) * scale), 0 where unseen
+    V shift[NV];  // the max, or 0 for a lane that sees none of the positions (so its weights are e^-inf = 0, not NaN)
+    for (int g = 0; g < NV; ++g) shift[g] = S::zero_unless(S::ge_mask(max[g], S::set1(-FLT_MAX)), max[g]);
+    for (int64_t p = 0; p < end - begin; ++p) {  // weights e^((score - max) * scale), 0 where unseen
       for (int g = 0; g < NV; ++g) {
         float* w = scores + p * kChunk + g * S::kWidth;
-        const V e = S::exp(S::mul(S::sub(S::load(w), max[g]), scale));
+        const V e = S::exp(S::mul(S::sub(S::load(w), shift[g]), scale));
         S::store(w, e);
         sum[g] = S::add(sum[g], e);
       }
     }
     float* acc = s.acc.data();
     std::fill_n(acc, v_dim * kChunk, 0.0f);
-    for (int64_t p0 = 0; p0 < span; p0 += P) {
-      const int64_t n = std::min(P, span - p0);
+    for (int64_t p0 = begin; p0 < end; p0 += P) {
+      const int64_t n = std::min(P, end - p0);
       const float* r[P];
       load_rows<P>(p0, n, r);
       V w[P][NV];
       for (int64_t i = 0; i < P; ++i) {
-        for (int g = 0; g < NV; ++g) w[i][g] = i < n ? S::load(scores + (p0 + i) * kChunk + g * S::kWidth) : S::zero();
+        for (int g = 0; g < NV; ++g) w[i][g] = i < n ? S::load(scores + (p0 - begin + i) * kChunk + g * S::kWidth) : S::zero();
       }
       for (int64_t c = 0; c < v_dim; ++c) {
         for (int g = 0; g < NV; ++g) {
@@ -222,32 +228,33 @@ struct LatentLanes {
       }
     }
     for (int g = 0; g < NV; ++g) {
-      const V inv = S::div(S::set1(1.0f), sum[g]);
-      for (int64_t c = 0; c < v_dim; ++c) {
-        float* a = acc + c * kChunk + g * S::kWidth;
-        S::store(a, S::mul(S::load(a), inv));
-      }
+      S::store(max_out + g * S::kWidth, max[g]);
+      S::store(sum_out + g * S::kWidth, sum[g]);
     }
   }
 };
 
+// Tokens [t0, t1), heads [h0, h1) over the positions [begin, end) (end < 0: all they see). With `partial` null, out
+// = the attention output; else partial = the range's part per lane (latent_attention.h: LatentPartialKernel).
 template <class S>
 void latent_attention_lanes(const LatentAttentionItem& item, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
-                            LatentAttentionScratch& s) {
+                            int64_t begin, int64_t end, float* partial, LatentAttentionScratch& s) {
   using Lanes = LatentLanes<S>;
   constexpr int64_t kChunk = Lanes::kChunk;
   const KvLayerView& kv = *item.kv;
   const AttentionBatch& batch = *item.batch;
   const int64_t width = kv.head_dim, hn = h1 - h0, first = batch.positions[t0];
   const int64_t span = batch.positions[t1 - 1] + 1;  // positions any of the tokens sees
-  const int64_t lanes = (t1 - t0) * hn;                // (token, head) pairs, token-major
+  if (end < 0 || end > span) end = span;
+  const int64_t lanes = (t1 - t0) * hn;  // (token, head) pairs, token-major
   const CachedRows rows{kv, batch.block_tables + batch.seq_of_token[t0] * batch.max_blocks_per_seq,
                         width * dtype_info(kv.dtype).type_size};
   s.rows.resize(8);
   s.queries.resize(static_cast<size_t>(width * kChunk));
-  s.scores.resize(static_cast<size_t>(span * kChunk));
+  s.scores.resize(static_cast<size_t>(std::max<int64_t>(end - begin, 1) * kChunk));
   s.acc.resize(static_cast<size_t>(item.v_dim * kChunk));
-  Lanes run{item, rows, s, width, item.v_dim, first, span};
+  s.sum.resize(static_cast<size_t>(2 * kChunk));
+  Lanes run{item, rows, s, width, item.v_dim, first, begin, end};
   for (int64_t l0 = 0; l0 < lanes; l0 += kChunk) {
     const int64_t nl = std::min(kChunk, lanes - l0), nv = (nl + S::kWidth - 1) / S::kWidth;
     // Queries transposed (queries[c * kChunk + i] is lane l0 + i's column c), unused lanes 0; the last position each
@@ -260,17 +267,27 @@ void latent_attention_lanes(const LatentAttentionItem& item, int64_t t0, int64_t
       const float* q = i < nl ? item.q + ((t0 + lane / hn) * item.n_heads + h0 + lane % hn) * width : nullptr;
       for (int64_t c = 0; c < width; ++c) queries[c * kChunk + i] = q != nullptr ? q[c] : 0.0f;
     }
+    float* max = s.sum.data();
+    float* sum = max + kChunk;
     switch (nv) {
-      case 1: run.template pass<1>(last_seen); break;
-      case 2: run.template pass<2>(last_seen); break;
-      case 3: run.template pass<3>(last_seen); break;
-      default: run.template pass<4>(last_seen); break;
+      case 1: run.template pass<1>(last_seen, max, sum); break;
+      case 2: run.template pass<2>(last_seen, max, sum); break;
+      case 3: run.template pass<3>(last_seen, max, sum); break;
+      default: run.template pass<4>(last_seen, max, sum); break;
     }
     const float* acc = s.acc.data();
     for (int64_t i = 0; i < nl; ++i) {
       const int64_t lane = l0 + i;
+      if (partial != nullptr) {
+        float* part = partial + lane * (kLatentPartialHeader + item.v_dim);
+        part[0] = max[i];
+        part[1] = sum[i];
+        for (int64_t c = 0; c < item.v_dim; ++c) part[kLatentPartialHeader + c] = acc[c * kChunk + i];
+        continue;
+      }
+      const float inv = 1.0f / sum[i];
       float* o = item.out + ((t0 + lane / hn) * item.n_heads + h0 + lane % hn) * item.v_dim;
-      for (int64_t c = 0; c < item.v_dim; ++c) o[c] = acc[c * kChunk + i];
+      for (int64_t c = 0; c < item.v_dim; ++c) o[c] = acc[c * kChunk + i] * inv;
     }
   }
 }

@@ -1,6 +1,7 @@
 // The CPU backend's mixture-of-experts and latent-attention (MLA) ops: expert output scatter, per-head matmuls, and
 // attention over a cache of shared latent rows.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -117,35 +118,109 @@ void CpuBackend::attention_latent(const KvLayerView& kv, const AttentionBatch& b
   if (v_dim > kv.head_dim) throw Error(ErrorKind::kInternal, "attention_latent: v_dim above the row width");
   const LatentAttentionKernel kernel = for_selected_isa<LatentAttentionKernel>(
       &detail::latent_attention_avx512, &detail::latent_attention_avx2, &detail::latent_attention_reference);
+  const LatentPartialKernel partial = for_selected_isa<LatentPartialKernel>(
+      &detail::latent_partial_avx512, &detail::latent_partial_avx2, nullptr);  // the reference runs whole contexts
   const LatentAttentionItem item{&kv, &batch, q, n_heads, v_dim, scale, out};
-  // Work items are (token run, head range). A run is up to kRun consecutive tokens of one sequence (a prefill
-  // chunk's), which read each cached row once between them; a decode token is a run of its own. Runs are split by
-  // heads when there are fewer than threads (a decode step of one sequence).
+  // Work items are (token run, head range, position block). A run is up to kRun consecutive tokens of one sequence (a
+  // prefill chunk's), which read each cached row once between them; a decode token is a run of its own. A run seeing
+  // more than one block of positions is split by block (partials merged after), and runs are split by heads when
+  // there are still fewer items than threads (a decode step of one short sequence).
   constexpr int64_t kRun = 8;
   const int64_t n = batch.n_tokens, threads = pool_.size();
-  std::vector<std::pair<int64_t, int64_t>> runs;
+  struct Run {
+    int64_t t0, t1, blocks;
+    size_t partials;  // offset of its first partial in `partials` (split runs)
+  };
+  std::vector<Run> runs;
+  int64_t run_blocks = 0;
   for (int64_t t = 0; t < n;) {
     int64_t end = t + 1;
     while (end < n && end - t < kRun && batch.seq_of_token[end] == batch.seq_of_token[t] &&
            batch.positions[end] == batch.positions[end - 1] + 1) {
       ++end;
     }
-    runs.emplace_back(t, end);
+    const int64_t span = batch.positions[end - 1] + 1;
+    const int64_t blocks = partial != nullptr ? (span + kLatentPositionBlock - 1) / kLatentPositionBlock : 1;
+    runs.push_back({t, end, blocks, 0});
+    run_blocks += blocks;
     t = end;
   }
-  const auto n_runs = static_cast<int64_t>(runs.size());
-  const int64_t head_groups = n_runs >= threads ? 1 : std::min<int64_t>(n_heads, (threads + n_runs - 1) / n_runs);
+  const int64_t head_groups = run_blocks >= threads ? 1 : std::min<int64_t>(n_heads, (threads + run_blocks - 1) / run_blocks);
+  const auto heads_of = [&](int64_t g) { return std::pair<int64_t, int64_t>{n_heads * g / head_groups, n_heads * (g + 1) / head_groups}; };
+  // Partials of the split runs: per run, head group and block, its lanes' header and sums.
+  size_t partial_floats = 0;
+  std::vector<std::array<int64_t, 3>> items;  // run, head group, block (-1: the whole run, written to out)
+  for (size_t r = 0; r < runs.size(); ++r) {
+    Run& run = runs[r];
+    run.partials = partial_floats;
+    for (int64_t g = 0; g < head_groups; ++g) {
+      if (run.blocks == 1) {
+        items.push_back({static_cast<int64_t>(r), g, -1});
+        continue;
+      }
+      for (int64_t b = 0; b < run.blocks; ++b) items.push_back({static_cast<int64_t>(r), g, b});
+    }
+    if (run.blocks > 1) partial_floats += static_cast<size_t>(run.blocks * (run.t1 - run.t0) * n_heads * (kLatentPartialHeader + v_dim));
+  }
+  std::vector<float> partials(partial_floats);
+  // Where run r's head group g's block b partial starts: the run's blocks for group g are consecutive, groups in order.
+  const auto partial_at = [&](const Run& run, int64_t g, int64_t b) {
+    const auto [h0, h1] = heads_of(g);
+    const int64_t tokens = run.t1 - run.t0, lane_floats = kLatentPartialHeader + v_dim;
+    return partials.data() + run.partials + static_cast<size_t>((run.blocks * tokens * h0 + b * tokens * (h1 - h0)) * lane_floats);
+  };
   // Items go round-robin to the threads: a prefill's later runs see more positions, so contiguous ranges would leave
   // the first thread idle while the last one works through the long contexts.
-  const int64_t items = n_runs * head_groups;
+  const auto n_items = static_cast<int64_t>(items.size());
   pool_.run([&](int index, int n_threads) {
     LatentAttentionScratch scratch;
-    for (int64_t i = index; i < items; i += n_threads) {
-      const auto [t0, t1] = runs[static_cast<size_t>(i / head_groups)];
-      const int64_t g = i % head_groups;
-      kernel(item, t0, t1, n_heads * g / head_groups, n_heads * (g + 1) / head_groups, scratch);
+    for (int64_t i = index; i < n_items; i += n_threads) {
+      const auto [r, g, b] = items[static_cast<size_t>(i)];
+      const Run& run = runs[static_cast<size_t>(r)];
+      const auto [h0, h1] = heads_of(g);
+      if (b < 0) kernel(item, run.t0, run.t1, h0, h1, scratch);
+      else partial(item, run.t0, run.t1, h0, h1, b, partial_at(run, g, b), scratch);
+    }
+  });
+  if (partial_floats == 0) return;
+  pool_.run([&](int index, int n_threads) {
+    int64_t k = 0;
+    for (const Run& run : runs) {
+      if (run.blocks == 1) continue;
+      for (int64_t g = 0; g < head_groups; ++g, ++k) {
+        if (k % n_threads != index) continue;
+        const auto [h0, h1] = heads_of(g);
+        detail::latent_merge(item, run.t0, run.t1, h0, h1, partial_at(run, g, 0), run.blocks);
+      }
     }
   });
 }
+
+namespace detail {
+
+void latent_merge(const LatentAttentionItem& item, int64_t t0, int64_t t1, int64_t h0, int64_t h1, const float* partials,
+                  int64_t blocks) {
+  const int64_t hn = h1 - h0, lanes = (t1 - t0) * hn, lane_floats = kLatentPartialHeader + item.v_dim;
+  const int64_t block_floats = lanes * lane_floats;
+  std::vector<float> acc(static_cast<size_t>(item.v_dim));
+  for (int64_t lane = 0; lane < lanes; ++lane) {
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t b = 0; b < blocks; ++b) max = std::max(max, partials[b * block_floats + lane * lane_floats]);
+    // Each block's sums rescaled from its own max to the overall one, added in block order.
+    float sum = 0.0f;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* part = partials + b * block_floats + lane * lane_floats;
+      const float factor = std::exp((part[0] - max) * item.scale);  // 0 for a block the lane does not see
+      sum += part[1] * factor;
+      for (int64_t c = 0; c < item.v_dim; ++c) acc[static_cast<size_t>(c)] += part[kLatentPartialHeader + c] * factor;
+    }
+    const float inv = 1.0f / sum;
+    float* o = item.out + ((t0 + lane / hn) * item.n_heads + h0 + lane % hn) * item.v_dim;
+    for (int64_t c = 0; c < item.v_dim; ++c) o[c] = acc[static_cast<size_t>(c)] * inv;
+  }
+}
+
+}  // namespace detail
 
 }  // namespace servetune::cpu
