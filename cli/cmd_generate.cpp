@@ -29,6 +29,7 @@ struct GenerateOptions {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   bool json = false;
+  bool no_parse_special = false;
 };
 
 double ms_between(EngineClock::time_point a, EngineClock::time_point b) {
@@ -48,7 +49,7 @@ void run_generate(const GenerateOptions& o) {
     req.parse_special = true;
   } else {
     req.prompt = o.prompt;
-    req.parse_special = false;
+    req.parse_special = !o.no_parse_special;  // as the completions endpoint (and vLLM, llama.cpp) tokenize
   }
   auto& s = req.sampling;
   s.max_tokens = o.max_tokens;
@@ -111,7 +112,10 @@ void add_generate_command(CLI::App& app) {
   auto opts = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Run the built-in engine on one prompt and stream the text");
   add_engine_flags(cmd, opts->engine);
-  cmd->add_option("--prompt,-p", opts->prompt, "Prompt text (tokenized with BOS as the model wants)");
+  cmd->add_option("--prompt,-p", opts->prompt,
+                  "Prompt text (tokenized with BOS as the model wants; text spelling a control token, e.g. <|im_start|>, "
+                  "becomes that token, as the completions endpoint does)");
+  cmd->add_flag("--no-parse-special", opts->no_parse_special, "--prompt: control-token text stays text");
   cmd->add_option("--chat", opts->chat, "A user message, rendered with the model's chat template");
   cmd->add_option("--system", opts->system, "System message for --chat");
   cmd->add_option("--max-tokens,-n", opts->max_tokens, "Most tokens to generate")->capture_default_str();

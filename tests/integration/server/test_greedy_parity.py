@@ -1,12 +1,15 @@
 """Greedy output through HTTP equals `servetune generate --json` (the in-process engine) for the same prompt:
-same prompt token ids, same text, same number of output tokens, same finish reason. Completions on stories260K,
+same prompt token ids (control-token text included), same text, same number of output tokens, same finish reason. Completions on stories260K,
 completions and chat on SmolLM2-135M-Instruct when fetched. Standard library only."""
 import sys
 
 import harness
 
-STORY_PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went to the park. They"]
-SMOL_PROMPTS = ["The capital of France is", "def fibonacci(n):"]
+# Text spelling a control token ("<s>", ChatML's markers) is that token in both (`generate --prompt` parses it as the
+# completions endpoint does).
+STORY_PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went to the park. They", "<s>Once upon a time"]
+SMOL_PROMPTS = ["The capital of France is", "def fibonacci(n):",
+                "<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n"]
 SMOL_CHATS = ["What is 2 + 2?", "Write a haiku about the sea."]
 
 
