@@ -7,6 +7,7 @@
 #include <set>
 
 #include "servetune/error.h"
+#include "tuner/strategy_bayes.h"
 
 namespace servetune::tuner {
 namespace {
@@ -234,6 +235,7 @@ Goal goal_of(const SweepSpec& spec) {
 std::unique_ptr<Strategy> Strategy::make(const SweepSpec& spec, const SearchSpace& space) {
   if (spec.strategy.kind == "staged") return std::make_unique<StagedStrategy>(spec, space);
   if (spec.strategy.kind == "halving") return std::make_unique<HalvingStrategy>(spec, space);
+  if (spec.strategy.kind == "bayes") return make_bayes_strategy(spec, space);
   return std::make_unique<GridStrategy>(spec, space);
 }
 

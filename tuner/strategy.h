@@ -6,6 +6,8 @@
 //            around the incumbent and keeps the winner (the method of published tuning studies)
 //   halving  successive halving: every candidate on short screening runs of the objective workload, the best
 //            fraction of each rung goes on, the survivors (and the baseline) run every workload
+//   bayes    model-guided (TPE, strategy_bayes.h): random candidates first, then one at a time where the results so
+//            far say the good ones are, within a budget of candidates
 #pragma once
 
 #include <memory>

@@ -191,8 +191,14 @@ void parse_strategy(const SpecFile& f, SweepSpec& spec) {
     }
     st.keep = s.dbl("keep", 0.5);
     if (!(st.keep > 0.0 && st.keep < 1.0)) s.fail("keep", "must be in (0, 1)");
+  } else if (st.kind == "bayes") {
+    st.budget = s.int_in("budget", 0, 2, 100000);
+    if (st.budget == 0) s.fail("budget", "bayes needs budget: N (candidates to measure, 2 or more)");
+    st.startup = s.int_in("startup", std::max<int64_t>(3, st.budget / 4), 1, 100000);
+    if (st.startup > st.budget) s.fail("startup", "must not exceed budget (" + std::to_string(st.budget) + ")");
+    st.seed = static_cast<uint64_t>(s.int_in("seed", 0, 0, INT64_MAX));
   } else {
-    s.fail("kind", "must be grid, staged or halving, got '" + st.kind + "'");
+    s.fail("kind", "must be grid, staged, halving or bayes, got '" + st.kind + "'");
   }
   s.done();
 }

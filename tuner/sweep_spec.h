@@ -76,10 +76,13 @@ struct StageSpec {
 };
 
 struct StrategySpec {
-  std::string kind = "grid";  // grid | staged | halving
+  std::string kind = "grid";  // grid | staged | halving | bayes
   std::vector<StageSpec> stages;           // staged
   std::vector<int64_t> screen_prompts;     // halving: prompts per screening rung, increasing
   double keep = 0.5;                       // halving: fraction kept after each rung
+  int64_t budget = 0;                      // bayes: candidates measured in all (the startup ones included)
+  int64_t startup = 0;                     // bayes: candidates drawn at random before the model guides (0: budget / 4, at least 3)
+  uint64_t seed = 0;                       // bayes: the draws (same seed and results, same candidates)
 };
 
 struct ObjectiveSpec {
