@@ -5,9 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <random>
 #include <set>
 
 #include "servetune/error.h"
+#include "test_paths.h"
 #include "tuner/strategy.h"
 
 namespace servetune::tuner {
@@ -213,6 +218,68 @@ TEST(TunerStrategy, BayesSpecNeedsABudget) {
       EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
     }
   }
+}
+
+// The stored space (results/bayes-space: a 48-candidate grid on stories260K measured 3 times each, kept by
+// scripts/store_space.py): bayes with a budget of 14 (30% of the grid), replayed over the stored measurements for 20
+// seeds, against random search in the same budget. Prints the mean best-so-far curve of both (docs/sweep-file.md).
+TEST(TunerStrategy, BayesOnTheStoredSpaceReachesTheGridsBestInThirtyPercent) {
+  std::ifstream in(testing::source_path("results/bayes-space/space.json"));
+  ASSERT_TRUE(in) << "results/bayes-space/space.json";
+  const nlohmann::json stored = nlohmann::json::parse(in);
+  std::ifstream sweep_file(testing::source_path("results/bayes-space/sweep.yaml"));
+  std::string sweep((std::istreambuf_iterator<char>(sweep_file)), std::istreambuf_iterator<char>());
+  sweep.replace(sweep.find("tests/data/stories260K.gguf"), 27, testing::stories_path());
+  std::map<std::string, std::vector<double>> samples;
+  double grid_best = 0.0;
+  for (const auto& c : stored.at("candidates")) {
+    samples[c.at("id").get<std::string>()] = c.at("samples").at("mixed").get<std::vector<double>>();
+    grid_best = std::max(grid_best, median(samples[c.at("id").get<std::string>()]));
+  }
+  ASSERT_EQ(samples.size(), 48u);
+  constexpr int kSeeds = 20;
+  constexpr size_t kBudget = 14;
+  std::vector<double> bayes_curve(kBudget, 0.0), random_curve(kBudget, 0.0);
+  int bayes_hits = 0, random_hits = 0;
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    const SweepSpec s = parse_strategy_spec(sweep + "strategy: {kind: bayes, budget: " + std::to_string(kBudget) +
+                                            ", seed: " + std::to_string(seed) + "}\n");
+    SearchSpace space(s);
+    auto st = Strategy::make(s, space);
+    std::vector<nlohmann::ordered_json> recs;
+    std::vector<std::string> order;
+    while (auto b = st->next(ResultsTable::build(recs))) {
+      for (const Trial& t : b->trials) {
+        order.push_back(t.candidate.id);
+        const std::vector<double>& v = samples.at(t.candidate.id);
+        for (size_t r = 0; r < v.size(); ++r) {
+          nlohmann::ordered_json rec = record(t.candidate, "mixed", v[r]);
+          rec["repeat"] = static_cast<int>(r);
+          recs.push_back(rec);
+        }
+      }
+    }
+    ASSERT_EQ(order.size(), kBudget);
+    std::vector<std::string> shuffled;
+    for (const auto& [id, v] : samples) shuffled.push_back(id);
+    std::mt19937_64 rng(static_cast<uint64_t>(seed) + 1000);
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    double best = 0.0, best_random = 0.0;
+    for (size_t k = 0; k < kBudget; ++k) {
+      best = std::max(best, median(samples.at(order[k])));
+      best_random = std::max(best_random, median(samples.at(shuffled[k])));
+      bayes_curve[k] += best / grid_best / kSeeds;
+      random_curve[k] += best_random / grid_best / kSeeds;
+    }
+    bayes_hits += best >= 0.98 * grid_best;
+    random_hits += best_random >= 0.98 * grid_best;
+  }
+  std::printf("evaluations | bayes: mean best / grid best | random search\n");
+  for (size_t k = 0; k < kBudget; ++k) std::printf("%zu | %.4f | %.4f\n", k + 1, bayes_curve[k], random_curve[k]);
+  std::printf("within 2%% of the grid's best after %zu: bayes %d of %d seeds, random %d of %d\n", kBudget, bayes_hits, kSeeds,
+              random_hits, kSeeds);
+  EXPECT_GE(bayes_curve.back(), 0.98);
+  EXPECT_GT(bayes_hits, random_hits);
 }
 
 }  // namespace
