@@ -50,7 +50,7 @@ class GridStrategy : public Strategy {
     stages_.push_back(s);
     return b;
   }
-  size_t planned_runs() const override { return space_.size() * spec_.workloads.size() * static_cast<size_t>(spec_.repeat); }
+  size_t planned_runs() const override { return space_.size() * max_runs(spec_.workloads, spec_.repeat); }
 
  private:
   const SweepSpec& spec_;
@@ -116,7 +116,7 @@ class StagedStrategy : public Strategy {
       for (const auto& d : st.dims) k *= spec_.dimension(d)->values.size();
       n += k;
     }
-    return n * spec_.workloads.size() * static_cast<size_t>(spec_.repeat);
+    return n * max_runs(spec_.workloads, spec_.repeat);
   }
 
  private:

@@ -49,7 +49,7 @@ class BayesStrategy : public Strategy {
     return Batch{"bayes", {{runnable_[pick], "main", spec_.workloads}}};
   }
 
-  size_t planned_runs() const override { return budget_ * spec_.workloads.size() * static_cast<size_t>(spec_.repeat); }
+  size_t planned_runs() const override { return budget_ * max_runs(spec_.workloads, spec_.repeat); }
 
  private:
   // The baseline (when runnable), then random runnable candidates up to `startup` (never more than the budget).

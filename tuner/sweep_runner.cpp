@@ -71,7 +71,7 @@ class Driver {
     while (auto batch = strategy_->next(table)) {
       progress_.note("== " + batch->stage + ": " + std::to_string(batch->trials.size()) + " candidates");
       for (const Trial& t : batch->trials) {
-        const size_t runs = t.workloads.size() * static_cast<size_t>(spec_.repeat);
+        const size_t runs = max_runs(t.workloads, spec_.repeat);
         if (interrupted_by() != 0) break;
         if (const auto marker = store_.trial(t.candidate.id, t.tag); marker && !interrupted_marker(*marker)) {
           ++outcome.trials_reused;

@@ -401,6 +401,11 @@ SweepSpec parse_sweep(const SpecFile& f) {
   top.get("objective");
   top.get("slo");
   parse_objective_and_slo(f, spec);
+  for (const WorkloadSpec& workload : spec.workloads) {
+    if (workload.search && spec.slo.empty()) {
+      f.fail("slo", "workload '" + workload.group + "' searches its load for the highest level within the SLOs: give slo bounds, e.g. {p99_tpot_ms: 50}");
+    }
+  }
   parse_repeat(f, top, spec);
   if (top.has("interconnects")) {
     spec.interconnects = top.str_list("interconnects");

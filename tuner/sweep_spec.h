@@ -27,10 +27,23 @@ struct WorkloadSpec {
   int64_t num_warmups = 0;
   bool ignore_eos = false;
   std::optional<double> temperature;
+  // SLA search (`max_concurrency` or `request_rate` given as {search: [lo, hi], steps}): each candidate measures the
+  // levels a LoadSearch (load_search.h) asks for, the highest whose SLOs hold being its best feasible level; the
+  // records are named as list levels are ("<group>@c8", "<group>@r2.5").
+  struct Search {
+    bool concurrency = false;
+    double lo = 0.0;
+    double hi = 0.0;
+    int steps = 8;
+  };
+  std::optional<Search> search;
 
   // The record's description of the workload: dataset parameters, traffic shape, group and level.
   nlohmann::ordered_json to_json() const;
 };
+
+// Runs a trial of these workloads takes at most: `repeat` per workload, steps x repeat for a searched one.
+size_t max_runs(const std::vector<WorkloadSpec>& workloads, int repeat);
 
 // How one external server is launched and how candidate settings become its flags.
 struct ServerSpec {

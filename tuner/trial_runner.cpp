@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <sstream>
 #include <new>
 #include <thread>
 
@@ -19,6 +21,7 @@
 #include "servetune/engine.h"
 #include "servetune/error.h"
 #include "tuner/interrupt.h"
+#include "tuner/load_search.h"
 #include "tuner/measurement.h"
 #include "tuner/noise.h"
 #include "tuner/server_command.h"
@@ -162,7 +165,7 @@ void TrialRunner::load_workloads(const Trial& t) {
 // child dies with the parent (PR_SET_PDEATHSIG), so a killed sweep leaves nothing running.
 bool TrialRunner::run_isolated(const Trial& t) {
   load_workloads(t);
-  const size_t runs = t.workloads.size() * static_cast<size_t>(spec_.repeat);
+  const size_t runs = max_runs(t.workloads, spec_.repeat);
   const auto t0 = std::chrono::steady_clock::now();
   std::fflush(nullptr);
   progress_.before_fork();
@@ -236,7 +239,7 @@ bool TrialRunner::run_here(const Trial& t) {
   store_.discard_partial(t.candidate.id, names);
   // Datasets first: a bad dataset is the sweep's error, not the candidate's.
   load_workloads(t);
-  const size_t runs = t.workloads.size() * static_cast<size_t>(spec_.repeat);
+  const size_t runs = max_runs(t.workloads, spec_.repeat);
   progress_.trial_started(t.candidate.id, t.candidate.label, runs);
   size_t done = 0;
   const auto fail = [&](TrialFailure kind, std::string why) {
@@ -260,6 +263,10 @@ bool TrialRunner::run_here(const Trial& t) {
     nlohmann::ordered_json info = candidate_info(t.candidate);
     if (!marker.command.empty()) info["command"] = marker.command;
     for (const auto& w : t.workloads) {
+      if (w.search) {
+        search_load(w, *session, info, t, marker, done);
+        continue;
+      }
       std::vector<double> objective;  // repeat: auto: the objective metric of each repeat so far
       for (int r = 0; r < spec_.repeat; ++r) {
         if (interrupted_by() != 0) throw LaunchFailure(TrialFailure::kInterrupted, "");
@@ -291,6 +298,55 @@ bool TrialRunner::run_here(const Trial& t) {
   }
   write_marker(t, marker);
   return true;
+}
+
+// SLA search: measures the levels a LoadSearch asks for (each `repeat` times, the SLOs judged on the medians), one
+// record per run under the level's name, as list levels are recorded.
+void TrialRunner::search_load(const WorkloadSpec& w, Session& session, const nlohmann::ordered_json& info, const Trial& t,
+                              const TrialMarker& marker, size_t& done) {
+  const WorkloadSpec::Search& s = *w.search;
+  LoadSearch search(s.lo, s.hi, s.steps, s.concurrency);
+  while (const std::optional<double> level = search.next()) {
+    WorkloadSpec at = w;
+    at.search.reset();
+    std::ostringstream name;
+    name << w.group << "@" << (s.concurrency ? "c" : "r") << *level;
+    at.name = name.str();
+    if (s.concurrency) at.max_concurrency = static_cast<int64_t>(*level);
+    else at.request_rate = *level;
+    std::map<std::string, std::vector<double>> slo_values;
+    for (int r = 0; r < spec_.repeat; ++r) {
+      if (interrupted_by() != 0) throw LaunchFailure(TrialFailure::kInterrupted, "");
+      progress_.run_started(at.name, r);
+      const WorkloadSpec wr = for_repeat(at, r);
+      const MeasureOptions options = measure_options(wr, spec_.percentiles, session);
+      const datasets::Workload& data = workload(for_repeat(w, r));  // the prompts do not depend on the level
+      warm_up(session.client(), data, options);
+      const Measurement m = measure(session.client(), data, options, tokenizer_);
+      session.check_alive(m.metrics.failed > 0 ? 3.0 : 0.0);
+      nlohmann::ordered_json metrics, per_request;
+      record_metrics(m, metrics, per_request);
+      write_record(info, at, r, metrics, per_request, t.tag, marker.launch_id, session.engine());
+      progress_.run_finished(run_summary(m));
+      ++done;
+      check_failed_requests(m, at.name);
+      for (const auto& [key, bound] : spec_.slo) {
+        if (const auto it = metrics.find(key); it != metrics.end() && it->is_number()) slo_values[key].push_back(it->get<double>());
+      }
+    }
+    bool holds = true;
+    for (const auto& [key, bound] : spec_.slo) {
+      const auto it = slo_values.find(key);
+      holds = holds && it != slo_values.end() && median(it->second) <= bound;
+    }
+    search.record(*level, holds);
+  }
+  const size_t planned = static_cast<size_t>(s.steps) * static_cast<size_t>(spec_.repeat);
+  const size_t ran = static_cast<size_t>(search.steps()) * static_cast<size_t>(spec_.repeat);
+  if (ran < planned) {
+    progress_.skip_runs(planned - ran);
+    done += planned - ran;
+  }
 }
 
 // repeat: auto: adds this repeat's objective metric to `samples` and says whether the repeats so far are enough: at

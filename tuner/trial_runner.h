@@ -54,6 +54,8 @@ class TrialRunner {
   void write_marker(const Trial& t, const TrialMarker& marker);
   void check_failed_requests(const Measurement& m, const std::string& workload) const;
   bool precise_enough(const nlohmann::ordered_json& metrics, std::vector<double>& samples) const;
+  void search_load(const WorkloadSpec& w, Session& session, const nlohmann::ordered_json& info, const Trial& t,
+                   const TrialMarker& marker, size_t& done);
   void write_record(const nlohmann::ordered_json& info, const WorkloadSpec& w, int repeat,
                     const nlohmann::ordered_json& metrics, const nlohmann::ordered_json& per_request,
                     const std::string& tag, const std::string& launch_id, const Engine* engine);

@@ -90,8 +90,33 @@ WorkloadSpec parse_one(const SpecFile& f, const nlohmann::ordered_json& j, const
   }
   // As `servetune bench` (and vLLM): synthetic prompts generate their full length.
   w.ignore_eos = s.boolean("ignore_eos", d.name != "sharegpt");
-  const auto rates = levels(s.get("request_rate"));
-  const auto concs = levels(s.get("max_concurrency"));
+  for (const char* key : {"max_concurrency", "request_rate"}) {
+    const nlohmann::ordered_json* v = s.get(key);
+    if (v == nullptr || !v->is_object()) continue;
+    if (w.search) s.fail(key, "only one of max_concurrency and request_rate can be searched");
+    Section ss(f, *v, s.key_path(key));
+    const nlohmann::ordered_json* range = ss.get("search");
+    if (range == nullptr || !range->is_array() || range->size() != 2 || !(*range)[0].is_number() || !(*range)[1].is_number() ||
+        !((*range)[0].get<double>() > 0) || (*range)[1].get<double>() < (*range)[0].get<double>()) {
+      ss.fail("search", "needs [lo, hi] with 0 < lo <= hi (the range of levels to search)");
+    }
+    WorkloadSpec::Search search;
+    search.concurrency = std::string(key) == "max_concurrency";
+    search.lo = (*range)[0].get<double>();
+    search.hi = (*range)[1].get<double>();
+    if (search.concurrency && (std::floor(search.lo) != search.lo || std::floor(search.hi) != search.hi)) {
+      ss.fail("search", "concurrency levels are integers");
+    }
+    search.steps = static_cast<int>(ss.int_in("steps", 8, 1, 100));
+    ss.done();
+    w.search = search;
+  }
+  if (w.search && d.name == "trace") s.fail(w.search->concurrency ? "max_concurrency" : "request_rate", "a trace cannot be searched");
+  const auto rates = w.search && !w.search->concurrency ? std::vector<nlohmann::ordered_json>{nullptr} : levels(s.get("request_rate"));
+  const auto concs = w.search && w.search->concurrency ? std::vector<nlohmann::ordered_json>{nullptr} : levels(s.get("max_concurrency"));
+  if (w.search && (rates.size() > 1 || concs.size() > 1)) {
+    s.fail(w.search->concurrency ? "request_rate" : "max_concurrency", "cannot list levels beside a searched one");
+  }
   if (rates.empty()) s.fail("request_rate", "an empty list");
   if (concs.empty()) s.fail("max_concurrency", "an empty list");
   if (d.name == "trace" && s.has("request_rate")) s.fail("request_rate", "a trace replays its own arrival times");
@@ -132,6 +157,12 @@ std::vector<WorkloadSpec> parse_workloads(const SpecFile& f, const nlohmann::ord
     if (!names.insert(w.name).second) f.fail("workloads", "two workloads end up named '" + w.name + "'");
   }
   return out;
+}
+
+size_t max_runs(const std::vector<WorkloadSpec>& workloads, int repeat) {
+  size_t runs = 0;
+  for (const WorkloadSpec& w : workloads) runs += static_cast<size_t>(w.search ? w.search->steps : 1) * static_cast<size_t>(repeat);
+  return runs;
 }
 
 nlohmann::ordered_json WorkloadSpec::to_json() const {

@@ -133,6 +133,31 @@ TEST(TunerSpec, RepeatIsACountOrAuto) {
   expect_error(std::string(kMinimal) + "repeat: {maxx: 3}\n", {"repeat.maxx", "unknown key"});
 }
 
+// A load given as {search: [lo, hi], steps} is searched per candidate under the SLOs (one workload, levels at run
+// time); it needs SLOs, a valid range, and no other listed or searched level.
+TEST(TunerSpec, SearchedLoadNeedsSlosAndARange) {
+  const SweepSpec s = parse_spec(R"(name: t
+target: {engine: builtin, model: m.gguf}
+workloads: [{name: load, dataset: random, max_concurrency: {search: [1, 64], steps: 6}}]
+slo: {p99_tpot_ms: 50}
+)");
+  ASSERT_EQ(s.workloads.size(), 1u);
+  EXPECT_EQ(s.workloads[0].name, "load");
+  ASSERT_TRUE(s.workloads[0].search);
+  EXPECT_TRUE(s.workloads[0].search->concurrency);
+  EXPECT_EQ(s.workloads[0].search->hi, 64);
+  EXPECT_EQ(s.workloads[0].search->steps, 6);
+  EXPECT_EQ(max_runs(s.workloads, 2), 12u);
+  const std::string head = "name: t\ntarget: {engine: builtin, model: m.gguf}\nworkloads: [{name: load, dataset: random, ";
+  expect_error(head + "request_rate: {search: [1, 8]}}]\n", {"slo", "searches its load", "give slo bounds"});
+  expect_error(head + "max_concurrency: {search: [8, 1]}}]\nslo: {p99_tpot_ms: 50}\n", {"max_concurrency.search", "0 < lo <= hi"});
+  expect_error(head + "max_concurrency: {search: [1.5, 8]}}]\nslo: {p99_tpot_ms: 50}\n", {"integers"});
+  expect_error(head + "max_concurrency: {search: [1, 8]}, request_rate: [1, 2]}]\nslo: {p99_tpot_ms: 50}\n",
+               {"request_rate", "cannot list levels beside a searched one"});
+  expect_error(head + "max_concurrency: {search: [1, 8]}, request_rate: {search: [1, 2]}}]\nslo: {p99_tpot_ms: 50}\n",
+               {"only one of max_concurrency and request_rate"});
+}
+
 TEST(TunerSpec, BadFilesNameFileKeyLineAndProblem) {
   expect_error(R"(name: t
 target: {engine: builtin, model: m.gguf, max_failed_fraction: 1.5}

@@ -8,7 +8,7 @@ if(TARGET servetune_tuner)
             ${CMAKE_CURRENT_LIST_DIR}/test_tuner_results.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_report.cpp
             ${CMAKE_CURRENT_LIST_DIR}/test_tuner_import.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_measurement.cpp
             ${CMAKE_CURRENT_LIST_DIR}/test_tuner_process_tree.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_noise.cpp
-            ${CMAKE_CURRENT_LIST_DIR}/test_tuner_comm_cost.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/test_tuner_comm_cost.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_load_search.cpp
     LIBS servetune_tuner servetune_importers servetune_report servetune_core)
   # The engine settings table through JSON, the CLI flags (cli/engine_flags.cpp), sweep files and reproduce commands.
   servetune_test(test_engine_config LABEL unit

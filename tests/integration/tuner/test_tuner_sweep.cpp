@@ -89,6 +89,29 @@ TEST(TunerSweep, RepeatAutoStopsWhenTheIntervalIsNarrowEnough) {
   fs::remove_all(dir);
 }
 
+// SLA search through a sweep: SLOs nothing misses climb to the top of the range (levels 1, 2, 4, 8 recorded as list
+// levels are); SLOs nothing meets stop at the first level, and the candidate has no feasible level.
+TEST(TunerSweep, SearchedConcurrencyClimbsWhileTheSlosHold) {
+  const fs::path dir = scratch("sla");
+  for (const auto& [slo, levels] : {std::pair<const char*, std::vector<std::string>>{"100000", {"1", "2", "4", "8"}}, {"0.000001", {"1"}}}) {
+    std::string text = stories_sweep("sla", "  max_running_requests: [8]\n",
+                                     "  - {name: load, dataset: random, input_len: 16, output_len: 4, num_prompts: 8, "
+                                     "max_concurrency: {search: [1, 8], steps: 6}}\n");
+    text += std::string("slo: {p99_tpot_ms: ") + slo + "}\n";
+    write_text(dir / "s.yaml", text);
+    const fs::path run = dir / (std::string("run") + slo);
+    const CliResult r = servetune("sweep " + (dir / "s.yaml").string() + " --output " + run.string());
+    ASSERT_EQ(r.code, 0) << r.output;
+    ASSERT_EQ(count_files(run / "records"), levels.size()) << slo << "\n" << r.output;
+    for (const auto& l : levels) {
+      const auto rec = read_json(run / "records" / "c0" / ("load@c" + l + ".r0.json"));
+      EXPECT_EQ(rec["workload"]["group"], "load");
+      EXPECT_EQ(rec["workload"]["max_concurrency"], std::stoi(l));
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST(TunerSweep, KillNineThenResumeMeasuresEveryCandidateOnce) {
   const fs::path dir = scratch("resume");
   write_text(dir / "s.yaml", stories_sweep("resume", "  max_running_requests: [1, 2, 4, 8, 16]\n",
