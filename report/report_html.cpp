@@ -2,7 +2,9 @@
 // charts: throughput per candidate per workload, throughput vs TPOT with the Pareto front, and throughput and
 // TPOT vs concurrency for workloads swept over max_concurrency.
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "report/report.h"
@@ -166,36 +168,67 @@ std::string charts(const ReportData& d) {
       o << "<figure>" << xy_chart("Throughput vs TPOT on " + d.goal.workload, "mean TPOT (ms)", "total tokens/s", {all, front}) << "</figure>\n";
     }
   }
-  // Throughput and latency against concurrency.
+  // Throughput and latency against the load (concurrency or request rate levels, listed or searched), and
+  // throughput against latency per candidate, with the SLO on the latency plotted (the first SLO on a latency, else
+  // mean TPOT without a line).
+  std::string latency = "mean_tpot_ms";
+  std::optional<double> bound;
+  for (const auto& [key, value] : d.goal.slo) {
+    if (key.size() > 3 && key.compare(key.size() - 3, 3, "_ms") == 0) {
+      latency = key;
+      bound = value;
+      break;
+    }
+  }
   for (const auto& g : d.table.groups()) {
     if (!has_levels(d, g)) continue;
-    std::vector<Series> tps, tpot;
+    std::vector<Series> tps, lat, curve;
     size_t i = 0;
+    bool by_rate = false;
     for (const auto& c : d.table.candidates()) {
-      Series a{chart_label(d, c.id), {}, palette(i), true, true, false, {}}, b = a;
+      Series a{chart_label(d, c.id), {}, palette(i), true, true, false, {}}, b = a, t = a;
       for (const auto& w : d.table.group(g)) {
         const Cell* cell = d.table.cell(c.id, w);
-        if (cell == nullptr || !cell->workload.contains("max_concurrency") || !cell->workload["max_concurrency"].is_number()) continue;
-        const double conc = cell->workload["max_concurrency"].get<double>();
-        if (auto v = d.table.metric(c.id, w, "total_token_throughput")) a.points.push_back({conc, *v});
-        if (auto v = d.table.metric(c.id, w, "mean_tpot_ms")) b.points.push_back({conc, *v});
+        if (cell == nullptr) continue;
+        const nlohmann::ordered_json& wl = cell->workload;
+        double load = 0.0;
+        if (wl.contains("max_concurrency") && wl["max_concurrency"].is_number()) {
+          load = wl["max_concurrency"].get<double>();
+        } else if (wl.contains("request_rate") && wl["request_rate"].is_number() && std::isfinite(wl["request_rate"].get<double>())) {
+          load = wl["request_rate"].get<double>();
+          by_rate = true;
+        } else {
+          continue;
+        }
+        const auto v = d.table.metric(c.id, w, "total_token_throughput"), l = d.table.metric(c.id, w, latency);
+        if (v) a.points.push_back({load, *v});
+        if (l) b.points.push_back({load, *l});
+        if (v && l) t.points.push_back({*l, *v});
       }
       if (a.points.empty() || i >= 10) continue;
       ++i;
+      std::sort(t.points.begin(), t.points.end());
       tps.push_back(a);
-      tpot.push_back(b);
+      lat.push_back(b);
+      curve.push_back(t);
     }
     if (tps.empty()) continue;
-    const auto slo = d.goal.slo.find("mean_tpot_ms");
-    if (slo != d.goal.slo.end()) {
-      double lo = tpot.front().points.front().first, hi = lo;
-      for (const auto& s : tpot) {
+    const std::string load_label = by_rate ? "request rate (req/s)" : "max concurrency";
+    if (bound) {
+      double lo = lat.front().points.front().first, hi = lo, y_lo = curve.front().points.empty() ? 0.0 : curve.front().points.front().second, y_hi = y_lo;
+      for (const auto& s : lat) {
         for (const auto& p : s.points) lo = std::min(lo, p.first), hi = std::max(hi, p.first);
       }
-      tpot.push_back({"SLO", {{lo, slo->second}, {hi, slo->second}}, "#d62728", true, false, true, {}});
+      for (const auto& s : curve) {
+        for (const auto& p : s.points) y_lo = std::min(y_lo, p.second), y_hi = std::max(y_hi, p.second);
+      }
+      lat.push_back({"SLO", {{lo, *bound}, {hi, *bound}}, "#d62728", true, false, true, {}});
+      curve.push_back({"SLO", {{*bound, y_lo}, {*bound, y_hi}}, "#d62728", true, false, true, {}});
     }
-    o << "<figure>" << xy_chart("Throughput vs concurrency on " + g, "max concurrency", "total tokens/s", tps, true) << "</figure>\n";
-    o << "<figure>" << xy_chart("TPOT vs concurrency on " + g, "max concurrency", "mean TPOT (ms)", tpot, true) << "</figure>\n";
+    o << "<figure>" << xy_chart("Throughput vs " + load_label + " on " + g, load_label, "total tokens/s", tps, !by_rate) << "</figure>\n";
+    o << "<figure>" << xy_chart(latency + " vs " + load_label + " on " + g, load_label, latency, lat, !by_rate) << "</figure>\n";
+    o << "<figure>" << xy_chart("Throughput vs " + latency + " on " + g + " (one point per load level)", latency, "total tokens/s", curve)
+      << "</figure>\n";
   }
   return o.str();
 }

@@ -136,8 +136,9 @@ TEST_F(TunerReport, HtmlIsSelfContainedWithCharts) {
   EXPECT_NE(html.find("<h2>Conclusion</h2>"), std::string::npos);
   EXPECT_NE(html.find("Total token throughput on chat"), std::string::npos);
   EXPECT_NE(html.find("Pareto front"), std::string::npos);
-  EXPECT_NE(html.find("Throughput vs concurrency on load"), std::string::npos);
-  EXPECT_NE(html.find("TPOT vs concurrency on load"), std::string::npos);
+  EXPECT_NE(html.find("Throughput vs max concurrency on load"), std::string::npos);
+  EXPECT_NE(html.find("mean_tpot_ms vs max concurrency on load"), std::string::npos);
+  EXPECT_NE(html.find("Throughput vs mean_tpot_ms on load (one point per load level)"), std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("<link"), std::string::npos);
   EXPECT_EQ(html.find("src="), std::string::npos);

@@ -108,6 +108,12 @@ TEST(TunerSweep, SearchedConcurrencyClimbsWhileTheSlosHold) {
       EXPECT_EQ(rec["workload"]["group"], "load");
       EXPECT_EQ(rec["workload"]["max_concurrency"], std::stoi(l));
     }
+    if (levels.size() > 1) {  // the HTML report plots the levels against the SLO's latency, with its bound
+      const std::string html = read_text(run / "report.html");
+      EXPECT_NE(html.find("p99_tpot_ms vs max concurrency on load"), std::string::npos);
+      EXPECT_NE(html.find("Throughput vs p99_tpot_ms on load (one point per load level)"), std::string::npos);
+      EXPECT_NE(html.find(">SLO<"), std::string::npos);
+    }
   }
   fs::remove_all(dir);
 }
