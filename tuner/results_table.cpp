@@ -146,9 +146,16 @@ Score score(const ResultsTable& table, const std::string& candidate, const Goal&
         break;
       }
     }
-    if (table.metric(candidate, w, "completed").value_or(1.0) <= 0.0) {
+    const double completed = table.metric(candidate, w, "completed").value_or(1.0);
+    if (completed <= 0.0) {
       s.feasible = false;
       s.violation = "no request completed";
+    } else if (const double failed = table.metric(candidate, w, "failed").value_or(0.0);
+               failed / (failed + completed) > goal.max_failed_fraction) {
+      s.feasible = false;
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "%.1f%% of its requests failed", 100.0 * failed / (failed + completed));
+      s.violation = buf;
     }
     if (better(s, best, goal.maximize)) best = s;
   }

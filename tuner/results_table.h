@@ -63,6 +63,9 @@ struct Goal {
   std::string metric = "total_token_throughput";
   bool maximize = true;
   std::map<std::string, double> slo;
+  // A level whose requests failed beyond this fraction (median over repeats) is infeasible. Fixed levels never get
+  // there (such a run fails its trial); an SLA search records the level and searches below it.
+  double max_failed_fraction = 1.0;
 };
 
 struct Score {

@@ -229,6 +229,7 @@ Goal goal_of(const SweepSpec& spec) {
   g.metric = spec.objective.metric;
   g.maximize = spec.objective.maximize;
   g.slo = spec.slo;
+  g.max_failed_fraction = spec.target.max_failed_fraction;
   return g;
 }
 

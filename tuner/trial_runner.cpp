@@ -300,8 +300,9 @@ bool TrialRunner::run_here(const Trial& t) {
   return true;
 }
 
-// SLA search: measures the levels a LoadSearch asks for (each `repeat` times, the SLOs judged on the medians), one
-// record per run under the level's name, as list levels are recorded.
+// SLA search: measures the levels a LoadSearch asks for (each `repeat` times, the SLOs judged on the medians; a run
+// with more failed requests than target.max_failed_fraction fails its level), one record per run under the level's
+// name, as list levels are recorded.
 void TrialRunner::search_load(const WorkloadSpec& w, Session& session, const nlohmann::ordered_json& info, const Trial& t,
                               const TrialMarker& marker, size_t& done) {
   const WorkloadSpec::Search& s = *w.search;
@@ -315,6 +316,7 @@ void TrialRunner::search_load(const WorkloadSpec& w, Session& session, const nlo
     if (s.concurrency) at.max_concurrency = static_cast<int64_t>(*level);
     else at.request_rate = *level;
     std::map<std::string, std::vector<double>> slo_values;
+    bool overloaded = false;
     for (int r = 0; r < spec_.repeat; ++r) {
       if (interrupted_by() != 0) throw LaunchFailure(TrialFailure::kInterrupted, "");
       progress_.run_started(at.name, r);
@@ -329,12 +331,17 @@ void TrialRunner::search_load(const WorkloadSpec& w, Session& session, const nlo
       write_record(info, at, r, metrics, per_request, t.tag, marker.launch_id, session.engine());
       progress_.run_finished(run_summary(m));
       ++done;
-      check_failed_requests(m, at.name);
+      // Past its capacity a server may time requests out: the level does not hold, and the search goes below it
+      // (the results table scores it infeasible), rather than the candidate failing as a fixed level would.
+      const int64_t asked = m.metrics.failed + m.metrics.completed;
+      if (asked == 0 || static_cast<double>(m.metrics.failed) > spec_.target.max_failed_fraction * static_cast<double>(asked)) {
+        overloaded = true;
+      }
       for (const auto& [key, bound] : spec_.slo) {
         if (const auto it = metrics.find(key); it != metrics.end() && it->is_number()) slo_values[key].push_back(it->get<double>());
       }
     }
-    bool holds = true;
+    bool holds = !overloaded;
     for (const auto& [key, bound] : spec_.slo) {
       const auto it = slo_values.find(key);
       holds = holds && it != slo_values.end() && median(it->second) <= bound;

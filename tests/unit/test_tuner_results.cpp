@@ -102,6 +102,24 @@ TEST(TunerTable, MediansGroupsAndScores) {
   EXPECT_EQ(s.value, 50.0);
 }
 
+// A level whose requests failed beyond max_failed_fraction (an SLA search's overloaded level) is infeasible, however
+// good its latency; below the fraction it counts.
+TEST(TunerTable, LevelsWithTooManyFailedRequestsAreInfeasible) {
+  std::vector<nlohmann::ordered_json> recs;
+  recs.push_back(record("c0", "load@c4", 0, {{"output_throughput", 40.0}, {"p99_tpot_ms", 20.0}, {"completed", 99}, {"failed", 1}}, "load"));
+  recs.push_back(record("c0", "load@c8", 0, {{"output_throughput", 60.0}, {"p99_tpot_ms", 20.0}, {"completed", 70}, {"failed", 30}}, "load"));
+  const ResultsTable t = ResultsTable::build(recs);
+  Goal g{"load", "output_throughput", true, {{"p99_tpot_ms", 50.0}}};
+  g.max_failed_fraction = 0.01;
+  EXPECT_EQ(score(t, "c0", g).workload, "load@c4");
+  g.max_failed_fraction = 0.001;
+  const Score none = score(t, "c0", g);
+  EXPECT_FALSE(none.feasible);
+  EXPECT_NE(none.violation.find("of its requests failed"), std::string::npos) << none.violation;
+  g.max_failed_fraction = 1.0;
+  EXPECT_EQ(score(t, "c0", g).workload, "load@c8");
+}
+
 TEST(TunerCheck, ToleranceSyntax) {
   Tolerance t = parse_tolerance("total_token_throughput=-5%");
   EXPECT_EQ(t.direction, '-');
