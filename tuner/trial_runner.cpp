@@ -269,17 +269,8 @@ bool TrialRunner::run_here(const Trial& t) {
       }
       std::vector<double> objective;  // repeat: auto: the objective metric of each repeat so far
       for (int r = 0; r < spec_.repeat; ++r) {
-        if (interrupted_by() != 0) throw LaunchFailure(TrialFailure::kInterrupted, "");
-        progress_.run_started(w.name, r);
-        const WorkloadSpec wr = for_repeat(w, r);
-        const MeasureOptions options = measure_options(wr, spec_.percentiles, *session);
-        warm_up(session->client(), workload(wr), options);
-        const Measurement m = measure(session->client(), workload(wr), options, tokenizer_);
-        session->check_alive(m.metrics.failed > 0 ? 3.0 : 0.0);
-        nlohmann::ordered_json metrics, per_request;
-        record_metrics(m, metrics, per_request);
-        write_record(info, w, r, metrics, per_request, t.tag, marker.launch_id, session->engine());
-        progress_.run_finished(run_summary(m));
+        nlohmann::ordered_json metrics;
+        const Measurement m = run_once(w, w, r, *session, info, t, marker, metrics);
         ++done;
         check_failed_requests(m, w.name);
         if (r + 1 < spec_.repeat && precise_enough(metrics, objective)) {
@@ -300,6 +291,25 @@ bool TrialRunner::run_here(const Trial& t) {
   return true;
 }
 
+// Repeat r of `level` on the prompts of `prompts` (the level itself, or a searched workload whose levels share its
+// prompts): measured, checked alive, recorded; its metrics into `metrics`.
+Measurement TrialRunner::run_once(const WorkloadSpec& level, const WorkloadSpec& prompts, int r, Session& session,
+                                  const nlohmann::ordered_json& info, const Trial& t, const TrialMarker& marker,
+                                  nlohmann::ordered_json& metrics) {
+  if (interrupted_by() != 0) throw LaunchFailure(TrialFailure::kInterrupted, "");
+  progress_.run_started(level.name, r);
+  const MeasureOptions options = measure_options(for_repeat(level, r), spec_.percentiles, session);
+  const datasets::Workload& data = workload(for_repeat(prompts, r));
+  warm_up(session.client(), data, options);
+  Measurement m = measure(session.client(), data, options, tokenizer_);
+  session.check_alive(m.metrics.failed > 0 ? 3.0 : 0.0);
+  nlohmann::ordered_json per_request;
+  record_metrics(m, metrics, per_request);
+  write_record(info, level, r, metrics, per_request, t.tag, marker.launch_id, session.engine());
+  progress_.run_finished(run_summary(m));
+  return m;
+}
+
 // SLA search: measures the levels a LoadSearch asks for (each `repeat` times, the SLOs judged on the medians; a run
 // with more failed requests than target.max_failed_fraction fails its level), one record per run under the level's
 // name, as list levels are recorded.
@@ -318,18 +328,8 @@ void TrialRunner::search_load(const WorkloadSpec& w, Session& session, const nlo
     std::map<std::string, std::vector<double>> slo_values;
     bool overloaded = false;
     for (int r = 0; r < spec_.repeat; ++r) {
-      if (interrupted_by() != 0) throw LaunchFailure(TrialFailure::kInterrupted, "");
-      progress_.run_started(at.name, r);
-      const WorkloadSpec wr = for_repeat(at, r);
-      const MeasureOptions options = measure_options(wr, spec_.percentiles, session);
-      const datasets::Workload& data = workload(for_repeat(w, r));  // the prompts do not depend on the level
-      warm_up(session.client(), data, options);
-      const Measurement m = measure(session.client(), data, options, tokenizer_);
-      session.check_alive(m.metrics.failed > 0 ? 3.0 : 0.0);
-      nlohmann::ordered_json metrics, per_request;
-      record_metrics(m, metrics, per_request);
-      write_record(info, at, r, metrics, per_request, t.tag, marker.launch_id, session.engine());
-      progress_.run_finished(run_summary(m));
+      nlohmann::ordered_json metrics;
+      const Measurement m = run_once(at, w, r, session, info, t, marker, metrics);  // the prompts do not depend on the level
       ++done;
       // Past its capacity a server may time requests out: the level does not hold, and the search goes below it
       // (the results table scores it infeasible), rather than the candidate failing as a fixed level would.

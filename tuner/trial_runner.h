@@ -54,6 +54,9 @@ class TrialRunner {
   void write_marker(const Trial& t, const TrialMarker& marker);
   void check_failed_requests(const Measurement& m, const std::string& workload) const;
   bool precise_enough(const nlohmann::ordered_json& metrics, std::vector<double>& samples) const;
+  Measurement run_once(const WorkloadSpec& level, const WorkloadSpec& prompts, int r, Session& session,
+                       const nlohmann::ordered_json& info, const Trial& t, const TrialMarker& marker,
+                       nlohmann::ordered_json& metrics);
   void search_load(const WorkloadSpec& w, Session& session, const nlohmann::ordered_json& info, const Trial& t,
                    const TrialMarker& marker, size_t& done);
   void write_record(const nlohmann::ordered_json& info, const WorkloadSpec& w, int repeat,

@@ -383,6 +383,12 @@ void MoeDecoderModel::mlp(const Mlp& w, int64_t n, const float* h, float* out) {
   backend_.expert_mlps(all_rows, h, out);
 }
 
+void MoeDecoderModel::zero_scratch(size_t slot, int64_t floats) {
+  scratch(slot, floats);
+  if (zeros_.size() < static_cast<size_t>(floats)) zeros_.resize(static_cast<size_t>(floats), 0.0f);
+  backend_.upload(*scratch_[slot], 0, zeros_.data(), static_cast<size_t>(floats) * sizeof(float));
+}
+
 void MoeDecoderModel::route(const Layer& L, int64_t n, const float* h) {
   const int64_t E = config_.moe.routing.n_experts, k = config_.moe.routing.top_k;
   float* router = scratch(kRouter, n * E);
@@ -452,8 +458,7 @@ void MoeDecoderModel::shared_experts(const Layer& L, int64_t n, const float* h, 
     mlp(L.shared, n, h, out);  // the routed outputs are added onto the shared expert's
     return;
   }
-  if (zeros_.size() < static_cast<size_t>(n * d)) zeros_.resize(static_cast<size_t>(n * d), 0.0f);
-  backend_.upload(*scratch_[out_slot], 0, zeros_.data(), static_cast<size_t>(n * d) * sizeof(float));
+  zero_scratch(out_slot, n * d);
   if (config_.moe.shared_ffn == 0) return;
   // qwen2_moe: the shared expert scaled by sigmoid(x . w) per token.
   float* shared = scratch(kSharedOut, n * d);
@@ -495,14 +500,16 @@ void MoeDecoderModel::moe_all_to_all(const Layer& L, int64_t n, const float* h, 
   // The layout, as DeepEP's dispatch computes it: per rank its assignments per expert and its rows for each rank (a
   // token goes once to every rank owning any of its experts). Every rank learns every rank's layout in one gather.
   const int64_t layout_size = E + ranks;
+  const auto owns = [&](int r, int32_t e) {
+    const SliceRange owned = rank_experts_[static_cast<size_t>(r)];
+    return e >= owned.begin && e < owned.begin + owned.count;
+  };
   std::vector<int64_t> layout(static_cast<size_t>(layout_size), 0);
   std::vector<std::vector<int32_t>> to_rank(static_cast<size_t>(ranks));
   for (int64_t t = 0; t < n; ++t) {
     for (int r = 0; r < ranks; ++r) {
-      const SliceRange owned = rank_experts_[static_cast<size_t>(r)];
       for (int64_t j = 0; j < k; ++j) {
-        const int32_t e = expert_ids_[static_cast<size_t>(t * k + j)];
-        if (e >= owned.begin && e < owned.begin + owned.count) {
+        if (owns(r, expert_ids_[static_cast<size_t>(t * k + j)])) {
           to_rank[static_cast<size_t>(r)].push_back(static_cast<int32_t>(t));
           break;
         }
@@ -540,15 +547,15 @@ void MoeDecoderModel::moe_all_to_all(const Layer& L, int64_t n, const float* h, 
   }
   float* send = scratch(kDispatch, sent * width);
   float* recv = scratch(kDispatched, received * width);
-  int64_t row = 0;
+  std::vector<int32_t> token_of;  // the token of each sent row, in send order (the combine's rows come back in it)
   for (int r = 0; r < ranks; ++r) {
-    const SliceRange owned = rank_experts_[static_cast<size_t>(r)];
     for (const int32_t t : to_rank[static_cast<size_t>(r)]) {
-      float* dst = send + row++ * width;
+      float* dst = send + static_cast<int64_t>(token_of.size()) * width;
+      token_of.push_back(t);
       std::copy_n(h + t * d, d, dst);
       for (int64_t j = 0; j < k; ++j) {
         const int32_t e = expert_ids_[static_cast<size_t>(t * k + j)];
-        const bool here = e >= owned.begin && e < owned.begin + owned.count;
+        const bool here = owns(r, e);
         dst[d + j] = here ? static_cast<float>(e) : -1.0f;  // expert ids are exact in a float
         dst[d + k + j] = here ? expert_weights_[static_cast<size_t>(t * k + j)] : 0.0f;
       }
@@ -570,8 +577,7 @@ void MoeDecoderModel::moe_all_to_all(const Layer& L, int64_t n, const float* h, 
   }
   float* sums = scratch(kCombine, received * d);
   if (received > 0) {
-    if (zeros_.size() < static_cast<size_t>(received * d)) zeros_.resize(static_cast<size_t>(received * d), 0.0f);
-    backend_.upload(*scratch_[kCombine], 0, zeros_.data(), static_cast<size_t>(received * d) * sizeof(float));
+    zero_scratch(kCombine, received * d);
     sort_by_expert(experts.data(), rows.data(), weights.data(), static_cast<int64_t>(experts.size()));
     add_own_experts(L, WeightMatrix{recv, DType::kF32, received, d, width * static_cast<int64_t>(sizeof(float))}, sums);
   }
@@ -588,8 +594,6 @@ void MoeDecoderModel::moe_all_to_all(const Layer& L, int64_t n, const float* h, 
   if (n == 0) return;
   shared_experts(L, n, h, kSharedSum);
   float* total = scratch(kSharedSum, n * d);
-  std::vector<int32_t> token_of;
-  for (int r = 0; r < ranks; ++r) token_of.insert(token_of.end(), to_rank[static_cast<size_t>(r)].begin(), to_rank[static_cast<size_t>(r)].end());
   const std::vector<float> ones(token_of.size(), 1.0f);
   backend_.scatter_add_rows(back, token_of.data(), ones.data(), sent, d, total);
   backend_.copy_rows(total, d, out, d, n, d);

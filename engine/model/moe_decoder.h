@@ -80,6 +80,7 @@ class MoeDecoderModel final : public Model {
   Mlp load_mlp(WeightLoader& loader, const std::string& gate, const std::string& up, const std::string& down, int64_t width,
                SliceRange ffn);
   float* scratch(size_t slot, int64_t floats);
+  void zero_scratch(size_t slot, int64_t floats);  // the slot's first `floats` values set to 0
   void attention_gqa(const Layer& L, int64_t n, const float* h, const KvLayerView& cache, const AttentionBatch& ab,
                      const int32_t* slots, float* out);
   void attention_mla(const Layer& L, int64_t n, const float* h, const KvLayerView& cache, const AttentionBatch& ab,

@@ -38,9 +38,13 @@ struct CachedRows {
   const KvLayerView& kv;
   const int32_t* table;
   int64_t row_bytes;
-  const float* get(int64_t p, std::vector<float>& buf) const {
+  // The row of position p as the cache stores it.
+  const uint8_t* stored(int64_t p) const {
     const int64_t slot = static_cast<int64_t>(table[p / kv.page_size]) * kv.page_size + p % kv.page_size;
-    const uint8_t* stored = static_cast<const uint8_t*>(kv.k) + slot * row_bytes;
+    return static_cast<const uint8_t*>(kv.k) + slot * row_bytes;
+  }
+  const float* get(int64_t p, std::vector<float>& buf) const {
+    const uint8_t* stored = this->stored(p);
     if (kv.dtype == DType::kF32) return reinterpret_cast<const float*>(stored);
     dequantize_row(kv.dtype, stored, buf.data(), kv.head_dim);
     return buf.data();
@@ -128,8 +132,7 @@ struct LatentLanes {
         r[i] = r[0];
         continue;
       }
-      const int64_t p = p0 + i, slot = static_cast<int64_t>(rows.table[p / kv.page_size]) * kv.page_size + p % kv.page_size;
-      const uint8_t* stored = static_cast<const uint8_t*>(kv.k) + slot * rows.row_bytes;
+      const uint8_t* stored = rows.stored(p0 + i);
       if (kv.dtype == DType::kF32) {
         r[i] = reinterpret_cast<const float*>(stored);
         continue;
