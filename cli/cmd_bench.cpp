@@ -55,6 +55,7 @@ struct BenchOptions {
   std::string result_dir;
   std::string result_filename;
   std::vector<std::string> metadata;
+  std::string expert_distribution_out;
   bool ignore_eos = false;
   std::optional<double> temperature;
   std::optional<double> top_p;
@@ -100,6 +101,7 @@ void check_flag_use(const BenchOptions& o) {
       if (given(o, f)) throw_usage(std::string(f) + " applies to HTTP backends, not --backend builtin");
     }
   } else {
+    if (!o.expert_distribution_out.empty()) throw_usage("--expert-distribution-out reads the built-in engine's counters; use --backend builtin");
     for (const CLI::Option* opt : o.cmd->get_options()) {
       if (opt->get_group() == kEngineGroup && opt->count() > 0) {
         throw_usage(opt->get_name() + " is an engine setting; it applies only to --backend builtin");
@@ -131,6 +133,20 @@ void print_dataset(const datasets::Workload& w) {
 }
 
 constexpr const char* kDefaultPercentileMetrics = "ttft,tpot,itl,client_lag,client_send_lag";
+
+// The engine's assignments per MoE layer and expert (warm-ups included), in the form --init-expert-location reads.
+void write_expert_distribution(const Engine& engine, const std::string& file) {
+  const auto counts = engine.expert_distribution();
+  if (counts.empty()) throw_usage("--expert-distribution-out: " + engine.config().model + " has no routed experts");
+  nlohmann::ordered_json j;
+  j["model"] = engine.config().model;
+  j["logical_count"] = counts;
+  std::ofstream out(file);
+  if (!out) throw_io(file, "cannot write the expert distribution");
+  out << j.dump() << "\n";
+  if (!out) throw_io(file, "cannot write the expert distribution");
+  std::printf("Saved the expert distribution to %s\n", file.c_str());
+}
 
 void run_bench(BenchOptions& o) {
   check_flag_use(o);
@@ -227,6 +243,7 @@ void run_bench(BenchOptions& o) {
   loadgen::print_failures(stdout, m.run, m.metrics);
   loadgen::print_result_block(stdout, m.metrics, m.run.duration_s, m.report);
   std::fflush(stdout);
+  if (!o.expert_distribution_out.empty()) write_expert_distribution(*engine, o.expert_distribution_out);
 
   if (!o.save_result) return;
   const std::string date = tuner::now_stamp();
@@ -334,6 +351,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--result-dir", o->result_dir)->group(t);
   cmd->add_option("--result-filename", o->result_filename)->group(t);
   cmd->add_option("--metadata", o->metadata, "KEY=VALUE pairs stored in the result JSON")->group(t);
+  cmd->add_option("--expert-distribution-out", o->expert_distribution_out,
+                  "builtin, MoE models: write the assignments per MoE layer and expert (for --init-expert-location)")->group(t);
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Generate max_tokens tokens regardless of EOS")->group(t);
   cmd->add_option("--temperature", o->temperature)->group(t);
   cmd->add_option("--top-p", o->top_p)->group(t);

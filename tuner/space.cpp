@@ -135,8 +135,10 @@ std::string SearchSpace::check(const Candidate& c) const {
            std::to_string(*spec_.target.devices) + " devices";
   }
   const int64_t ep = int_setting(vars, "ep_size").value_or(1);
-  if (spec_.target.num_experts && ep > 0 && *spec_.target.num_experts % ep != 0) {
-    return "ep_size = " + std::to_string(ep) + " does not divide the " + std::to_string(*spec_.target.num_experts) + " experts";
+  const int64_t redundant = int_setting(vars, "ep_num_redundant_experts").value_or(0);
+  if (spec_.target.num_experts && ep > 0 && (*spec_.target.num_experts + redundant) % ep != 0) {
+    return "ep_size = " + std::to_string(ep) + " does not divide the " + std::to_string(*spec_.target.num_experts) + " experts" +
+           (redundant > 0 ? " + " + std::to_string(redundant) + " redundant ones" : "");
   }
   if (spec_.builtin()) {
     const EngineConfig config = engine_config(c);
@@ -152,7 +154,8 @@ std::string SearchSpace::check(const Candidate& c) const {
     }
     if (config.tp_size > 1 && model_shape()) {
       try {
-        check_tensor_parallel_split(*model_shape(), config.tp_size, config.ep_size, config.enable_dp_attention);
+        check_tensor_parallel_split(*model_shape(), config.tp_size, config.ep_size, config.enable_dp_attention,
+                                    config.ep_num_redundant_experts);
       } catch (const Error& e) {
         return std::string("the engine rejects it: ") + e.what();
       }

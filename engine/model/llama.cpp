@@ -16,7 +16,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
   if (parallel.tp_size > 1 && parallel.comm == nullptr) {
     throw Error(ErrorKind::kInternal, "tensor parallelism needs a communicator");
   }
-  expert_parallel_share(config, parallel.tp_size, parallel.ep_size, parallel.tp_rank);  // ep_size > 1 is refused here
+  expert_parallel_share(config, parallel.tp_size, parallel.ep_size, parallel.tp_rank, parallel.redundant_experts);  // refused here
   if (parallel.dp_attention()) {
     throw_usage("DP attention (enable_dp_attention) spreads the mixture-of-experts layers over the data-parallel "
                 "replicas; this " + config.architecture + " model has none (use dp_size alone)");

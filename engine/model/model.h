@@ -48,6 +48,10 @@ class Model {
   // Backend::sample): only the ids come back, into `tokens`. Only where device_sampling().
   virtual void forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) = 0;
   virtual ExpertLoad expert_load() const { return {}; }
+  // Assignments per MoE layer (in layer order) and routed expert, summed over every step so far: what
+  // --init-expert-location places redundant experts by. Safe to read while another thread runs forward(). Empty for a
+  // model without routed experts or a rank that does not count (the engine reads rank 0's).
+  virtual std::vector<std::vector<int64_t>> expert_distribution() const { return {}; }
 };
 
 }  // namespace servetune

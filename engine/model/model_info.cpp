@@ -57,7 +57,7 @@ std::string format_bytes(double bytes) {
   return text;
 }
 
-void check_tensor_parallel_split(const ModelInfo& model, int tp_size, int ep_size, bool dp_attention) {
+void check_tensor_parallel_split(const ModelInfo& model, int tp_size, int ep_size, bool dp_attention, int redundant_experts) {
   if (tp_size < 1) throw_usage("tp_size must be at least 1, got " + std::to_string(tp_size));
   if (ep_size < 1) throw_usage("ep_size must be at least 1, got " + std::to_string(ep_size));
   if (model.n_heads <= 0 || model.n_kv_heads <= 0 || model.ffn <= 0) {
@@ -88,7 +88,7 @@ void check_tensor_parallel_split(const ModelInfo& model, int tp_size, int ep_siz
                 " model has no routed experts");
   }
   tensor_parallel_share(c, dp_attention ? 1 : tp_size, 0);  // with DP attention each replica's attention is whole
-  expert_parallel_share(c, tp_size, ep_size, 0);
+  expert_parallel_share(c, tp_size, ep_size, 0, redundant_experts);
 }
 
 }  // namespace servetune

@@ -28,8 +28,10 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
     : config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused),
       share_(tensor_parallel_share(config, parallel.tp_size, parallel.tp_rank)),
       expert_share_(parallel.dp_attention()
-                        ? expert_parallel_share(config, parallel.moe_comm->size(), parallel.ep_size, parallel.moe_comm->rank())
-                        : expert_parallel_share(config, parallel.tp_size, parallel.ep_size, parallel.tp_rank)),
+                        ? expert_parallel_share(config, parallel.moe_comm->size(), parallel.ep_size, parallel.moe_comm->rank(),
+                                                parallel.redundant_experts)
+                        : expert_parallel_share(config, parallel.tp_size, parallel.ep_size, parallel.tp_rank,
+                                                parallel.redundant_experts)),
       n_heads_(share_.q_heads.count), moe_comm_(parallel.moe_comm) {
   const std::string family = config.architecture;
   if (parallel.tp_size > 1 && parallel.comm == nullptr) {
@@ -48,7 +50,8 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
     // Each replica runs the shared experts of its own tokens: whole on every rank.
     expert_share_.shared_ffn = {0, config.is_moe() ? config.moe.shared_ffn : 0};
     for (int r = 0; r < parallel.moe_comm->size(); ++r) {
-      rank_experts_.push_back(expert_parallel_share(config, parallel.moe_comm->size(), parallel.ep_size, r).experts);
+      rank_experts_.push_back(
+          expert_parallel_share(config, parallel.moe_comm->size(), parallel.ep_size, r, parallel.redundant_experts).experts);
     }
   }
   if (compile.graph_max_bs > 0) {
@@ -67,8 +70,13 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
   output_ = loader.matrix_rows(config.tied_embeddings ? "token_embd.weight" : "output.weight", config.vocab, d, share_.vocab);
   load_.experts = config.is_moe() ? config.moe.routing.n_experts : 0;
   load_.ep_groups = parallel.ep_size;
+  place_experts();
   for (int64_t l = 0; l < config.n_layers; ++l) {
     Layer L;
+    if (config.is_moe() && config.moe.moe_layer[static_cast<size_t>(l)]) {
+      L.moe_index = static_cast<int64_t>(std::count(config.moe.moe_layer.begin(), config.moe.moe_layer.begin() + l, true));
+      if (!placements_.empty()) L.placement = &placements_[static_cast<size_t>(L.moe_index)];
+    }
     L.attn_norm = loader.vector(blk(l, "attn_norm.weight"), d);
     load_attention(L, l, loader);
     L.ffn_norm = loader.vector(blk(l, "ffn_norm.weight"), d);
@@ -79,6 +87,31 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
 
   scratch_.resize(kSlotCount);
   scratch_floats_.assign(kSlotCount, 0);
+}
+
+// Expert slots and their placement per MoE layer; none kept while every slot holds its own expert (no translation).
+void MoeDecoderModel::place_experts() {
+  if (!config_.is_moe()) return;
+  const int64_t E = config_.moe.routing.n_experts;
+  slots_ = E + parallel_.redundant_experts;
+  moe_layers_ = std::count(config_.moe.moe_layer.begin(), config_.moe.moe_layer.end(), true);
+  distribution_ = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(moe_layers_ * E));
+  if (parallel_.expert_location != "trivial") {
+    placements_ = read_expert_location(parallel_.expert_location, moe_layers_, E, slots_, parallel_.ep_size);
+  } else if (slots_ > E) {
+    placements_.assign(static_cast<size_t>(moe_layers_), trivial_placement(E, slots_));
+  }
+}
+
+std::vector<std::vector<int64_t>> MoeDecoderModel::expert_distribution() const {
+  std::vector<std::vector<int64_t>> out;
+  const int64_t E = config_.is_moe() ? config_.moe.routing.n_experts : 0;
+  for (int64_t l = 0; l < moe_layers_; ++l) {
+    std::vector<int64_t> row(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) row[static_cast<size_t>(e)] = distribution_[static_cast<size_t>(l * E + e)].load(std::memory_order_relaxed);
+    out.push_back(std::move(row));
+  }
+  return out;
 }
 
 void MoeDecoderModel::load_attention(Layer& L, int64_t l, WeightLoader& loader) {
@@ -189,8 +222,9 @@ void MoeDecoderModel::load_ffn(Layer& L, int64_t l, WeightLoader& loader) {
   const bool stacked = loader.has(blk(l, "ffn_gate_exps.weight")) || loader.has(blk(l, "ffn_up_exps.weight")) ||
                        loader.has(blk(l, "ffn_down_exps.weight"));
   const SliceRange part = expert_share_.expert_ffn;
-  const SliceRange mine = expert_share_.experts;
-  for (int64_t e = mine.begin; e < mine.begin + mine.count; ++e) {
+  const SliceRange mine = expert_share_.experts;  // slots: each loads the expert its placement gives it
+  for (int64_t slot = mine.begin; slot < mine.begin + mine.count; ++slot) {
+    const int64_t e = L.placement ? L.placement->slot_expert[static_cast<size_t>(slot)] : slot;
     if (stacked) {
       const SliceRange all{0, d};
       L.experts.push_back({loader.stacked_matrix_part(blk(l, "ffn_gate_exps.weight"), E, e_ffn, d, e, part, all),
@@ -400,17 +434,34 @@ void MoeDecoderModel::route(const Layer& L, int64_t n, const float* h) {
   route_tokens(config_.moe.routing, router, L.selection_bias, n, expert_ids_.data(), expert_weights_.data());
 }
 
-void MoeDecoderModel::count_load(const std::vector<int64_t>& per_expert) {
-  const int64_t E = config_.moe.routing.n_experts, per_group = E / load_.ep_groups;  // expert_parallel_share checked it divides
-  int64_t busiest = 0, busiest_group = 0;
+void MoeDecoderModel::place_assignments(const Layer& L, int64_t n, int64_t key) {
+  if (!L.placement) return;
+  const int64_t k = config_.moe.routing.top_k;
+  for (int64_t i = 0; i < n * k; ++i) {
+    int32_t& id = expert_ids_[static_cast<size_t>(i)];
+    id = L.placement->slot_for(id, key + i / k);
+  }
+}
+
+void MoeDecoderModel::count_load(const Layer& L, const std::vector<int64_t>& per_slot) {
+  const int64_t E = config_.moe.routing.n_experts, per_group = slots_ / load_.ep_groups;  // expert_parallel_share checked it divides
+  int64_t busiest_group = 0;
   for (int64_t g = 0; g < load_.ep_groups; ++g) {
     int64_t group = 0;
-    for (int64_t e = g * per_group; e < (g + 1) * per_group; ++e) {
-      busiest = std::max(busiest, per_expert[static_cast<size_t>(e)]);
-      group += per_expert[static_cast<size_t>(e)];
-    }
+    for (int64_t slot = g * per_group; slot < (g + 1) * per_group; ++slot) group += per_slot[static_cast<size_t>(slot)];
     load_.routed += group;
     busiest_group = std::max(busiest_group, group);
+  }
+  int64_t busiest = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t count = 0;
+    if (L.placement) {
+      for (const int32_t slot : L.placement->copies[static_cast<size_t>(e)]) count += per_slot[static_cast<size_t>(slot)];
+    } else {
+      count = per_slot[static_cast<size_t>(e)];
+    }
+    busiest = std::max(busiest, count);
+    distribution_[static_cast<size_t>(L.moe_index * E + e)].fetch_add(count, std::memory_order_relaxed);
   }
   load_.busiest += busiest;
   load_.busiest_group += busiest_group;
@@ -418,7 +469,7 @@ void MoeDecoderModel::count_load(const std::vector<int64_t>& per_expert) {
 
 void MoeDecoderModel::sort_by_expert(const int32_t* experts, const int32_t* rows, const float* weights, int64_t count) {
   // A stable counting sort: each expert's rows are contiguous, so one matmul serves all of them.
-  const int64_t E = config_.moe.routing.n_experts;
+  const int64_t E = slots_;
   expert_start_.assign(static_cast<size_t>(E + 1), 0);
   for (int64_t i = 0; i < count; ++i) ++expert_start_[static_cast<size_t>(experts[i]) + 1];
   for (int64_t e = 0; e < E; ++e) expert_start_[static_cast<size_t>(e) + 1] += expert_start_[static_cast<size_t>(e)];
@@ -476,8 +527,9 @@ void MoeDecoderModel::shared_experts(const Layer& L, int64_t n, const float* h, 
 }
 
 void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, size_t out_slot) {
-  const int64_t d = config_.hidden, E = config_.moe.routing.n_experts, k = config_.moe.routing.top_k;
+  const int64_t d = config_.hidden, E = slots_, k = config_.moe.routing.top_k;
   route(L, n, h);
+  place_assignments(L, n, 0);  // every rank has every token here, so the same copies
   assignment_rows_.resize(static_cast<size_t>(n * k));
   for (int64_t i = 0; i < n * k; ++i) assignment_rows_[static_cast<size_t>(i)] = static_cast<int32_t>(i / k);
   sort_by_expert(expert_ids_.data(), assignment_rows_.data(), expert_weights_.data(), n * k);
@@ -486,7 +538,7 @@ void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, size_t out_
   if (moe_comm_ == nullptr || moe_comm_->rank() == 0) {
     std::vector<int64_t> per_expert(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) per_expert[static_cast<size_t>(e)] = expert_start_[static_cast<size_t>(e) + 1] - expert_start_[static_cast<size_t>(e)];
-    count_load(per_expert);
+    count_load(L, per_expert);
   }
   shared_experts(L, n, h, out_slot);
   const WeightMatrix tokens{h, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
@@ -494,9 +546,12 @@ void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, size_t out_
 }
 
 void MoeDecoderModel::moe_all_to_all(const Layer& L, int64_t n, const float* h, float* out) {
-  const int64_t d = config_.hidden, E = config_.moe.routing.n_experts, k = config_.moe.routing.top_k;
+  const int64_t d = config_.hidden, E = slots_, k = config_.moe.routing.top_k;
   const int ranks = moe_comm_->size(), me = moe_comm_->rank();
-  if (n > 0) route(L, n, h);
+  if (n > 0) {
+    route(L, n, h);
+    place_assignments(L, n, me);  // replicas' first tokens start at different copies
+  }
   // The layout, as DeepEP's dispatch computes it: per rank its assignments per expert and its rows for each rank (a
   // token goes once to every rank owning any of its experts). Every rank learns every rank's layout in one gather.
   const int64_t layout_size = E + ranks;
@@ -527,7 +582,7 @@ void MoeDecoderModel::moe_all_to_all(const Layer& L, int64_t n, const float* h, 
     for (int r = 0; r < ranks; ++r) {
       for (int64_t e = 0; e < E; ++e) per_expert[static_cast<size_t>(e)] += layout_of(r, e);
     }
-    count_load(per_expert);
+    count_load(L, per_expert);
   }
   int64_t dispatched_anywhere = 0;
   for (int r = 0; r < ranks; ++r) {

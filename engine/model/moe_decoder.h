@@ -15,10 +15,12 @@
 // an empty Batch: the idle batch).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "model/expert_placement.h"
 #include "model/model.h"
 #include "model/rotary.h"
 #include "model/moe_routing.h"
@@ -39,12 +41,15 @@ class MoeDecoderModel final : public Model {
   void forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) override;
 
   ExpertLoad expert_load() const override { return load_; }
+  std::vector<std::vector<int64_t>> expert_distribution() const override;
 
  private:
   struct Mlp {
     WeightMatrix gate, up, down;
   };
   struct Layer {
+    int64_t moe_index = -1;                        // among the MoE layers (-1: dense)
+    const ExpertPlacement* placement = nullptr;    // its experts' slots; null: slot e holds expert e
     const float* attn_norm = nullptr;
     // Grouped-query attention.
     WeightMatrix wq, wk, wv;
@@ -95,15 +100,19 @@ class MoeDecoderModel final : public Model {
   void moe_all_to_all(const Layer& L, int64_t n, const float* h, float* out);
   // The router and top-k of `n` tokens: expert_ids_, expert_weights_ ([n, top_k]).
   void route(const Layer& L, int64_t n, const float* h);
-  // Adds one step's assignments per expert (all ranks' tokens) to the load counters.
-  void count_load(const std::vector<int64_t>& per_expert);
-  // Assignment i (row rows[i] of the experts' input, expert experts[i], weight weights[i]) sorted by expert, stably:
-  // order_, order_weights_ and each expert's start in them, expert_start_ [n_experts + 1].
+  // The routed assignments of expert_ids_ (n tokens) moved to the expert slots their copies hold; `key` offsets the
+  // tokens' indices, which pick the copies (expert_placement.h).
+  void place_assignments(const Layer& L, int64_t n, int64_t key);
+  // Adds one step's assignments per expert slot (all ranks' tokens) of layer `L` to the load counters.
+  void count_load(const Layer& L, const std::vector<int64_t>& per_slot);
+  // Assignment i (row rows[i] of the experts' input, slot experts[i], weight weights[i]) sorted by slot, stably:
+  // order_, order_weights_ and each slot's start in them, expert_start_ [slots + 1].
   void sort_by_expert(const int32_t* experts, const int32_t* rows, const float* weights, int64_t count);
   // Adds this rank's experts' weighted outputs over the sorted assignments (rows of `x`) into `out`'s rows.
   void add_own_experts(const Layer& L, const WeightMatrix& x, float* out);
   // The scratch slot `out_slot` [n, hidden] = the shared experts' output of `h` (qwen2_moe: gated), or zeros.
   void shared_experts(const Layer& L, int64_t n, const float* h, size_t out_slot);
+  void place_experts();
   void run(const Batch& batch, KvStorage& kv);
   void exchange_replica_sizes(int64_t n);  // DP attention: every replica's token count this step
   void run_idle();  // DP attention, no tokens here: only the MoE layers' collectives and this rank's expert share
@@ -126,7 +135,11 @@ class MoeDecoderModel final : public Model {
   std::vector<int32_t> expert_ids_, order_, assignment_rows_;
   std::vector<float> expert_weights_, order_weights_;
   std::vector<int64_t> expert_start_;
-  std::vector<SliceRange> rank_experts_;  // all-to-all dispatch: the routed experts each rank of moe_comm_ owns
+  std::vector<SliceRange> rank_experts_;  // all-to-all dispatch: the expert slots each rank of moe_comm_ owns
+  int64_t slots_ = 0;                     // expert slots: routed experts + redundant copies
+  std::vector<ExpertPlacement> placements_;  // per MoE layer; empty when every slot holds its own expert
+  std::unique_ptr<std::atomic<int64_t>[]> distribution_;  // [moe layer][expert] assignments (counting rank)
+  int64_t moe_layers_ = 0;
   std::vector<Backend::ExpertMlp> experts_;
   std::vector<float> zeros_;  // the routed sum's starting value when no shared expert writes it first
   std::vector<float> gathered_;  // all ranks' logits before interleaving (tp_size > 1)

@@ -57,7 +57,7 @@ TensorParallelShare tensor_parallel_share(const ModelConfig& config, int tp_size
   return share;
 }
 
-ExpertShare expert_parallel_share(const ModelConfig& config, int tp_size, int ep_size, int rank) {
+ExpertShare expert_parallel_share(const ModelConfig& config, int tp_size, int ep_size, int rank, int redundant) {
   const auto num = [](int64_t v) { return std::to_string(v); };
   if (ep_size < 1 || tp_size % ep_size != 0) {
     throw_usage("ep_size " + num(ep_size) + " does not divide tp_size " + num(tp_size) +
@@ -70,10 +70,16 @@ ExpertShare expert_parallel_share(const ModelConfig& config, int tp_size, int ep
     return {};
   }
   const MoeConfig& m = config.moe;
-  const int64_t experts = m.routing.n_experts;
+  if (redundant < 0) throw_usage("ep_num_redundant_experts must be at least 0, got " + num(redundant));
+  if (redundant > 0 && ep_size == 1) {
+    throw_usage("ep_num_redundant_experts " + num(redundant) + " copies hot experts onto other expert-parallel groups; it "
+                "needs ep_size > 1");
+  }
+  const int64_t experts = m.routing.n_experts + redundant;
   const int moe_tp = tp_size / ep_size;
   if (experts % ep_size != 0) {
-    throw_usage("ep_size " + num(ep_size) + " does not divide the model's " + num(experts) + " routed experts");
+    throw_usage("ep_size " + num(ep_size) + " does not divide the model's " + num(m.routing.n_experts) + " routed experts" +
+                (redundant > 0 ? " + " + num(redundant) + " redundant ones" : std::string()));
   }
   if (m.expert_ffn % moe_tp != 0) {
     throw_usage("tp_size " + num(tp_size) + " / ep_size " + num(ep_size) + " = " + num(moe_tp) +

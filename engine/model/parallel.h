@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace servetune {
 
@@ -17,6 +18,14 @@ struct ModelConfig;
 struct SliceRange {
   int64_t begin = 0;
   int64_t count = 0;
+};
+
+// How the routed experts split (EngineConfig's ep_size, ep_num_redundant_experts, init_expert_location).
+struct ExpertSplit {
+  ExpertSplit(int ep = 1) : ep_size(ep) {}  // NOLINT(google-explicit-constructor): ep_size alone is the common case
+  int ep_size = 1;
+  int redundant_experts = 0;
+  std::string expert_location = "trivial";
 };
 
 struct ParallelContext {
@@ -33,6 +42,11 @@ struct ParallelContext {
   // any of its experts, which send their weighted sums back (DeepEP's dispatch and combine); the shared experts are
   // then whole on every rank, for its own tokens. False: every replica's tokens are gathered to every rank.
   bool moe_all_to_all = false;
+  // Expert parallelism's redundant experts (SGLang's --ep-num-redundant-experts): the MoE layers have n_experts +
+  // redundant_experts slots split over the ep_size groups, placed by `expert_location` ("trivial" or a file;
+  // model/expert_placement.h).
+  int redundant_experts = 0;
+  std::string expert_location = "trivial";
 
   bool dp_attention() const { return moe_comm != nullptr; }
 };
@@ -47,7 +61,7 @@ struct TensorParallelShare {
 
 // One rank's share of a mixture-of-experts model's FFNs.
 struct ExpertShare {
-  SliceRange experts;     // routed experts this rank computes (its expert-parallel group's range)
+  SliceRange experts;     // expert slots this rank computes (its expert-parallel group's range)
   SliceRange expert_ffn;  // of each of them, this rank's part of the intermediate dimension (moe_tp ways)
   SliceRange shared_ffn;  // the shared experts' intermediate dimension (tp_size ways, as the dense MLP)
 };
@@ -60,9 +74,10 @@ SliceRange balanced_slice(int64_t n, int parts, int index);
 // evenly) or the feed-forward dimension does not divide by tp_size.
 TensorParallelShare tensor_parallel_share(const ModelConfig& config, int tp_size, int rank);
 
-// The expert share of `rank` with `ep_size` expert-parallel groups. Throws Error(kUsage) naming the numbers when
-// ep_size > 1 on a model without routed experts, ep_size does not divide tp_size, the experts do not divide by
-// ep_size, or an intermediate dimension does not divide by its ranks (moe_tp for the routed ones, tp_size shared).
-ExpertShare expert_parallel_share(const ModelConfig& config, int tp_size, int ep_size, int rank);
+// The expert share of `rank` with `ep_size` expert-parallel groups; `experts` is a range of expert slots (the routed
+// experts, then `redundant` extra slots). Throws Error(kUsage) naming the numbers when ep_size > 1 on a model without
+// routed experts, ep_size does not divide tp_size, the slots do not divide by ep_size, redundant slots come without
+// ep_size > 1, or an intermediate dimension does not divide by its ranks (moe_tp for the routed ones, tp_size shared).
+ExpertShare expert_parallel_share(const ModelConfig& config, int tp_size, int ep_size, int rank, int redundant = 0);
 
 }  // namespace servetune

@@ -2,7 +2,8 @@
 // threads, KV capacity and running-request limit), gives every request a global id and a replica chosen by the
 // load-balance method, and aggregates the replicas' stats. With dp_size 1 it forwards to a single replica. With DP
 // attention the replicas are the tp_size ranks themselves (attention on one rank each), joined by one communicator
-// for their MoE layers (model/parallel.h).
+// for their MoE layers (model/parallel.h): threads of this process, or with gloo worker processes whose replicas'
+// schedulers still run here (tensor_parallel_group.h).
 #include "servetune/engine.h"
 
 #include <algorithm>
@@ -15,24 +16,59 @@
 #include "runtime/engine_replica.h"
 #include "runtime/kv_plan.h"
 #include "runtime/replica_router.h"
+#include "runtime/step_channel.h"
+#include "runtime/worker_launcher.h"
 
 namespace servetune {
 namespace {
 
+// DP attention over processes (gloo): every replica's scheduler runs here, replica 0's model too; the others' models
+// are worker processes (this node's other local ranks, and other nodes).
+bool replicas_in_processes(const EngineConfig& config) {
+  return config.enable_dp_attention && config.comm_backend == CommBackend::kGloo;
+}
+
 // Replica `index` of `dp`: threads split as evenly as possible (the first ones take the remainder); KV capacity
-// (max_total_tokens or mem_fraction_static) and max_running_requests are the whole engine's, divided by dp.
+// (max_total_tokens or mem_fraction_static) and max_running_requests are the whole engine's, divided by dp. Replicas
+// in processes: this process's threads and memory are replica 0's share of its node (the node's other ranks are
+// worker processes; a remote replica here runs no model).
 EngineConfig replica_config(const EngineConfig& config, int index) {
   EngineConfig c = config;
   const int dp = config.dp_size;
   c.dp_size = 1;
   if (config.enable_dp_attention) c.tp_size = 1;  // dp_size = tp_size: each replica's attention is one rank's
   if (dp == 1) return c;
+  const int sharing = replicas_in_processes(config) ? ranks_per_node(config) : dp;
   const int available = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  c.threads = available / dp + (index < available % dp ? 1 : 0);
+  if (replicas_in_processes(config)) c.threads = index == 0 ? std::max(1, available / sharing) : 1;
+  else c.threads = available / dp + (index < available % dp ? 1 : 0);
   if (config.max_total_tokens) c.max_total_tokens = *config.max_total_tokens / dp;
-  else c.mem_fraction_static = (config.mem_fraction_static > 0 ? config.mem_fraction_static : kCpuDefaultMemFraction) / dp;
+  else c.mem_fraction_static = (config.mem_fraction_static > 0 ? config.mem_fraction_static : kCpuDefaultMemFraction) / sharing;
   c.max_running_requests = std::max(1, config.max_running_requests / dp);
   return c;
+}
+
+// DP attention: each replica's links to the others (none without it). In processes, the MoE group (replica 0 here,
+// the workers' ranks elsewhere) meets at dist_init_addr before each worker's channel at the ports after it; the
+// lockstep is among this process's threads.
+std::vector<ReplicaLinks> replica_links(const EngineConfig& config) {
+  std::vector<ReplicaLinks> links(static_cast<size_t>(config.dp_size));
+  if (!config.enable_dp_attention) return links;
+  const std::chrono::milliseconds timeout = std::chrono::seconds(config.dist_timeout);
+  const auto group = LocalGroup::create(config.dp_size, timeout);
+  if (!replicas_in_processes(config)) {
+    for (int i = 0; i < config.dp_size; ++i) links[static_cast<size_t>(i)].moe = group->communicator(i);
+    return links;
+  }
+  CommSpec spec = node_rank_spec(config.tp_size, config.nnodes, 0, 0, config.dist_init_addr);
+  spec.timeout = timeout;
+  links[0].moe = make_communicator("gloo", spec);
+  for (int i = 0; i < config.dp_size; ++i) {
+    ReplicaLinks& l = links[static_cast<size_t>(i)];
+    l.sync = group->communicator(i);
+    if (i > 0) l.worker = make_communicator("gloo", replica_channel_spec(config.dist_init_addr, i, true, timeout));
+  }
+  return links;
 }
 
 EngineConfig validated(const EngineConfig& config) {
@@ -49,13 +85,10 @@ EngineConfig validated(const EngineConfig& config) {
 class Engine::Impl {
  public:
   explicit Impl(const EngineConfig& config) : config_(validated(config)), router_(config.load_balance_method) {
-    std::vector<std::unique_ptr<Communicator>> moe_comms(static_cast<size_t>(config_.dp_size));
-    if (config_.enable_dp_attention) {
-      const auto group = LocalGroup::create(config_.dp_size, std::chrono::seconds(config_.dist_timeout));
-      for (int i = 0; i < config_.dp_size; ++i) moe_comms[static_cast<size_t>(i)] = group->communicator(i);
-    }
+    if (replicas_in_processes(config_)) local_workers_ = start_local_workers(config_);
+    std::vector<ReplicaLinks> links = replica_links(config_);
     for (int i = 0; i < config_.dp_size; ++i) {
-      replicas_.push_back(std::make_unique<EngineReplica>(replica_config(config_, i), std::move(moe_comms[static_cast<size_t>(i)])));
+      replicas_.push_back(std::make_unique<EngineReplica>(replica_config(config_, i), std::move(links[static_cast<size_t>(i)])));
     }
   }
 
@@ -93,7 +126,24 @@ class Engine::Impl {
     for (const auto& r : replicas_) r->shutdown();
   }
 
+  // Each replica counts its own tokens; with DP attention replica 0 counts every replica's and the others nothing.
+  std::vector<std::vector<int64_t>> expert_distribution() const {
+    std::vector<std::vector<int64_t>> sum;
+    for (const auto& r : replicas_) {
+      const auto d = r->expert_distribution();
+      if (sum.empty()) {
+        sum = d;
+        continue;
+      }
+      for (size_t l = 0; l < d.size() && l < sum.size(); ++l) {
+        for (size_t e = 0; e < d[l].size() && e < sum[l].size(); ++e) sum[l][e] += d[l][e];
+      }
+    }
+    return sum;
+  }
+
   EngineConfig config_;
+  std::vector<std::unique_ptr<WorkerProcess>> local_workers_;  // outlive the replicas, whose end stops them
   std::vector<std::unique_ptr<EngineReplica>> replicas_;
 
  private:
@@ -109,6 +159,7 @@ std::shared_ptr<RequestStream> Engine::submit(Request request, std::function<voi
 }
 bool Engine::abort(uint64_t id) { return impl_->abort(id); }
 EngineStats Engine::stats() const { return impl_->stats(); }
+std::vector<std::vector<int64_t>> Engine::expert_distribution() const { return impl_->expert_distribution(); }
 const EngineConfig& Engine::config() const { return impl_->config_; }
 const ModelConfig& Engine::model_config() const { return impl_->replicas_.front()->model_config(); }
 ModelInfo Engine::model_info() const { return model_info_of(model_config()); }

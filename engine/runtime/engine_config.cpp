@@ -3,6 +3,7 @@
 #include "servetune/engine_config.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 #include <utility>
 #include <nlohmann/json.hpp>
@@ -155,7 +156,10 @@ std::string EngineConfig::placement_problem() const {
     return "";
   }
   if (tp_size < 2) return "comm_backend gloo connects the tensor-parallel ranks of several processes; it needs tp_size > 1";
-  if (dp_size > 1) return "comm_backend gloo with dp_size > 1 is not implemented yet (the processes serve one tensor-parallel replica)";
+  if (dp_size > 1 && !enable_dp_attention) {
+    return "comm_backend gloo with dp_size > 1 is not implemented yet (the processes serve one tensor-parallel replica; with "
+           "enable_dp_attention they serve dp_size = tp_size attention replicas)";
+  }
   if (tp_size % nnodes != 0) {
     return "comm_backend gloo spreads tp_size = " + std::to_string(tp_size) + " ranks evenly over nnodes = " + std::to_string(nnodes) +
            " nodes, which does not divide it";
@@ -176,6 +180,17 @@ void EngineConfig::validate() const {
   usage(threads >= 0 && threads <= 1024, "threads must be in [0, 1024]");
   usage(tp_size >= 1 && dp_size >= 1 && ep_size >= 1, "tp_size, dp_size and ep_size must be at least 1");
   usage(dp_size <= 1024 && tp_size <= 1024 && ep_size <= 1024, "tp_size, dp_size and ep_size must be at most 1024");
+  usage(ep_num_redundant_experts >= 0 && ep_num_redundant_experts <= 65536,
+        "ep_num_redundant_experts must be in [0, 65536], got " + std::to_string(ep_num_redundant_experts));
+  usage(ep_num_redundant_experts == 0 || ep_size > 1,
+        "ep_num_redundant_experts copies hot experts onto other expert-parallel groups; it needs ep_size > 1");
+  usage(init_expert_location == "trivial" || ep_size > 1,
+        "init_expert_location places the experts over the expert-parallel groups; it needs ep_size > 1");
+  if (init_expert_location != "trivial") {
+    std::error_code ec;
+    usage(std::filesystem::is_regular_file(init_expert_location, ec),
+          "init_expert_location " + init_expert_location + ": no such file (give 'trivial' or a JSON file)");
+  }
   usage(nnodes >= 1 && nnodes <= 1024, "nnodes must be in [1, 1024]");
   usage(node_rank >= 0 && node_rank < nnodes, "node_rank must be in [0, nnodes), got " + std::to_string(node_rank) +
                                                   " with nnodes = " + std::to_string(nnodes));
@@ -236,8 +251,6 @@ void EngineConfig::validate() const {
     usage(dp_size > 1, "enable_dp_attention splits the tp_size ranks into dp_size attention replicas; it needs dp_size > 1");
     unsupported(dp_size == tp_size, "enable_dp_attention with dp_size " + std::to_string(dp_size) + " < tp_size " + std::to_string(tp_size) +
                                         " (tensor-parallel attention inside each replica) is not implemented yet; use dp_size = tp_size");
-    unsupported(comm_backend == CommBackend::kLocal,
-                "enable_dp_attention over comm_backend " + to_string(comm_backend) + " is not implemented yet (local only)");
   }
   // Without DP attention every tensor-parallel rank holds every token, so there is nothing to dispatch.
   unsupported(moe_a2a_backend == MoeA2aBackend::kNone || enable_dp_attention,
@@ -267,8 +280,8 @@ std::string EngineConfig::combination_problem() const {
   }
   // The ranks this process runs: all of them with the local communicator, its node's share with gloo.
   // With DP attention the dp_size replicas are the tp_size ranks themselves.
-  const int64_t ranks = enable_dp_attention ? tp_size
-                                            : static_cast<int64_t>(comm_backend == CommBackend::kGloo ? tp_size / nnodes : tp_size) * dp_size;
+  const int64_t node_ranks = comm_backend == CommBackend::kGloo ? tp_size / nnodes : tp_size;
+  const int64_t ranks = enable_dp_attention ? node_ranks : node_ranks * dp_size;
   const std::string ranks_named = enable_dp_attention ? "tp_size" : "tp_size x dp_size";
   const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   if (threads > 0 && ranks > threads) {

@@ -26,14 +26,14 @@ namespace servetune {
 
 class EngineReplica::Impl {
  public:
-  Impl(const EngineConfig& config, std::unique_ptr<Communicator> replicas) : config_(config) {
+  Impl(const EngineConfig& config, ReplicaLinks links) : config_(config) {
     checkpoint_ = std::make_unique<Checkpoint>(config_.model, config_.load_format, config_.seed);
     // A bad tokenizer fails before a long weight load; dummy weights first say whether they fit in memory at all.
     const bool dummy = checkpoint_->format() == LoadFormat::kDummy;
     if (!dummy) tokenizer_ = checkpoint_->load_tokenizer();
-    start_ranks(std::move(replicas));
+    start_ranks(std::move(links));
     if (dummy) tokenizer_ = checkpoint_->load_tokenizer();
-    model_config_ = ranks_->model(0).config();
+    model_config_ = ranks_->config();
     context_length_ = model_config_.context_length;
     if (config_.context_length) {
       if (*config_.context_length > context_length_) {
@@ -138,26 +138,31 @@ class EngineReplica::Impl {
  private:
   // The replica's threads split evenly over its tensor-parallel ranks in this process (validate() ensures one each
   // at least): all of them with the local communicator, rank 0 alone with gloo (the others are worker processes).
-  void start_ranks(std::unique_ptr<Communicator> replicas) {
+  void start_ranks(ReplicaLinks links) {
     const int threads = config_.threads > 0 ? config_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const std::chrono::milliseconds timeout = std::chrono::seconds(config_.dist_timeout);
-    if (config_.comm_backend == CommBackend::kGloo) {
+    const bool all_to_all = config_.moe_a2a_backend == MoeA2aBackend::kDeepep;
+    if (links.worker) {
+      ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, to_string(config_.device), std::move(links.worker),
+                                                     std::move(links.sync), timeout, expert_split(config_), all_to_all);
+    } else if (links.moe) {
+      ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, to_string(config_.device), 1, threads, compile_options(config_), timeout,
+                                                     expert_split(config_), std::move(links.moe), all_to_all, std::move(links.sync));
+    } else if (config_.comm_backend == CommBackend::kGloo) {
       local_workers_ = start_local_workers(config_);  // this node's other ranks, when it hosts several
       CommSpec spec = node_rank_spec(config_.tp_size, config_.nnodes, 0, 0, config_.dist_init_addr);
       spec.timeout = timeout;
       ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, to_string(config_.device), std::max(1, threads / ranks_per_node(config_)),
                                                      make_communicator("gloo", spec), timeout, compile_options(config_),
-                                                     config_.ep_size);
+                                                     expert_split(config_));
     } else {
       ranks_ = std::make_unique<TensorParallelGroup>(*checkpoint_, to_string(config_.device), config_.tp_size, std::max(1, threads / config_.tp_size),
-                                                     compile_options(config_), timeout, config_.ep_size, std::move(replicas),
-                                                     config_.moe_a2a_backend == MoeA2aBackend::kDeepep);
+                                                     compile_options(config_), timeout, expert_split(config_));
     }
   }
 };
 
-EngineReplica::EngineReplica(const EngineConfig& config, std::unique_ptr<Communicator> replicas)
-    : impl_(std::make_unique<Impl>(config, std::move(replicas))) {}
+EngineReplica::EngineReplica(const EngineConfig& config, ReplicaLinks links) : impl_(std::make_unique<Impl>(config, std::move(links))) {}
 EngineReplica::~EngineReplica() { shutdown(); }
 PreparedRequest EngineReplica::prepare(Request request) const { return impl_->prepare(std::move(request)); }
 std::shared_ptr<RequestStream> EngineReplica::enqueue(uint64_t id, PreparedRequest request, std::function<void()> notify) {
@@ -165,6 +170,7 @@ std::shared_ptr<RequestStream> EngineReplica::enqueue(uint64_t id, PreparedReque
 }
 bool EngineReplica::abort(uint64_t id) { return impl_->loop_->abort(id); }
 EngineStats EngineReplica::stats() const { return impl_->loop_->stats(); }
+std::vector<std::vector<int64_t>> EngineReplica::expert_distribution() const { return impl_->ranks_->expert_distribution(); }
 int64_t EngineReplica::num_live() const { return impl_->loop_->num_live(); }
 const ModelConfig& EngineReplica::model_config() const { return impl_->model_config_; }
 const Tokenizer& EngineReplica::tokenizer() const { return *impl_->tokenizer_; }

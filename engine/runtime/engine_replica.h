@@ -20,11 +20,17 @@ struct PreparedRequest {
   bool detokenize = true;
 };
 
+// DP attention: how a replica joins the others (all null without it).
+struct ReplicaLinks {
+  std::unique_ptr<Communicator> moe;     // its rank among all replicas, which its MoE layers span (model here)
+  std::unique_ptr<Communicator> sync;    // the replicas' lockstep, when `moe` is another process's group (null: over moe)
+  std::unique_ptr<Communicator> worker;  // or: its model is in a worker process, reached over this channel
+};
+
 class EngineReplica {
  public:
   // `config` is this replica's share (threads, KV capacity, running requests); it is not validated again here.
-  // `replicas` (DP attention): this replica's communicator among all of them, which its MoE layers span.
-  explicit EngineReplica(const EngineConfig& config, std::unique_ptr<Communicator> replicas = nullptr);
+  explicit EngineReplica(const EngineConfig& config, ReplicaLinks links = {});
   ~EngineReplica();
   EngineReplica(const EngineReplica&) = delete;
   EngineReplica& operator=(const EngineReplica&) = delete;
@@ -35,6 +41,7 @@ class EngineReplica {
   std::shared_ptr<RequestStream> enqueue(uint64_t id, PreparedRequest request, std::function<void()> notify);
   bool abort(uint64_t id);  // false when this replica does not hold the request (any more)
   EngineStats stats() const;
+  std::vector<std::vector<int64_t>> expert_distribution() const;  // rank 0's counters (Model::expert_distribution)
   int64_t num_live() const;  // requests submitted here and not finished yet (queued ones included)
   const ModelConfig& model_config() const;
   const Tokenizer& tokenizer() const;

@@ -36,26 +36,28 @@ void ModelRunner::build_batch(const SchedulerOutput& step, int64_t page_size, Ba
   }
 }
 
-ModelRunner::ModelRunner(TensorParallelGroup& group) : model_(group.model(0)), kv_(group.kv(0)), group_(&group) {}
+ModelRunner::ModelRunner(TensorParallelGroup& group) : group_(&group) {}
+
+int64_t ModelRunner::page_size() const { return group_ ? group_->page_size() : kv_->page_size(); }
 
 void ModelRunner::run(const SchedulerOutput& step) {
-  build_batch(step, kv_.page_size(), batch_);
+  build_batch(step, page_size(), batch_);
   if (group_) {
     group_->forward(batch_, logits_);
   } else {
-    model_.forward(batch_, kv_, logits_);
+    model_->forward(batch_, *kv_, logits_);
   }
 }
 
 void ModelRunner::run_sampled(const SchedulerOutput& step, std::span<const SampleRow> rows) {
   if (!group_) throw Error(ErrorKind::kInternal, "device sampling runs through a TensorParallelGroup");
-  build_batch(step, kv_.page_size(), batch_);
+  build_batch(step, page_size(), batch_);
   logits_.clear();
   group_->forward_sampled(batch_, rows, tokens_);
 }
 
 std::span<float> ModelRunner::logits(size_t i) {
-  const size_t vocab = static_cast<size_t>(model_.config().vocab);
+  const size_t vocab = static_cast<size_t>(group_ ? group_->config().vocab : model_->config().vocab);
   return std::span<float>(logits_).subspan(i * vocab, vocab);
 }
 

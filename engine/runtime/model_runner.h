@@ -17,8 +17,8 @@ class TensorParallelGroup;
 
 class ModelRunner {
  public:
-  ModelRunner(Model& model, KvStorage& kv) : model_(model), kv_(kv) {}
-  // Runs every step on all ranks of `group` (rank 0's model and KV cache describe the batch geometry).
+  ModelRunner(Model& model, KvStorage& kv) : model_(&model), kv_(&kv) {}
+  // Runs every step on all ranks of `group`.
   explicit ModelRunner(TensorParallelGroup& group);
 
   // Runs `step`; afterwards logits(i) is the i-th logits row: sampling sequences in step order, each with
@@ -35,8 +35,10 @@ class ModelRunner {
   static void build_batch(const SchedulerOutput& step, int64_t page_size, Batch& batch);
 
  private:
-  Model& model_;
-  KvStorage& kv_;
+  int64_t page_size() const;
+
+  Model* model_ = nullptr;  // without a group
+  KvStorage* kv_ = nullptr;
   TensorParallelGroup* group_ = nullptr;
   Batch batch_;
   std::vector<float> logits_;

@@ -1,9 +1,11 @@
 // Rank 0 -> worker messages of a multi-process tensor-parallel group (see step_channel.h).
 #include "runtime/step_channel.h"
 
+#include <iterator>
 #include <string>
 
 #include "comm/communicator.h"
+#include "comm/tcp_store.h"
 #include "core/error.h"
 #include "model/model_config.h"
 #include "model/parallel.h"
@@ -22,14 +24,38 @@ void take(const std::vector<int32_t>& in, size_t& at, size_t n, std::vector<int3
 
 }  // namespace
 
-int64_t model_fingerprint(const ModelConfig& c, const ParallelContext& parallel) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the shape
+int64_t model_fingerprint(const ModelConfig& c, int tp_size, const ExpertSplit& experts, int moe_ranks, bool moe_all_to_all) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the shape and split
+  const auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   for (int64_t v : {c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn, c.vocab, c.context_length,
-                    static_cast<int64_t>(parallel.tp_size), static_cast<int64_t>(parallel.ep_size)}) {
-    h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+                    static_cast<int64_t>(tp_size), static_cast<int64_t>(experts.ep_size), static_cast<int64_t>(moe_ranks),
+                    static_cast<int64_t>(moe_all_to_all), static_cast<int64_t>(experts.redundant_experts)}) {
+    mix(static_cast<uint64_t>(v));
   }
-  for (char ch : c.architecture) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  // The placement file by name: the ranks read it each on its own node, and must agree on it.
+  for (char ch : c.architecture + '\0' + experts.expert_location) mix(static_cast<unsigned char>(ch));
   return static_cast<int64_t>(h >> 1);
+}
+
+int64_t model_fingerprint(const ModelConfig& c, const ParallelContext& parallel) {
+  ExpertSplit experts(parallel.ep_size);
+  experts.redundant_experts = parallel.redundant_experts;
+  experts.expert_location = parallel.expert_location;
+  return model_fingerprint(c, parallel.tp_size, experts, parallel.moe_comm ? parallel.moe_comm->size() : 0, parallel.moe_all_to_all);
+}
+
+CommSpec replica_channel_spec(const std::string& dist_init_addr, int replica, bool engine_side, std::chrono::milliseconds timeout) {
+  const auto [host, port] = parse_host_port(dist_init_addr, "dist_init_addr");
+  if (port + replica > 65535) {
+    throw_usage("dist_init_addr port " + std::to_string(port) + " + " + std::to_string(replica) +
+                ": DP attention over gloo meets each replica's worker at the next ports, which run past 65535");
+  }
+  CommSpec spec;
+  spec.rank = engine_side ? 0 : 1;
+  spec.size = 2;
+  spec.timeout = timeout;
+  spec.dist_init_addr = host + ":" + std::to_string(port + replica);
+  return spec;
 }
 
 std::vector<int64_t> StepChannel::exchange(const std::vector<int64_t>& mine, size_t worker_count) {
@@ -106,6 +132,20 @@ RankMessage StepChannel::receive(const std::vector<int64_t>& previous_durations,
   take(payload_, at, n_logits, b.logits_indices);
   b.max_blocks_per_seq = header[3];
   return kind;
+}
+
+void StepChannel::send_reply(std::vector<float>& logits, const ExpertLoad& load) {
+  int64_t counters[] = {load.experts, load.routed, load.busiest, load.ep_groups, load.busiest_group};
+  comm_.broadcast(counters, std::size(counters), 1);
+  if (!logits.empty()) comm_.broadcast(logits.data(), logits.size(), 1);
+}
+
+void StepChannel::receive_reply(size_t rows, size_t vocab, std::vector<float>& logits, ExpertLoad& load) {
+  int64_t counters[5] = {};
+  comm_.broadcast(counters, std::size(counters), 1);
+  load = ExpertLoad{counters[0], counters[1], counters[2], counters[3], counters[4]};
+  logits.resize(rows * vocab);
+  if (!logits.empty()) comm_.broadcast(logits.data(), logits.size(), 1);
 }
 
 }  // namespace servetune

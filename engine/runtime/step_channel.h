@@ -3,19 +3,24 @@
 // shutdown. A message is one all_gatherv of int64 — rank 0's header, and from every worker the durations of its
 // collectives in the previous step (so rank 0 accounts them with no extra collective) — and, for a step, one
 // broadcast of the Batch's int32 arrays. Every rank calls the matching function in the same order.
+// A DP-attention replica's channel has two ranks, the engine and the replica's worker process: after each step the
+// worker sends its logits rows and its model's expert counters back (the engine samples them).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/dtype.h"
 #include "model/batch.h"
+#include "model/model.h"
+#include "model/parallel.h"
 
 namespace servetune {
 
-class Communicator;
 struct ModelConfig;
-struct ParallelContext;
 
 enum class RankMessage : int64_t { kHandshake = 1, kStep = 2, kKeepAlive = 3, kShutdown = 4 };
 
@@ -26,8 +31,14 @@ struct KvLayout {
 };
 
 // The model shape and split every rank must share (a worker started with another model, tp_size or ep_size would
-// compute garbage).
+// compute garbage). `moe_ranks`: the DP-attention replicas the MoE layers span (0 without DP attention).
+int64_t model_fingerprint(const ModelConfig& config, int tp_size, const ExpertSplit& experts, int moe_ranks, bool moe_all_to_all);
 int64_t model_fingerprint(const ModelConfig& config, const ParallelContext& parallel);
+
+// DP attention over processes: the channel between the engine (rank 0) and the worker process of replica `replica`
+// (1 .. replicas - 1), a gloo group of two whose rendezvous is dist_init_addr's port + `replica` (the replicas' MoE
+// group itself meets at dist_init_addr).
+CommSpec replica_channel_spec(const std::string& dist_init_addr, int replica, bool engine_side, std::chrono::milliseconds timeout);
 
 class StepChannel {
  public:
@@ -44,6 +55,11 @@ class StepChannel {
   // kShutdown: each reports `previous_durations` (this rank's collectives since its last message); a step fills `batch`.
   KvLayout receive_handshake(int64_t fingerprint);
   RankMessage receive(const std::vector<int64_t>& previous_durations, Batch& batch);
+
+  // A DP-attention replica's channel, after each step: the worker sends, the engine receives `rows` x `vocab` logits
+  // (none for a batch without logits rows) and the expert counters.
+  void send_reply(std::vector<float>& logits, const ExpertLoad& load);
+  void receive_reply(size_t rows, size_t vocab, std::vector<float>& logits, ExpertLoad& load);
 
  private:
   static constexpr size_t kHeader = 6;

@@ -16,7 +16,7 @@ StepLoop::StepLoop(const StepParts& parts) : parts_(parts) {
   device_sampling_ = parts_.ranks->device_sampling();
   keep_alive_ = parts_.ranks->keep_alive_interval();
   const int64_t page = parts_.blocks->page_size();
-  kv_bytes_per_token_ = parts_.ranks->kv_block_bytes(page, parts_.ranks->kv(0).dtype()) / page;
+  kv_bytes_per_token_ = parts_.ranks->kv_block_bytes(page, parts_.ranks->kv_dtype()) / page;
   publish_stats(0, 0);  // capacity and free blocks are known before the first step
   thread_ = std::thread([this] { loop(); });
 }
@@ -168,6 +168,13 @@ bool StepLoop::step_with_replicas(bool stopping) {
   }
   replicas_busy_ = sync.any_batch && !sync.stopping;
   if (sync.stopping) return true;
+  // A replica whose model is a worker process hears from it at every step; while all replicas idle, keep-alives.
+  if (sync.any_batch) {
+    last_contact_ = EngineClock::now();
+  } else if (keep_alive_.count() > 0 && EngineClock::now() - last_contact_ >= keep_alive_) {
+    keep_alive();
+    last_contact_ = EngineClock::now();
+  }
   if (!out.empty()) {
     execute(out);
     return false;
@@ -359,7 +366,7 @@ void StepLoop::publish_stats(int64_t seqs, int64_t tokens) {
   s.collectives = parts_.ranks->collective_stats();
   s.spec_draft_kv_blocks_used = parts_.speculator ? parts_.speculator->kv_blocks_used() : 0;
   s.kv_bytes_per_token = kv_bytes_per_token_;
-  const ExpertLoad load = parts_.ranks->model(0).expert_load();
+  const ExpertLoad load = parts_.ranks->expert_load();
   s.moe_experts = load.experts;
   s.moe_routed_tokens = load.routed;
   s.moe_busiest_expert_tokens = load.busiest;

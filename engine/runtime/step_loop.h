@@ -77,6 +77,7 @@ class StepLoop {
   void publish_stats(int64_t seqs, int64_t tokens);
 
   int64_t kv_bytes_per_token_ = 0;  // over every rank of this replica
+  EngineClock::time_point last_contact_ = EngineClock::now();  // DP attention: the last step or keep-alive sent
   StepParts parts_;
   bool device_sampling_ = false;  // steps whose requests allow it draw their tokens on the device (GPU, one rank)
   std::chrono::milliseconds keep_alive_{0};  // engine thread only after construction

@@ -16,6 +16,13 @@ namespace servetune {
 
 // graphs is fused plus decode graphs up to cuda_graph_max_bs (SGLang's default, 160, when it is 0), never more
 // than the running-request limit.
+ExpertSplit expert_split(const EngineConfig& c) {
+  ExpertSplit s(c.ep_size);
+  s.redundant_experts = c.ep_num_redundant_experts;
+  s.expert_location = c.init_expert_location;
+  return s;
+}
+
 CompileOptions compile_options(const EngineConfig& c) {
   CompileOptions o;
   o.fused = c.compile != CompileLevel::kEager;
@@ -26,12 +33,18 @@ CompileOptions compile_options(const EngineConfig& c) {
 }
 
 TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int tp_size, int threads_per_rank,
-                                         CompileOptions compile, std::chrono::milliseconds timeout, int ep_size,
-                                         std::unique_ptr<Communicator> replicas, bool moe_all_to_all)
+                                         CompileOptions compile, std::chrono::milliseconds timeout, ExpertSplit experts,
+                                         std::unique_ptr<Communicator> replicas, bool moe_all_to_all,
+                                         std::unique_ptr<Communicator> sync)
     : ranks_(static_cast<size_t>(tp_size)), tp_size_(tp_size) {
   if (tp_size < 1 || threads_per_rank < 1) throw Error(ErrorKind::kInternal, "tensor-parallel group needs ranks and threads");
   if (replicas && tp_size != 1) throw Error(ErrorKind::kInternal, "a DP-attention replica has one rank");
-  if (replicas) replicas_ = std::make_unique<TimedCommunicator>(std::move(replicas));
+  if (sync && !replicas) throw Error(ErrorKind::kInternal, "a replicas' lockstep without DP attention");
+  if (replicas) {
+    replicas_ = std::make_unique<TimedCommunicator>(std::move(replicas));
+    sync_owner_ = std::move(sync);
+    sync_ = sync_owner_ ? sync_owner_.get() : replicas_.get();
+  }
   std::shared_ptr<LocalGroup> group = tp_size > 1 ? LocalGroup::create(tp_size, timeout) : nullptr;
   for (int r = 0; r < tp_size; ++r) {
     Rank& rank = ranks_[static_cast<size_t>(r)];
@@ -40,13 +53,34 @@ TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std
       rank.comm_owner = std::make_unique<TimedCommunicator>(group->communicator(r));
       rank.comm = rank.comm_owner.get();
     }
-    rank.model = checkpoint.load(*rank.backend, ParallelContext{r, tp_size, rank.comm, ep_size, replicas_.get(), moe_all_to_all}, compile);
+    rank.model = checkpoint.load(*rank.backend,
+                                 ParallelContext{r, tp_size, rank.comm, experts.ep_size, replicas_.get(), moe_all_to_all,
+                                                 experts.redundant_experts, experts.expert_location},
+                                 compile);
   }
+  config_ = ranks_[0].model->config();
+}
+
+TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, std::unique_ptr<Communicator> channel,
+                                         std::unique_ptr<Communicator> sync, std::chrono::milliseconds timeout,
+                                         const ExpertSplit& experts, bool moe_all_to_all)
+    : ranks_(1), config_(checkpoint.config()), sync_owner_(std::move(sync)), remote_replica_(true) {
+  if (channel->rank() != 0 || channel->size() != 2 || !sync_owner_) {
+    throw Error(ErrorKind::kInternal, "a remote DP-attention replica is rank 0 of its two-rank channel, with a lockstep group");
+  }
+  timeout_ = timeout;
+  sync_ = sync_owner_.get();
+  ranks_[0].backend = make_backend(device, 1);
+  remote_fingerprint_ = model_fingerprint(config_, 1, experts, sync_->size(), moe_all_to_all);
+  Communicator& raw = *channel;
+  ranks_[0].comm_owner = std::make_unique<TimedCommunicator>(std::move(channel));
+  ranks_[0].comm = ranks_[0].comm_owner.get();
+  channel_ = std::make_unique<StepChannel>(raw);
 }
 
 TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int threads,
                                          std::unique_ptr<Communicator> comm, std::chrono::milliseconds timeout,
-                                         CompileOptions compile, int ep_size)
+                                         CompileOptions compile, ExpertSplit experts)
     : ranks_(1), tp_size_(comm->size()), timeout_(timeout) {
   if (comm->rank() != 0 || threads < 1) throw Error(ErrorKind::kInternal, "a tensor-parallel group of processes is led by rank 0");
   Rank& rank = ranks_[0];
@@ -55,7 +89,11 @@ TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std
   rank.comm_owner = std::make_unique<TimedCommunicator>(std::move(comm));
   rank.comm = rank.comm_owner.get();
   channel_ = std::make_unique<StepChannel>(raw);
-  rank.model = checkpoint.load(*rank.backend, ParallelContext{0, tp_size_, rank.comm, ep_size}, compile);
+  rank.model = checkpoint.load(*rank.backend,
+                               ParallelContext{0, tp_size_, rank.comm, experts.ep_size, nullptr, false, experts.redundant_experts,
+                                               experts.expert_location},
+                               compile);
+  config_ = rank.model->config();
 }
 
 TensorParallelGroup::~TensorParallelGroup() {
@@ -64,24 +102,37 @@ TensorParallelGroup::~TensorParallelGroup() {
 }
 
 int64_t TensorParallelGroup::kv_block_bytes(int64_t page_size, DType dtype) const {
-  const ModelConfig& config = ranks_[0].model->config();
   int64_t bytes = 0;
   for (int r = 0; r < tp_size_; ++r) {
-    bytes += KvStorage::block_bytes(config, tensor_parallel_share(config, tp_size_, r).kv_heads.count, page_size, dtype);
+    bytes += KvStorage::block_bytes(config_, tensor_parallel_share(config_, tp_size_, r).kv_heads.count, page_size, dtype);
   }
   return bytes;
 }
 
+ExpertLoad TensorParallelGroup::expert_load() const { return remote_replica_ ? remote_load_ : ranks_[0].model->expert_load(); }
+
+std::vector<std::vector<int64_t>> TensorParallelGroup::expert_distribution() const {
+  return remote_replica_ ? std::vector<std::vector<int64_t>>{} : ranks_[0].model->expert_distribution();
+}
+
 void TensorParallelGroup::create_kv(int64_t num_blocks, int64_t page_size, DType dtype) {
+  kv_layout_ = KvLayout{num_blocks, page_size, dtype};
   for (Rank& rank : ranks_) {
+    if (!rank.model) continue;  // a remote replica's cache is in its worker
     rank.kv = std::make_unique<KvStorage>(*rank.backend, rank.model->config(), rank.model->local_kv_heads(), num_blocks, page_size, dtype);
   }
   for (int r = 1; r < size(); ++r) ranks_[static_cast<size_t>(r)].thread = std::thread([this, r] { worker(r); });
-  if (channel_) channel_->send_handshake(KvLayout{num_blocks, page_size, dtype}, model_fingerprint(ranks_[0].model->config(), ranks_[0].model->parallel()));
+  if (channel_) {
+    channel_->send_handshake(kv_layout_, remote_replica_ ? remote_fingerprint_ : model_fingerprint(config_, ranks_[0].model->parallel()));
+  }
 }
 
 void TensorParallelGroup::forward(const Batch& batch, std::vector<float>& logits) {
   Rank& self = ranks_[0];
+  if (remote_replica_) {
+    forward_remote_replica(batch, logits);
+    return;
+  }
   if (channel_) {
     forward_remote(batch, logits);
     return;
@@ -134,15 +185,23 @@ void TensorParallelGroup::forward_own(const Batch& batch, std::vector<float>& lo
 
 ReplicaSync TensorParallelGroup::sync_replicas(bool has_batch, bool stopping) {
   int32_t flags[2] = {has_batch ? 1 : 0, stopping ? 1 : 0};
-  replicas_->all_reduce(flags, 2, ReduceOp::kMax);
-  replicas_->take_records();  // the lockstep's own handshake, not the model's communication
+  sync_->all_reduce(flags, 2, ReduceOp::kMax);
+  if (sync_ == replicas_.get()) replicas_->take_records();  // the lockstep's own handshake, not the model's communication
   return ReplicaSync{flags[0] != 0, flags[1] != 0};
 }
 
 void TensorParallelGroup::forward_idle() {
   const Batch empty;
   std::vector<float> logits;
-  forward_own(empty, logits);
+  if (remote_replica_) forward_remote_replica(empty, logits);
+  else forward_own(empty, logits);
+}
+
+// The step runs in the replica's worker process, its MoE layers with every other replica's; its logits come back.
+// The channel's time is the worker's whole step, not communication of the model, so it is not accounted.
+void TensorParallelGroup::forward_remote_replica(const Batch& batch, std::vector<float>& logits) {
+  channel_->send_step(batch, 0);
+  channel_->receive_reply(batch.logits_indices.size(), static_cast<size_t>(config_.vocab), logits, remote_load_);
 }
 
 void TensorParallelGroup::forward_remote(const Batch& batch, std::vector<float>& logits) {

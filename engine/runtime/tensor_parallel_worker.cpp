@@ -11,8 +11,45 @@
 #include "runtime/step_channel.h"
 #include "runtime/tensor_parallel_group.h"
 #include "runtime/worker_launcher.h"
+#include "servetune/engine_setting_enums.h"
 
 namespace servetune {
+namespace {
+
+// DP attention: this rank is attention replica `spec.rank`, whose scheduler and sampler run in the engine's process.
+// Its MoE layers span every replica over the gloo group at dist_init_addr; its steps arrive over its own channel
+// with the engine, and each step's logits rows and expert counters go back over it.
+void serve_attention_replica(const EngineConfig& config, const CommSpec& spec, int threads) {
+  const auto moe = make_communicator("gloo", spec);
+  const auto channel_comm = make_communicator("gloo", replica_channel_spec(config.dist_init_addr, spec.rank, false, spec.timeout));
+  StepChannel channel(*channel_comm);
+  const Checkpoint checkpoint(config.model, config.load_format, config.seed);
+  auto backend = make_backend(to_string(config.device), threads);
+  const ParallelContext parallel{0, 1, nullptr, config.ep_size, moe.get(), config.moe_a2a_backend == MoeA2aBackend::kDeepep,
+                                 config.ep_num_redundant_experts, config.init_expert_location};
+  auto model = checkpoint.load(*backend, parallel, compile_options(config));
+  const KvLayout layout = channel.receive_handshake(model_fingerprint(model->config(), model->parallel()));
+  KvStorage kv(*backend, model->config(), model->local_kv_heads(), layout.num_blocks, layout.page_size, layout.dtype);
+
+  Batch batch;
+  std::vector<float> logits;
+  for (;;) {
+    const RankMessage message = channel.receive({}, batch);
+    if (message == RankMessage::kShutdown) return;
+    if (message != RankMessage::kStep) continue;
+    try {
+      model->forward(batch, kv, logits);
+    } catch (const std::exception& ex) {
+      const std::string reason = "replica " + std::to_string(spec.rank) + " failed: " + ex.what();
+      moe->abort(reason);  // the other replicas fail their step at once
+      channel_comm->abort(reason);
+      throw;
+    }
+    channel.send_reply(logits, model->expert_load());
+  }
+}
+
+}  // namespace
 
 void run_tensor_parallel_worker(const EngineConfig& config, int local_rank) {
   config.validate();
@@ -26,16 +63,22 @@ void run_tensor_parallel_worker(const EngineConfig& config, int local_rank) {
   const auto local_workers = local_rank == 0 ? start_local_workers(config) : std::vector<std::unique_ptr<WorkerProcess>>{};
   CommSpec spec = node_rank_spec(config.tp_size, config.nnodes, config.node_rank, local_rank, config.dist_init_addr);
   spec.timeout = std::chrono::seconds(config.dist_timeout);
+  const int node_threads = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = std::max(1, node_threads / local_ranks);
+  if (config.enable_dp_attention) {
+    serve_attention_replica(config, spec, threads);
+    return;
+  }
   auto raw = make_communicator("gloo", spec);
   Communicator& channel_comm = *raw;
   TimedCommunicator comm(std::move(raw));
   StepChannel channel(channel_comm);
 
   const Checkpoint checkpoint(config.model, config.load_format, config.seed);
-  const int node_threads = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = std::max(1, node_threads / local_ranks);
   auto backend = make_backend(to_string(config.device), threads);
-  auto model = checkpoint.load(*backend, ParallelContext{spec.rank, config.tp_size, &comm, config.ep_size}, compile_options(config));
+  const ParallelContext parallel{spec.rank, config.tp_size, &comm, config.ep_size, nullptr, false, config.ep_num_redundant_experts,
+                                 config.init_expert_location};
+  auto model = checkpoint.load(*backend, parallel, compile_options(config));
   const KvLayout layout = channel.receive_handshake(model_fingerprint(model->config(), model->parallel()));
   KvStorage kv(*backend, model->config(), model->local_kv_heads(), layout.num_blocks, layout.page_size, layout.dtype);
 

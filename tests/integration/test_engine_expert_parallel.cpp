@@ -14,6 +14,8 @@
 #include <thread>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
+#include <nlohmann/json.hpp>
 
 #include "comm/local_communicator.h"
 #include "core/error.h"
@@ -24,6 +26,7 @@
 #include "servetune/engine.h"
 #include "servetune/model_info.h"
 #include "integration/greedy_jobs.h"
+#include "integration/moe_counters.h"
 #include "integration/random_model.h"
 #include "integration/tp_logits.h"
 #include "test_paths.h"
@@ -126,13 +129,73 @@ TEST(ExpertParallelLogits, EveryTokenOnOneRanksExpertsMatchesOneRank) {
   EXPECT_EQ(groups.back()->model(0).expert_load().ep_groups, kLayouts.back().ep);
 }
 
+// An --init-expert-location file with the load bias_to_first_experts gives every MoE layer: experts 0-3 all of it.
+std::string first_experts_hot_location(const std::string& model) {
+  const Checkpoint ck(model, LoadFormat::kAuto);
+  const MoeConfig& moe = ck.config().moe;
+  std::vector<int64_t> row(static_cast<size_t>(moe.routing.n_experts), 0);
+  std::fill_n(row.begin(), 4, 1000);
+  const std::vector<std::vector<int64_t>> counts(
+      static_cast<size_t>(std::count(moe.moe_layer.begin(), moe.moe_layer.end(), true)), row);
+  const std::string path = model + "/hot_first_experts.json";
+  std::ofstream(path) << nlohmann::json{{"logical_count", counts}}.dump();
+  return path;
+}
+
+ExpertSplit with_redundant(int ep, int redundant, const std::string& location = "trivial") {
+  ExpertSplit s(ep);
+  s.redundant_experts = redundant;
+  s.expert_location = location;
+  return s;
+}
+
+// Redundant experts (EPLB), every token routed to experts 0-3 (all in group 0 of ep 4 without copies): copies in the
+// trivial placement and in the one EPLB makes from that load; logits within 1e-5 of one rank, the expert
+// distribution one rank's, and with the load-based placement the busiest group gets at most a third of the
+// assignments (all of them without copies: EveryTokenOnOneRanksExpertsMatchesOneRank).
+TEST(ExpertParallelLogits, RedundantExpertsMatchOneRankAndSpreadAHotGroup) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  bias_to_first_experts(m.path());
+  const std::string hot = first_experts_hot_location(m.path());
+  const Checkpoint ck(m.path(), LoadFormat::kAuto);
+  std::vector<std::unique_ptr<TensorParallelGroup>> owned;
+  owned.push_back(std::make_unique<TensorParallelGroup>(ck, "cpu", 1, 1));
+  const std::vector<std::pair<int, ExpertSplit>> splits = {
+      {2, with_redundant(2, 2)}, {4, with_redundant(4, 4, hot)}, {4, with_redundant(2, 2, hot)}};
+  std::vector<std::string> names = {"tp 1"};
+  for (const auto& [tp, split] : splits) {
+    owned.push_back(std::make_unique<TensorParallelGroup>(ck, "cpu", tp, 1, CompileOptions{}, kDefaultCommTimeout, split));
+    names.push_back("tp " + std::to_string(tp) + " x ep " + std::to_string(split.ep_size) + " + " +
+                    std::to_string(split.redundant_experts) + " redundant, " + split.expert_location);
+  }
+  std::vector<TensorParallelGroup*> groups;
+  for (auto& g : owned) {
+    g->create_kv(testing::kLogitsKvBlocks, testing::kPage, DType::kF32);
+    groups.push_back(g.get());
+  }
+  testing::expect_groups_match("deepseek-v3-tiny, all tokens to experts 0-3", groups, names);
+  const ExpertLoad one = owned[0]->model(0).expert_load();
+  ASSERT_GT(one.routed, 0);
+  for (size_t i = 1; i < owned.size(); ++i) {
+    const ExpertLoad load = owned[i]->model(0).expert_load();
+    EXPECT_EQ(load.routed, one.routed) << names[i];
+    EXPECT_EQ(load.busiest, one.busiest) << names[i];  // per logical expert, whichever copies served it
+    EXPECT_EQ(owned[i]->model(0).expert_distribution(), owned[0]->model(0).expert_distribution()) << names[i];
+  }
+  const ExpertLoad spread = owned[2]->model(0).expert_load();
+  EXPECT_EQ(spread.ep_groups, 4);
+  // Each group holds copies of two of the hot experts, and a token's assignments take copies in turn by token, so
+  // the busiest group gets a bit over a quarter (about half if every token used an expert's first copy).
+  EXPECT_LE(spread.busiest_group * 3, spread.routed) << spread.busiest_group << " of " << spread.routed;
+}
+
 void expect_usage_error(const EngineConfig& c, const std::vector<std::string>& words);
 
 // DP attention at the model level: two replica groups (tp 1 each, their MoE layers joined by one communicator) run
 // sequences {0, 2} and {1} of three in lockstep, replica 1 with nothing left from step 10 on (its idle batches still
 // serve replica 0's tokens); every logits row within 1e-5 relative of one rank running all three, same greedy pick.
 // `all_to_all`: the MoE layers dispatch tokens to their experts' ranks instead of gathering them.
-void expect_dp_attention_logits_match(const std::string& model, int ep, bool all_to_all = false) {
+void expect_dp_attention_logits_match(const std::string& model, const ExpertSplit& ep, bool all_to_all = false) {
   const Checkpoint ck(model, LoadFormat::kAuto);
   TensorParallelGroup one(ck, "cpu", 1, 1);
   const auto group = LocalGroup::create(2, std::chrono::seconds(60));
@@ -187,7 +250,8 @@ void expect_dp_attention_logits_match(const std::string& model, int ep, bool all
         diff = std::max(diff, std::fabs(want[v] - got[v]));
       }
       EXPECT_LE(diff / std::max(scale, 1e-30f), 1e-5)
-          << model << " ep " << ep << (all_to_all ? " all-to-all" : "") << " step " << step << " sequence " << i;
+          << model << " ep " << ep.ep_size << " + " << ep.redundant_experts << " redundant" << (all_to_all ? " all-to-all" : "")
+          << " step " << step << " sequence " << i;
       EXPECT_EQ(std::max_element(got, got + vocab) - got, std::max_element(want, want + vocab) - want) << "step " << step;
       s.tokens.push_back(static_cast<int32_t>(std::max_element(want, want + vocab) - want));
       ++rows;
@@ -281,31 +345,24 @@ TEST(DpAttentionLogits, AllToAllDispatchMatchesOneRank) {
   expect_dp_attention_logits_match(skewed.path(), 2, true);
 }
 
+// Redundant experts under DP attention: copies chosen by each replica's own tokens (all-to-all) or by the gathered
+// tokens (every rank the same), trivially placed and placed by the load of every token going to experts 0-3.
+TEST(DpAttentionLogits, RedundantExpertsMatchOneRank) {
+  const testing::RandomModel plain("qwen3-moe-tiny");
+  expect_dp_attention_logits_match(plain.path(), with_redundant(2, 2), true);
+  const testing::RandomModel skewed("deepseek-v3-tiny");
+  bias_to_first_experts(skewed.path());
+  const std::string hot = first_experts_hot_location(skewed.path());
+  expect_dp_attention_logits_match(skewed.path(), with_redundant(2, 2, hot), false);
+  expect_dp_attention_logits_match(skewed.path(), with_redundant(2, 4, hot), true);
+}
+
 EngineConfig config_for(const std::string& model, int tp, int ep) {
   EngineConfig c = testing::chunked_config(model);
   c.threads = std::max(2, tp);
   c.tp_size = tp;
   c.ep_size = ep;
   return c;
-}
-
-// Each token the engine ran was routed to top_k experts in every MoE layer, counted once whatever the ranks.
-void expect_counted_once(const EngineStats& s, const std::string& model, const std::string& name) {
-  const Checkpoint ck(model, LoadFormat::kAuto);
-  const MoeConfig& moe = ck.config().moe;
-  const auto moe_layers = std::count(moe.moe_layer.begin(), moe.moe_layer.end(), true);
-  EXPECT_EQ(s.moe_experts, moe.routing.n_experts) << name;
-  EXPECT_GT(s.batched_tokens, 0) << name;
-  EXPECT_EQ(s.moe_routed_tokens, s.batched_tokens * moe.routing.top_k * moe_layers) << name;
-  EXPECT_GE(s.moe_busiest_expert_tokens * moe.routing.n_experts, s.moe_routed_tokens) << name;
-  EXPECT_LE(s.moe_busiest_expert_tokens, s.batched_tokens * moe_layers) << name;
-  // The busiest expert-parallel group has at least its share of the assignments and at most all of them.
-  EXPECT_GE(s.moe_ep_groups, 1) << name;
-  EXPECT_GE(s.moe_busiest_ep_group_tokens * s.moe_ep_groups, s.moe_routed_tokens) << name;
-  EXPECT_LE(s.moe_busiest_ep_group_tokens, s.moe_routed_tokens) << name;
-  if (s.moe_ep_groups == 1) {
-    EXPECT_EQ(s.moe_busiest_ep_group_tokens, s.moe_routed_tokens) << name;
-  }
 }
 
 // `count` mixed jobs (chunked prefill, shared prefixes) and their greedy outputs on one rank: what every layout must
@@ -320,7 +377,7 @@ OneRankReference one_rank_reference(const std::string& model, int count) {
   Engine engine(config_for(model, 1, 1));
   r.jobs = testing::mixed_jobs(engine.tokenizer(), count, 24);
   r.outputs = testing::run_greedy(engine, r.jobs, true);
-  expect_counted_once(engine.stats(), model, "tp 1");
+  testing::expect_counted_once(engine.stats(), model, "tp 1");
   return r;
 }
 
@@ -332,7 +389,7 @@ void expect_greedy_identical(const std::string& model, const std::vector<Layout>
     const auto outs = testing::run_greedy(engine, jobs, true);
     for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(outs[i], reference[i]) << model << " " << name_of(l) << ": request " << i;
     const EngineStats s = engine.stats();
-    expect_counted_once(s, model, name_of(l));
+    testing::expect_counted_once(s, model, name_of(l));
     EXPECT_GT(s.comm_seconds, 0.0) << name_of(l);
   }
 }
@@ -368,7 +425,7 @@ void expect_dp_attention_identical(const std::string& model, const std::vector<L
     for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(outs[i], reference[i]) << model << " " << name << ": request " << i;
     engine.shutdown();  // replica 0 (whose expert counters count) may still be in an idle batch of the last step
     const EngineStats s = engine.stats();
-    expect_counted_once(s, model, name);
+    testing::expect_counted_once(s, model, name);
     // Gather: the replicas' tokens gathered before each MoE layer and the sums scattered back. All-to-all: the layouts
     // gathered, the rows dispatched and the sums combined all-to-all.
     EXPECT_GT(s.collectives[static_cast<size_t>(CollectiveKind::kAllGather)].calls, 0) << name;
@@ -395,6 +452,41 @@ TEST(EngineDpAttention, AllToAllDispatchGreedyOutputsIdenticalToOneRank) {
   expect_dp_attention_identical(qwen.path(), {{2, 1}, {4, 4}}, true);
 }
 
+// Redundant experts through the engine, placed by the distribution the one-rank engine measured (Engine's
+// expert_distribution, as bench --expert-distribution-out writes it) and trivially: tensor-parallel expert
+// parallelism, and DP attention with all-to-all dispatch; greedy outputs identical to one rank.
+TEST(EngineExpertParallel, RedundantExpertsGreedyOutputsIdenticalToOneRank) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  std::vector<testing::Job> jobs;
+  std::vector<std::vector<int32_t>> reference;
+  const std::string measured = m.path() + "/measured_location.json";
+  {
+    Engine engine(config_for(m.path(), 1, 1));
+    jobs = testing::mixed_jobs(engine.tokenizer(), 8, 24);
+    reference = testing::run_greedy(engine, jobs, true);
+    engine.shutdown();
+    const auto counts = engine.expert_distribution();
+    ASSERT_EQ(counts.size(), 3u);  // layers 1-3 (layer 0 is dense)
+    const EngineStats s = engine.stats();
+    for (const auto& row : counts) EXPECT_EQ(std::accumulate(row.begin(), row.end(), int64_t{0}), s.moe_routed_tokens / 3);
+    std::ofstream(measured) << nlohmann::json{{"logical_count", counts}}.dump();
+  }
+  EngineConfig tp = config_for(m.path(), 2, 2);
+  tp.ep_num_redundant_experts = 2;
+  tp.init_expert_location = measured;
+  EngineConfig dp = dp_attention_config(m.path(), 2, 2);
+  dp.moe_a2a_backend = MoeA2aBackend::kDeepep;
+  dp.ep_num_redundant_experts = 4;
+  for (const EngineConfig& c : {tp, dp}) {
+    const std::string name = c.enable_dp_attention ? "dp attention, all-to-all, 4 redundant" : "tp 2 x ep 2, 2 redundant, measured";
+    Engine engine(c);
+    const auto outs = testing::run_greedy(engine, jobs, true);
+    for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(outs[i], reference[i]) << name << ": request " << i;
+    engine.shutdown();
+    testing::expect_counted_once(engine.stats(), m.path(), name);
+  }
+}
+
 // One request: the other replica has nothing to schedule and runs an empty batch at every step (its experts' share
 // of the busy replica's tokens), so the collectives never wait for it; the engine then shuts down at once.
 TEST(EngineDpAttention, IdleReplicaRunsEmptyBatches) {
@@ -411,7 +503,7 @@ TEST(EngineDpAttention, IdleReplicaRunsEmptyBatches) {
   EXPECT_EQ(twice[1], reference);
   engine.shutdown();  // replica 0 (whose counters count) may still be in an idle batch of the last step
   const EngineStats s = engine.stats();
-  expect_counted_once(s, m.path(), "one request, then two");
+  testing::expect_counted_once(s, m.path(), "one request, then two");
   EXPECT_EQ(s.requests_finished, 3);
   // While one replica had the only request, the other joined each of its steps with an empty batch (its prefill
   // chunks, then a decode per token).
@@ -491,6 +583,21 @@ TEST(EngineExpertParallel, SplitsThatDoNotFitAreClearUsageErrors) {
   const std::string dir = (std::filesystem::temp_directory_path() / ("servetune_ep_six_" + std::to_string(::getpid()))).string();
   write_random_model(six, dir, 11, DType::kF32, 0.02f);
   expect_usage_error(config_for(dir, 4, 4), {"ep_size 4 does not divide the model's 6 routed experts"});
+  // Redundant slots count: 6 experts + 2 copies fill 4 groups of 2; + 1 copy does not divide.
+  EngineConfig with_copies = config_for(dir, 4, 4);
+  with_copies.ep_num_redundant_experts = 2;
+  EXPECT_NO_THROW(Engine{with_copies});
+  with_copies.ep_num_redundant_experts = 1;
+  expect_usage_error(with_copies, {"ep_size 4 does not divide the model's 6 routed experts + 1 redundant ones"});
+  with_copies.ep_size = 1;
+  with_copies.tp_size = 1;
+  expect_usage_error(with_copies, {"ep_num_redundant_experts copies hot experts onto other expert-parallel groups; it needs ep_size > 1"});
+  with_copies.ep_num_redundant_experts = 0;
+  with_copies.init_expert_location = dir + "/location.json";
+  expect_usage_error(with_copies, {"init_expert_location places the experts over the expert-parallel groups; it needs ep_size > 1"});
+  with_copies.ep_size = 2;
+  with_copies.tp_size = 2;
+  expect_usage_error(with_copies, {"init_expert_location " + dir + "/location.json: no such file"});
   // The public check the tuner uses says the same without loading weights.
   const ModelInfo info = read_model_info(dir);
   EXPECT_NO_THROW(check_tensor_parallel_split(info, 4, 2));
@@ -501,6 +608,7 @@ TEST(EngineExpertParallel, SplitsThatDoNotFitAreClearUsageErrors) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage);
     EXPECT_NE(std::string(e.what()).find("ep_size 4 does not divide the model's 6 routed experts"), std::string::npos) << e.what();
   }
+  EXPECT_NO_THROW(check_tensor_parallel_split(info, 4, 4, false, 2));
   std::filesystem::remove_all(dir);
 }
 

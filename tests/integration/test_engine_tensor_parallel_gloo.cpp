@@ -4,6 +4,10 @@
 // heads, split 2 + 1 groups); an idle engine keeps its worker; a worker that never starts, dies mid-run or loads
 // another model is a clear error. The mixture-of-experts family (deepseek-v3-tiny, qwen3-moe-tiny) over 2 and 4
 // processes: tp 2, ep 2, tp 4 x ep 2 and ep 4 logits within 1e-5 relative of tp 1, greedy outputs of ep 2 identical.
+// DP attention over processes (one replica per process, the schedulers in the engine's): greedy outputs of
+// deepseek-v3-tiny and qwen3-moe-tiny identical to one rank with gathered and all-to-all MoE layers, at 2 and 4
+// replicas, the expert counters counted once; a replica's worker that never starts, dies mid-run or loads another
+// model is a clear error, and an idle engine keeps its workers.
 // Through the servetune binary: with both ranks on one node (nnodes 1) the node's process starts the other itself.
 #include <gtest/gtest.h>
 
@@ -17,6 +21,7 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "integration/greedy_jobs.h"
+#include "integration/moe_counters.h"
 #include "integration/random_model.h"
 #include "integration/tp_logits.h"
 #ifdef SERVETUNE_BIN
@@ -68,6 +73,38 @@ std::unique_ptr<testing::ChildProcess> start_worker(EngineConfig config, int nod
   auto child = std::make_unique<testing::ChildProcess>("GlooWorker.ChildRank", std::string(kWorkerEnv) + "=" + json.dump());
   EXPECT_TRUE(child->started());
   return child;
+}
+
+// Every node process but node 0's (the engine) of the group `config` describes.
+std::vector<std::unique_ptr<testing::ChildProcess>> start_workers(const EngineConfig& config) {
+  std::vector<std::unique_ptr<testing::ChildProcess>> workers;
+  for (int node = 1; node < config.nnodes; ++node) workers.push_back(start_worker(config, node));
+  return workers;
+}
+
+// The error a request's stream ends with; fails the test when it ends otherwise.
+std::string final_error(const std::shared_ptr<RequestStream>& stream) {
+  while (auto e = stream->next()) {
+    if (e->finish == FinishReason::kNone) continue;
+    EXPECT_EQ(e->finish, FinishReason::kError);
+    return e->error;
+  }
+  ADD_FAILURE() << "the stream ended without a final event";
+  return "";
+}
+
+// An engine idle for longer than its workers' 1 s timeout keeps them (keep-alives): the same outputs afterwards.
+void expect_idle_keeps_workers(EngineConfig c) {
+  c.dist_timeout = 1;
+  auto workers = start_workers(c);
+  {
+    Engine engine(c);
+    const auto jobs = testing::mixed_jobs(engine.tokenizer(), 3, 6);
+    const auto first = testing::run_greedy(engine, jobs, true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // the workers wait for the next step meanwhile
+    EXPECT_EQ(testing::run_greedy(engine, jobs, true), first);
+  }
+  for (auto& w : workers) EXPECT_TRUE(w->succeeded()) << "worker status " << w->wait();
 }
 
 void expect_gloo_logits_match(const std::string& model) {
@@ -172,6 +209,65 @@ TEST(GlooExpertParallel, DeepSeekV3GreedyOutputsIdenticalToOneRankWithEp2) {
   expect_gloo_greedy_identical(m.path(), 2);
 }
 
+// DP attention with `dp` replicas, one process (node) each, the MoE layers split `ep` ways.
+EngineConfig gloo_dp_attention_config(const std::string& model, int dp, int ep, const std::string& addr) {
+  EngineConfig c = gloo_config(model, 0, addr);
+  c.tp_size = dp;
+  c.nnodes = dp;
+  c.dp_size = dp;
+  c.ep_size = ep;
+  c.enable_dp_attention = true;
+  c.max_running_requests = 8 * dp;
+  return c;
+}
+
+struct DpLayout {
+  int dp = 2, ep = 1;
+  bool all_to_all = false;
+};
+
+void expect_gloo_dp_attention_identical(const std::string& model, const std::vector<DpLayout>& layouts) {
+  std::vector<Job> jobs;
+  std::vector<std::vector<int32_t>> reference;
+  {
+    EngineConfig one = testing::chunked_config(model);
+    one.threads = 1;
+    Engine engine(one);
+    jobs = testing::mixed_jobs(engine.tokenizer(), 12, 24);
+    reference = testing::run_greedy(engine, jobs, true);
+  }
+  for (const DpLayout& l : layouts) {
+    EngineConfig c = gloo_dp_attention_config(model, l.dp, l.ep, fresh_addr());
+    if (l.all_to_all) c.moe_a2a_backend = MoeA2aBackend::kDeepep;
+    const std::string name = "dp attention " + std::to_string(l.dp) + " x ep " + std::to_string(l.ep) + " over gloo" +
+                             (l.all_to_all ? ", all-to-all" : "");
+    auto workers = start_workers(c);
+    {
+      Engine engine(c);
+      const auto outs = testing::run_greedy(engine, jobs, true);
+      for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(outs[i], reference[i]) << model << " " << name << ": request " << i;
+      engine.shutdown();
+      const EngineStats s = engine.stats();
+      testing::expect_counted_once(s, model, name);
+      EXPECT_EQ(s.kv_blocks_used, 0) << name;
+      // Replica 0's MoE collectives (it joins every step): gathered layouts, and reduce-scatters or all-to-alls.
+      EXPECT_GT(totals_of(s.collectives, CollectiveKind::kAllGather).calls, 0) << name;
+      EXPECT_EQ(totals_of(s.collectives, CollectiveKind::kAllToAll).calls > 0, l.all_to_all) << name;
+    }  // tells the workers to stop
+    for (auto& w : workers) EXPECT_TRUE(w->succeeded()) << name << ": worker status " << w->wait();
+  }
+}
+
+TEST(GlooDpAttention, DeepSeekV3GreedyOutputsIdenticalToOneRank) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  expect_gloo_dp_attention_identical(m.path(), {{2, 2, false}, {2, 2, true}, {4, 4, true}});
+}
+
+TEST(GlooDpAttention, Qwen3MoeGreedyOutputsIdenticalToOneRank) {
+  const testing::RandomModel m("qwen3-moe-tiny");
+  expect_gloo_dp_attention_identical(m.path(), {{2, 1, false}, {4, 2, false}});
+}
+
 // Runs `make` and returns the Error it throws (fails the test when it does not).
 template <class F>
 Error expect_error(F&& make) {
@@ -201,31 +297,13 @@ TEST(GlooTensorParallel, WorkerKilledMidRunFailsTheRequestsWithAClearError) {
   worker->kill();
   worker->wait();
   for (int attempt = 0; attempt < 2; ++attempt) {  // the group stays broken: the second request fails at once
-    auto stream = testing::submit_greedy(engine, jobs[0], true);
-    std::string error;
-    while (auto e = stream->next()) {
-      if (e->finish == FinishReason::kNone) continue;
-      EXPECT_EQ(e->finish, FinishReason::kError);
-      error = e->error;
-      break;
-    }
+    const std::string error = final_error(testing::submit_greedy(engine, jobs[0], true));
     EXPECT_NE(error.find("engine step failed: communicator gloo rank 0 of 2"), std::string::npos) << error;
   }
 }
 
 TEST(GlooTensorParallel, IdleLongerThanTheTimeoutKeepsTheWorker) {
-  const std::string addr = fresh_addr();
-  EngineConfig c = gloo_config(testing::stories_path(), 0, addr);
-  c.dist_timeout = 1;
-  auto worker = start_worker(c);
-  {
-    Engine engine(c);
-    const auto jobs = testing::mixed_jobs(engine.tokenizer(), 3, 6);
-    const auto first = testing::run_greedy(engine, jobs, true);
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // the worker waits for the next step meanwhile
-    EXPECT_EQ(testing::run_greedy(engine, jobs, true), first);
-  }
-  EXPECT_TRUE(worker->succeeded()) << "worker status " << worker->wait();
+  expect_idle_keeps_workers(gloo_config(testing::stories_path(), 0, fresh_addr()));
 }
 
 TEST(GlooTensorParallel, WorkerWithAnotherModelIsRefused) {
@@ -247,6 +325,54 @@ TEST(GlooTensorParallel, SeveralRanksPerNodeNeedAProgramThatCanStartThem) {
   EXPECT_NE(std::string(e.what()).find("tp_size / nnodes = 2 ranks per node need worker processes"), std::string::npos) << e.what();
 }
 
+TEST(GlooDpAttention, AReplicaThatNeverStartsIsAClearErrorWithinTheTimeout) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  EngineConfig c = gloo_dp_attention_config(m.path(), 2, 2, fresh_addr());
+  c.dist_timeout = 2;
+  const Error e = expect_error([&] { Engine engine(c); });
+  EXPECT_EQ(e.kind(), ErrorKind::kIo) << e.what();
+  EXPECT_NE(std::string(e.what()).find("communicator gloo rank 0 of 2: rendezvous"), std::string::npos) << e.what();
+}
+
+TEST(GlooDpAttention, AReplicaWithAnotherSplitIsRefused) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  const std::string addr = fresh_addr();
+  EngineConfig worker = gloo_dp_attention_config(m.path(), 2, 2, addr);
+  worker.moe_a2a_backend = MoeA2aBackend::kDeepep;  // the engine gathers; this replica would dispatch all-to-all
+  auto workers = start_workers(worker);
+  const Error e = expect_error([&] { Engine engine(gloo_dp_attention_config(m.path(), 2, 2, addr)); });
+  EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+  EXPECT_NE(std::string(e.what()).find("rank 1 loaded a model of another shape"), std::string::npos) << e.what();
+  EXPECT_FALSE(workers[0]->succeeded());
+}
+
+// The killed replica's requests and the other replica's, whose MoE layers wait for it, fail with the group's error;
+// nothing hangs, and the engine refuses nothing silently afterwards: every later request fails too.
+TEST(GlooDpAttention, AReplicaKilledMidRunFailsTheRequestsWithAClearError) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  EngineConfig c = gloo_dp_attention_config(m.path(), 2, 2, fresh_addr());
+  c.dist_timeout = 10;
+  auto workers = start_workers(c);
+  Engine engine(c);
+  const auto jobs = testing::mixed_jobs(engine.tokenizer(), 4, 8);
+  testing::run_greedy(engine, jobs, true);
+  workers[0]->kill();
+  workers[0]->wait();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int r = 0; r < 2; ++r) streams.push_back(testing::submit_greedy(engine, jobs[static_cast<size_t>(r)], true));
+    for (auto& stream : streams) {
+      const std::string error = final_error(stream);
+      EXPECT_NE(error.find("engine step failed: communicator gloo rank"), std::string::npos) << error;
+    }
+  }
+}
+
+TEST(GlooDpAttention, IdleLongerThanTheTimeoutKeepsTheWorkers) {
+  const testing::RandomModel m("qwen3-moe-tiny");
+  expect_idle_keeps_workers(gloo_dp_attention_config(m.path(), 2, 1, fresh_addr()));
+}
+
 #ifdef SERVETUNE_BIN
 TEST(GlooTensorParallelCli, NodeProcessStartsItsOtherRanksAndMatchesOneRank) {
   const std::string common = "generate -m " + testing::stories_path() + " --prompt 'Once upon a time' --max-tokens 40 --json --threads 2";
@@ -257,6 +383,19 @@ TEST(GlooTensorParallelCli, NodeProcessStartsItsOtherRanksAndMatchesOneRank) {
   const auto ids = [](const std::string& out) { return nlohmann::json::parse(out.substr(out.rfind("\n{") + 1))["output_ids"]; };
   EXPECT_EQ(ids(two.output), ids(one.output));
   EXPECT_EQ(ids(one.output).size(), 40u);
+}
+
+TEST(GlooDpAttentionCli, NodeProcessStartsItsOtherReplicaAndMatchesOneRank) {
+  const testing::RandomModel m("deepseek-v3-tiny");
+  const std::string common = "generate -m " + m.path() + " --prompt 'Once upon a time' --max-tokens 24 --json --threads 2";
+  const auto one = testing::servetune(common);
+  const auto two = testing::servetune(common + " --tp-size 2 --dp-size 2 --enable-dp-attention --ep-size 2 --comm-backend gloo "
+                                      "--dist-init-addr " + fresh_addr());
+  ASSERT_EQ(one.code, 0) << one.output;
+  ASSERT_EQ(two.code, 0) << two.output;
+  const auto ids = [](const std::string& out) { return nlohmann::json::parse(out.substr(out.rfind("\n{") + 1))["output_ids"]; };
+  EXPECT_EQ(ids(two.output), ids(one.output));
+  EXPECT_EQ(ids(one.output).size(), 24u);
 }
 #endif
 

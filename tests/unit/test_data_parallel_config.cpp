@@ -167,6 +167,11 @@ TEST(PlacementConfig, GlooRanksInProcessesFollowSglangsNodeFlags) {
   c.dp_size = 2;
   c.threads = 2;
   EXPECT_NE(usage_message(c).find("comm_backend gloo with dp_size > 1 is not implemented yet"), std::string::npos);
+  c.enable_dp_attention = true;  // DP attention: the processes are the dp_size = tp_size replicas, one per node here
+  c.threads = 1;
+  EXPECT_NO_THROW(c.validate());
+  c.nnodes = 1;  // both replicas' ranks on this node: a thread each
+  EXPECT_NE(usage_message(c).find("2 ranks need at least one thread each, but threads = 1"), std::string::npos);
   c = gloo_node(2);
   EXPECT_NE(usage_message(c).find("node_rank must be in [0, nnodes), got 2 with nnodes = 2"), std::string::npos);
   c = gloo_node(0);

@@ -34,6 +34,8 @@ EngineConfig all_changed() {
   c.dp_size = 2;
   c.load_balance_method = LoadBalanceMethod::kShortestQueue;
   c.ep_size = 2;
+  c.ep_num_redundant_experts = 2;
+  c.init_expert_location = "location.json";
   c.comm_backend = CommBackend::kGloo;
   c.nnodes = 2;
   c.node_rank = 1;
@@ -125,13 +127,14 @@ TEST(EngineSettingsTable, KeysAreUniqueAndFlagsLong) {
 }
 
 // Captured from the implementation before the table (commit 504d558, to_json into nlohmann::json): records, bench
-// JSON and worker command lines keep these bytes (plus the settings added since: moe_a2a_backend).
+// JSON and worker command lines keep these bytes (plus the settings added since: moe_a2a_backend,
+// ep_num_redundant_experts, init_expert_location).
 TEST(EngineSettingsTable, JsonIsByteIdenticalToBefore) {
   const std::string defaults =
       R"({"chunked_prefill_size":2048,"comm_backend":"local","compile":"fused","context_length":null,"cuda_graph_max_bs":0,)"
       R"("device":"cpu","disable_radix_cache":false,"dist_init_addr":"","dist_timeout":300,"dp_size":1,)"
-      R"("enable_dp_attention":false,"ep_size":1,"kv_cache_dtype":"auto","load_balance_method":"round_robin",)"
-      R"("load_format":"auto","max_prefill_tokens":8192,"max_running_requests":256,"max_total_tokens":null,)"
+      R"("enable_dp_attention":false,"ep_num_redundant_experts":0,"ep_size":1,"init_expert_location":"trivial",)"
+      R"("kv_cache_dtype":"auto","load_balance_method":"round_robin","load_format":"auto","max_prefill_tokens":8192,"max_running_requests":256,"max_total_tokens":null,)"
       R"("mem_fraction_static":0.0,"model":"","moe_a2a_backend":"none","nnodes":1,"node_rank":0,"page_size":16,"schedule_policy":"fcfs","seed":0,)"
       R"("speculative_algorithm":"","speculative_draft_model":"","speculative_eagle_topk":0,)"
       R"("speculative_ngram_max_match_window_size":12,"speculative_ngram_min_match_window_size":1,)"
@@ -141,12 +144,14 @@ TEST(EngineSettingsTable, JsonIsByteIdenticalToBefore) {
   c.device = Device::kCpu;
   c.threads = 2;
   c.ep_size = 1;
+  c.ep_num_redundant_experts = 0;
+  c.init_expert_location = "trivial";
   c.speculative_draft_model = "d.gguf";
   const std::string changed =
       R"({"chunked_prefill_size":-1,"comm_backend":"gloo","compile":"eager","context_length":512,"cuda_graph_max_bs":8,)"
       R"("device":"cpu","disable_radix_cache":true,"dist_init_addr":"127.0.0.1:29500","dist_timeout":60,"dp_size":2,)"
-      R"("enable_dp_attention":true,"ep_size":1,"kv_cache_dtype":"fp8_e4m3","load_balance_method":"shortest_queue",)"
-      R"("load_format":"dummy","max_prefill_tokens":1024,"max_running_requests":8,"max_total_tokens":4096,)"
+      R"("enable_dp_attention":true,"ep_num_redundant_experts":0,"ep_size":1,"init_expert_location":"trivial",)"
+      R"("kv_cache_dtype":"fp8_e4m3","load_balance_method":"shortest_queue","load_format":"dummy","max_prefill_tokens":1024,"max_running_requests":8,"max_total_tokens":4096,)"
       R"("mem_fraction_static":0.25,"model":"models/x.gguf","moe_a2a_backend":"deepep","nnodes":2,"node_rank":1,"page_size":32,)"
       R"("schedule_policy":"lpm","seed":18446744073709551615,"speculative_algorithm":"draft",)"
       R"("speculative_draft_model":"d.gguf","speculative_eagle_topk":1,"speculative_ngram_max_match_window_size":6,)"

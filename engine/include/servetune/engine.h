@@ -140,6 +140,9 @@ class Engine {
   // False when the id is unknown or the request already finished.
   bool abort(uint64_t id);
   EngineStats stats() const;
+  // Mixture-of-experts models: assignments per MoE layer (in layer order) and routed expert since the start, over
+  // every replica — what init_expert_location's "logical_count" takes. Empty for a dense model. Thread-safe.
+  std::vector<std::vector<int64_t>> expert_distribution() const;
 
   const EngineConfig& config() const;
   const ModelConfig& model_config() const;

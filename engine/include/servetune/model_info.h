@@ -49,7 +49,9 @@ ModelInfo read_model_info(const std::string& path, LoadFormat load_format = Load
 // experts, expert widths that do not divide by tp_size / ep_size); returns when it can. Memory per rank does not
 // depend on ep_size: each rank holds 1 / tp_size of the routed experts' weights either way (whole experts of its
 // group's range split moe_tp ways, or a 1 / tp_size slice of every expert).
-// With `dp_attention` the attention runs whole on each of the tp_size replicas and only the routed experts split.
-void check_tensor_parallel_split(const ModelInfo& model, int tp_size, int ep_size = 1, bool dp_attention = false);
+// With `dp_attention` the attention runs whole on each of the tp_size replicas and only the routed experts split;
+// `redundant_experts` extra expert slots (ep_num_redundant_experts) split over the groups with the routed experts.
+void check_tensor_parallel_split(const ModelInfo& model, int tp_size, int ep_size = 1, bool dp_attention = false,
+                                 int redundant_experts = 0);
 
 }  // namespace servetune
