@@ -92,7 +92,7 @@ void BlockManager::take(int32_t b) {
 
 std::vector<BlockManager::PrefixMatch> BlockManager::match_prefix(const Sequence& seq) const {
   std::vector<PrefixMatch> matches;
-  if (!prefix_caching_) return matches;
+  if (!prefix_caching_ || seq.prompt_logits) return matches;  // such a prompt's every position is computed
   const int64_t max_blocks = (seq.size() - 1) / page_size_;
   std::span<const int32_t> tokens(seq.tokens);
   uint64_t parent = 0;

@@ -102,7 +102,7 @@ class EngineReplica::Impl {
       throw Error(ErrorKind::kInvalidRequest, "prompt + max_tokens (" + std::to_string(total) + " tokens) exceeds the KV cache capacity (" +
                                                   std::to_string(kv_capacity_tokens()) + " tokens); raise max_total_tokens");
     }
-    return PreparedRequest{std::move(ids), std::move(request.sampling), request.detokenize};
+    return PreparedRequest{std::move(ids), std::move(request.sampling), request.detokenize, request.prompt_logits};
   }
 
   std::shared_ptr<RequestStream> enqueue(uint64_t id, PreparedRequest request, std::function<void()> notify) {
@@ -112,6 +112,7 @@ class EngineReplica::Impl {
     auto state = std::make_unique<RequestState>(id, *tokenizer_, context_length_, request.sampling, seed,
                                                 std::move(request.prompt_ids), stream);
     state->detokenize = request.detokenize;
+    state->seq.prompt_logits = request.prompt_logits;
     loop_->enqueue(std::move(state));
     return stream;
   }

@@ -18,6 +18,7 @@ struct PreparedRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
   bool detokenize = true;
+  bool prompt_logits = false;
 };
 
 // DP attention: how a replica joins the others (all null without it).

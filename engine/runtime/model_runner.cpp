@@ -29,11 +29,24 @@ void ModelRunner::build_batch(const SchedulerOutput& step, int64_t page_size, Ba
       const int32_t block = seq.block_table[static_cast<size_t>(p / page_size)];
       batch.slot_mapping.push_back(static_cast<int32_t>(block * page_size + p % page_size));
     }
+    // Teacher-forced prompt positions not returned before first, then the sampling rows.
+    const int64_t prompt_rows = prompt_logit_rows(step.seqs[i]);
+    const int64_t first_prompt_row = std::max(seq.num_computed, seq.prompt_logits_done) - seq.num_computed;
+    const auto seq_start = static_cast<int32_t>(batch.tokens.size() - static_cast<size_t>(step.seqs[i].num_tokens));
+    for (int64_t r = 0; r < prompt_rows; ++r) batch.logits_indices.push_back(seq_start + static_cast<int32_t>(first_prompt_row + r));
     if (!step.seqs[i].samples) continue;
     // A verifying sequence needs logits at every draft position too: rows for its last 1 + num_draft tokens.
     const auto end = static_cast<int32_t>(batch.tokens.size());
     for (auto r = end - 1 - static_cast<int32_t>(step.seqs[i].num_draft); r < end; ++r) batch.logits_indices.push_back(r);
   }
+}
+
+int64_t ModelRunner::prompt_logit_rows(const ScheduledSeq& s) {
+  const Sequence& seq = *s.seq;
+  if (!seq.prompt_logits) return 0;
+  const int64_t begin = std::max(seq.num_computed, seq.prompt_logits_done);
+  const int64_t end = std::min(seq.num_computed + s.num_tokens, seq.prompt_len - 1);
+  return std::max<int64_t>(0, end - begin);
 }
 
 ModelRunner::ModelRunner(TensorParallelGroup& group) : group_(&group) {}

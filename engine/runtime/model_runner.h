@@ -21,8 +21,8 @@ class ModelRunner {
   // Runs every step on all ranks of `group`.
   explicit ModelRunner(TensorParallelGroup& group);
 
-  // Runs `step`; afterwards logits(i) is the i-th logits row: sampling sequences in step order, each with
-  // 1 + num_draft consecutive rows.
+  // Runs `step`; afterwards logits(i) is the i-th logits row: sequences in step order, each with its
+  // prompt_logit_rows, then (a sampling one) 1 + num_draft consecutive rows.
   void run(const SchedulerOutput& step);
   std::span<float> logits(size_t i);
   // Runs `step` drawing each logits row's token on the device as rows[i] says (TensorParallelGroup::device_sampling):
@@ -33,6 +33,9 @@ class ModelRunner {
 
   // Builds the batch without running it (for tests).
   static void build_batch(const SchedulerOutput& step, int64_t page_size, Batch& batch);
+  // The logits rows `s` asks for before its sampling rows (Sequence::prompt_logits), from its state before the step
+  // completes: the prompt positions this step computes that predict a prompt token and were not returned before.
+  static int64_t prompt_logit_rows(const ScheduledSeq& s);
 
  private:
   int64_t page_size() const;

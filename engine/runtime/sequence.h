@@ -23,6 +23,10 @@ struct Sequence {
   int64_t arrival = 0;          // submission order, for fcfs
   int64_t num_preemptions = 0;
   std::vector<int32_t> draft;   // proposed speculative tokens for the next decode step (not in tokens)
+  // Request::prompt_logits: prompt positions [0, prompt_len - 1) return their logits; those before
+  // prompt_logits_done have (a recompute after preemption does not return them again). No prefix-cache reuse.
+  bool prompt_logits = false;
+  int64_t prompt_logits_done = 0;
 
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_uncomputed() const { return size() - num_computed; }

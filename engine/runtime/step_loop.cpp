@@ -235,11 +235,14 @@ void StepLoop::execute(const SchedulerOutput& out) {
     fail_step(out, std::string("engine step failed: ") + ex.what());
     return;
   }
+  std::vector<int64_t> prompt_rows;  // counted before the step completes (they depend on num_computed)
+  for (const auto& s : out.seqs) prompt_rows.push_back(ModelRunner::prompt_logit_rows(s));
   parts_.scheduler->complete(out);
   const auto now = EngineClock::now();
   size_t row = 0;
   std::vector<uint64_t> done;
-  for (const auto& s : out.seqs) {
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    const ScheduledSeq& s = out.seqs[i];
     RequestState& st = *states_[static_cast<uint64_t>(s.seq->id)];
     if (!st.admitted) {
       st.cached_tokens = s.seq->num_prefix_hit;
@@ -247,9 +250,23 @@ void StepLoop::execute(const SchedulerOutput& out) {
     }
     const int64_t first = s.seq->num_computed - (s.num_tokens - s.num_draft);
     counters_.prompt_tokens += std::clamp<int64_t>(s.seq->prompt_len - first, 0, s.num_tokens);
-    if (!s.samples) continue;
+    std::vector<float> prompt_logits = take_prompt_logits(st, row, prompt_rows[i]);
+    row += static_cast<size_t>(prompt_rows[i]);
+    if (!s.samples) {
+      if (!prompt_logits.empty()) {  // a prompt chunk's rows, ahead of any token
+        TokenEvent e;
+        e.request_id = st.id();
+        e.prompt_logits = std::move(prompt_logits);
+        e.time = now;
+        e.usage = st.usage();
+        outbox_.add(st.stream, std::move(e));
+      }
+      continue;
+    }
     try {
-      if (emit_tokens(st, s, row, now, rows.empty() ? -1 : parts_.runner->token(row))) done.push_back(st.id());
+      if (emit_tokens(st, s, row, now, rows.empty() ? -1 : parts_.runner->token(row), std::move(prompt_logits))) {
+        done.push_back(st.id());
+      }
     } catch (const std::exception& ex) {
       finish(st, FinishReason::kError, std::string("sampling failed: ") + ex.what());
       done.push_back(st.id());
@@ -263,6 +280,19 @@ void StepLoop::execute(const SchedulerOutput& out) {
   publish_stats(static_cast<int64_t>(out.seqs.size()), out.num_tokens);
 }
 
+// A sequence's teacher-forced prompt rows of this step (`count` rows from `row`), copied out for its event.
+std::vector<float> StepLoop::take_prompt_logits(RequestState& st, size_t row, int64_t count) {
+  std::vector<float> out;
+  if (count == 0) return out;
+  out.reserve(static_cast<size_t>(count * parts_.vocab));
+  for (int64_t r = 0; r < count; ++r) {
+    const std::span<float> l = parts_.runner->logits(row + static_cast<size_t>(r));
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  st.seq.prompt_logits_done = std::max(st.seq.prompt_logits_done, st.seq.num_computed);  // the step has completed
+  return out;
+}
+
 // The step's device draws, when every sampling sequence can have one (no speculative draft, nothing
 // Sampler::device_refusal names): one row per sampling sequence in step order, each drawing its uniform now.
 // Empty: the step's logits come back and the host samples.
@@ -271,6 +301,7 @@ std::vector<SampleRow> StepLoop::device_rows(const SchedulerOutput& out) {
   if (!device_sampling_) return rows;
   for (const auto& s : out.seqs) {
     const RequestState& st = *states_.at(static_cast<uint64_t>(s.seq->id));
+    if (s.seq->prompt_logits) return rows;  // its prompt rows come back to the host
     if (s.samples && (s.num_draft > 0 || st.sampler.device_refusal(st.banned_tokens()) != nullptr)) return rows;
   }
   for (const auto& s : out.seqs) {
@@ -283,8 +314,9 @@ std::vector<SampleRow> StepLoop::device_rows(const SchedulerOutput& out) {
 // device), counts them, lets the scheduler and speculator drop rejected drafts, and queues the step's event for it;
 // returns true when the request is finished.
 bool StepLoop::emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, EngineClock::time_point now,
-                           int32_t device_token) {
+                           int32_t device_token, std::vector<float> prompt_logits) {
   TokenEvent e;
+  e.prompt_logits = std::move(prompt_logits);
   const RequestState::Emitted r =
       st.emit(s.num_draft, device_token, parts_.vocab, [&](size_t j) { return parts_.runner->logits(row + j); }, e);
   counters_.generation_tokens += static_cast<int64_t>(e.token_ids.size());

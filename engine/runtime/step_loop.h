@@ -70,7 +70,8 @@ class StepLoop {
   void abort_all();
   std::vector<SampleRow> device_rows(const SchedulerOutput& out);
   bool emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, EngineClock::time_point now,
-                   int32_t device_token);
+                   int32_t device_token, std::vector<float> prompt_logits = {});
+  std::vector<float> take_prompt_logits(RequestState& st, size_t row, int64_t count);
   void propose_drafts();
   void finish(RequestState& st, FinishReason reason, const std::string& error = {});
   void remove(uint64_t id);

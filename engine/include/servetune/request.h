@@ -20,6 +20,10 @@ struct Request {
   bool parse_special = true;       // text like "<|im_start|>" becomes the special token (chat templates rely on it)
   SamplingParams sampling;
   bool detokenize = true;          // produce text deltas
+  // Teacher forcing: the logits of every prompt position but the last (row p predicts prompt token p + 1) come back
+  // in TokenEvent::prompt_logits, in order, as the prompt is computed; the prompt is computed in full (no prefix-cache
+  // reuse). For perplexity and KL measurements (servetune perplexity).
+  bool prompt_logits = false;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
@@ -53,6 +57,9 @@ struct TokenEvent {
   std::string error;                        // with kError
   Usage usage;                              // running totals
   bool first_token = false;                 // this event carries the request's first output token
+  // With Request::prompt_logits: the next prompt positions' raw logits rows (vocabulary-sized, in order); an event
+  // may carry only these (no tokens) while the prompt is computed in chunks.
+  std::vector<float> prompt_logits;
 };
 
 }  // namespace servetune
