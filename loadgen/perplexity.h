@@ -1,0 +1,55 @@
+// Teacher-forced perplexity over the built-in engine, windowed as llama.cpp's llama-perplexity does, and KL
+// divergence against a saved baseline run (the accuracy side of tuning: KV dtype, weight formats, kernels).
+//
+// Windowing (llama-perplexity's): the text is tokenized once (BOS as the model wants); it splits into
+// floor(tokens / ctx) chunks of ctx tokens (at most `chunks`), the first token of each replaced by BOS when the model
+// adds one; each chunk is one prompt, and only its second half is scored: the logits at positions ctx/2 .. ctx-2
+// predict tokens ctx/2+1 .. ctx-1 (the model always has at least ctx/2 tokens of context). PPL = exp(mean NLL) with
+// llama.cpp's uncertainty (the NLL's standard error, times PPL).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace servetune {
+class Engine;
+}
+
+namespace servetune::loadgen {
+
+struct PerplexityOptions {
+  int ctx = 512;
+  int chunks = -1;          // at most this many chunks (-1: all)
+  int in_flight = 2;        // chunks submitted at once (each returns ctx x vocab logits)
+  std::string save_logprobs;  // write the scored positions' log-probabilities here (the baseline for kl_base)
+  std::string kl_base;        // compare against a file save_logprobs wrote for the same tokens and ctx
+};
+
+struct KlStats {
+  double mean = 0.0, median = 0.0, p99 = 0.0, max = 0.0;  // KL(base || this run) per scored position, in nats
+  double top1_agreement = 0.0;  // fraction of positions whose most likely token is the base's
+  double base_ppl = 0.0;
+  double delta_ppl = 0.0;  // this run's PPL - the base's
+};
+
+struct PerplexityResult {
+  int ctx = 0;
+  int chunks = 0;
+  int64_t scored = 0;  // tokens scored
+  double ppl = 0.0;
+  double ppl_error = 0.0;           // llama-perplexity's "+/-"
+  std::vector<double> running_ppl;  // after each chunk, as llama-perplexity prints [1]x,[2]y,...
+  std::optional<KlStats> kl;
+};
+
+// Splits `tokens` into the chunks the windowing above evaluates (bos < 0: no replacement). Throws Error(kUsage) when
+// there are fewer than 2 x ctx tokens (as llama-perplexity requires) or ctx < 4.
+std::vector<std::vector<int32_t>> perplexity_chunks(const std::vector<int32_t>& tokens, int ctx, int chunks, int32_t bos);
+
+// Runs the chunks on `engine` (Request::prompt_logits) and scores them; with options.kl_base the base file must hold
+// the same chunk tokens (else Error(kUsage) naming it). Throws Error(kIo) for files it cannot read or write.
+PerplexityResult measure_perplexity(Engine& engine, const std::vector<int32_t>& tokens, const PerplexityOptions& options);
+
+}  // namespace servetune::loadgen
