@@ -2,12 +2,9 @@
 // llama-perplexity does, loadgen/perplexity.h), and KL divergence against a baseline run's saved log-probabilities.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "commands.h"
-#include "datasets/dataset.h"
 #include "engine_flags.h"
 #include "loadgen/perplexity.h"
 #include "servetune/engine.h"
@@ -26,29 +23,6 @@ struct PerplexityCliOptions {
   bool json = false;
 };
 
-// The text to score: a plain text file, or ShareGPT's first human turns (`num_texts`, shuffled by `seed` as bench
-// samples them) joined by blank lines.
-std::string load_text(const PerplexityCliOptions& o, const Tokenizer& tokenizer) {
-  const bool sharegpt = o.dataset == "sharegpt" || o.dataset.ends_with(".json");
-  if (!sharegpt) {
-    std::ifstream in(o.dataset, std::ios::binary);
-    if (!in) throw_io(o.dataset, "cannot open the text file");
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-  datasets::DatasetOptions d;
-  d.name = "sharegpt";
-  if (o.dataset != "sharegpt") d.path = o.dataset;
-  d.num_prompts = o.num_texts;
-  d.seed = o.seed;
-  d.no_oversample = true;
-  const datasets::Workload w = datasets::sample_sharegpt(d, tokenizer);
-  std::string text;
-  for (const auto& r : w.requests) text += (text.empty() ? "" : "\n\n") + r.prompt;
-  return text;
-}
-
 void run_perplexity(PerplexityCliOptions o) {
   // The KV cache the chunks in flight need, unless the flags size it: reserving the default share of memory would
   // cost more than a short run.
@@ -56,7 +30,7 @@ void run_perplexity(PerplexityCliOptions o) {
     o.engine.max_total_tokens = static_cast<int64_t>(std::max(1, o.run.in_flight)) * (o.run.ctx + o.engine.page_size);
   }
   Engine engine(o.engine);
-  const std::string text = load_text(o, engine.tokenizer());
+  const std::string text = loadgen::perplexity_text(o.dataset, o.num_texts, o.seed, engine.tokenizer());
   const std::vector<int32_t> tokens = engine.tokenizer().encode(text, true);
   const loadgen::PerplexityResult r = loadgen::measure_perplexity(engine, tokens, o.run);
   if (o.json) {

@@ -9,7 +9,9 @@
 #include <deque>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
+#include "datasets/dataset.h"
 #include "servetune/engine.h"
 #include "servetune/error.h"
 #include "servetune/tokenizer.h"
@@ -67,6 +69,25 @@ double percentile(std::vector<double> v, double q) {
 }
 
 }  // namespace
+
+std::string perplexity_text(const std::string& dataset, int64_t num_texts, uint64_t seed, const Tokenizer& tokenizer) {
+  if (dataset != "sharegpt" && !dataset.ends_with(".json")) {
+    std::ifstream in(dataset, std::ios::binary);
+    if (!in) throw_io(dataset, "cannot open the text file");
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+  datasets::DatasetOptions d;
+  d.name = "sharegpt";
+  if (dataset != "sharegpt") d.path = dataset;
+  d.num_prompts = num_texts;
+  d.seed = seed;
+  d.no_oversample = true;
+  std::string text;
+  for (const auto& r : datasets::sample_sharegpt(d, tokenizer).requests) text += (text.empty() ? "" : "\n\n") + r.prompt;
+  return text;
+}
 
 std::vector<std::vector<int32_t>> perplexity_chunks(const std::vector<int32_t>& tokens, int ctx, int chunks, int32_t bos) {
   if (ctx < 4) throw_usage("--ctx must be at least 4, got " + std::to_string(ctx));

@@ -15,6 +15,7 @@
 
 namespace servetune {
 class Engine;
+class Tokenizer;
 }
 
 namespace servetune::loadgen {
@@ -43,6 +44,11 @@ struct PerplexityResult {
   std::vector<double> running_ppl;  // after each chunk, as llama-perplexity prints [1]x,[2]y,...
   std::optional<KlStats> kl;
 };
+
+// The text to score: a plain text file, or "sharegpt" / a ShareGPT .json: the first human turns of `num_texts`
+// conversations (sampled by `seed` as bench samples them) joined by blank lines. Throws Error(kIo) for a file it
+// cannot read.
+std::string perplexity_text(const std::string& dataset, int64_t num_texts, uint64_t seed, const Tokenizer& tokenizer);
 
 // Splits `tokens` into the chunks the windowing above evaluates (bos < 0: no replacement). Throws Error(kUsage) when
 // there are fewer than 2 x ctx tokens (as llama-perplexity requires) or ctx < 4.

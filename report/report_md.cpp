@@ -198,12 +198,16 @@ void candidate_tables(std::ostringstream& o, const ReportData& d) {
     if (any == nullptr) continue;
     // With repeats the values are medians, and total tok/s also gets the 95% interval of its mean.
     const bool intervals = has_repeats(d, w, "total_token_throughput");
+    // The sweep's accuracy guard (accuracy.h): perplexity and KL against the baseline beside the speed.
+    bool accuracy = false;
+    for (const auto& c : d.table.candidates()) accuracy = accuracy || d.table.metric(c.id, w, "kl_vs_baseline").has_value();
     o << "### `" << w << "` (" << workload_caption(*any) << ")\n\n| candidate |";
     for (const auto& dim : d.dims) o << " " << dim << " |";
     o << " req/s | output tok/s | total tok/s |" << (intervals ? " total tok/s, 95% CI of the mean |" : "")
-      << " mean TTFT (ms) | mean TPOT (ms) | p99 TPOT (ms) | failed | SLO |\n|---|";
+      << " mean TTFT (ms) | mean TPOT (ms) | p99 TPOT (ms) | failed |"
+      << (accuracy ? " perplexity | KL vs baseline (mean / p99) |" : "") << " SLO |\n|---|";
     for (size_t i = 0; i < d.dims.size(); ++i) o << "---|";
-    o << "---:|---:|---:|" << (intervals ? "---:|" : "") << "---:|---:|---:|---:|---|\n";
+    o << "---:|---:|---:|" << (intervals ? "---:|" : "") << "---:|---:|---:|---:|" << (accuracy ? "---:|---:|" : "") << "---|\n";
     for (const auto& c : d.table.candidates()) {
       if (d.table.cell(c.id, w) == nullptr) continue;
       std::string mark = c.id == d.best ? " (best)" : (c.id == d.baseline ? " (baseline)" : "");
@@ -220,7 +224,14 @@ void candidate_tables(std::ostringstream& o, const ReportData& d) {
         << metric_cell(d, c.id, w, "total_token_throughput") << " | "
         << (intervals ? interval_cell(d, c.id, w, "total_token_throughput") + " | " : "") << metric_cell(d, c.id, w, "mean_ttft_ms") << " | "
         << metric_cell(d, c.id, w, "mean_tpot_ms") << " | " << metric_cell(d, c.id, w, "p99_tpot_ms") << " | "
-        << metric_cell(d, c.id, w, "failed") << " | " << (d.goal.slo.empty() ? "-" : (s.feasible ? "ok" : s.violation)) << " |\n";
+        << metric_cell(d, c.id, w, "failed") << " | ";
+      if (accuracy) {
+        const auto kl = d.table.metric(c.id, w, "kl_vs_baseline"), p99 = d.table.metric(c.id, w, "kl_p99_vs_baseline");
+        char buf[64] = "-";
+        if (kl && p99) std::snprintf(buf, sizeof(buf), "%.4g / %.4g", *kl, *p99);
+        o << metric_cell(d, c.id, w, "perplexity") << " | " << buf << " | ";
+      }
+      o << (d.goal.slo.empty() ? "-" : (s.feasible ? "ok" : s.violation)) << " |\n";
     }
     o << "\n";
   }

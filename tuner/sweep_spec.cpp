@@ -330,7 +330,8 @@ bool is_known_metric(const std::string& key) {
       "engine_preemptions", "engine_idle_batches", "engine_prefix_hit_tokens", "engine_prefix_cache_hit_rate", "engine_forward_seconds",
       "engine_comm_seconds", "engine_comm_wait_seconds", "engine_comm_ms_per_step", "engine_comm_fraction",
       "engine_comm_wait_fraction", "engine_kv_bytes_per_token", "engine_moe_expert_imbalance", "engine_moe_ep_imbalance", "calibration_ms",
-      "calibrated_cpu_per_token", "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
+      "calibrated_cpu_per_token", "perplexity", "perplexity_increase", "kl_vs_baseline", "kl_p99_vs_baseline",
+      "top1_agreement_vs_baseline", "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
       "spec_decode_draft_tokens", "spec_decode_accepted_tokens"};
   if (plain.count(key)) return true;
   if (is_collective_metric(key)) return true;
@@ -344,7 +345,8 @@ bool lower_is_better(const std::string& key) {
   return (key.size() > 3 && key.compare(key.size() - 3, 3, "_ms") == 0) || key == "failed" || key == "duration" ||
          key == "cpu_ms_per_token" || key == "calibrated_cpu_per_token" || key == "process_cpu_s" || key == "engine_preemptions" || key == "engine_idle_batches" || key == "engine_steps" ||
          key == "engine_forward_seconds" || key == "engine_comm_seconds" || key == "engine_comm_fraction" ||
-         key == "engine_comm_wait_seconds" || key == "engine_comm_wait_fraction" || is_collective_metric(key);
+         key == "engine_comm_wait_seconds" || key == "engine_comm_wait_fraction" || is_collective_metric(key) ||
+         key == "perplexity" || key == "perplexity_increase" || key == "kl_vs_baseline" || key == "kl_p99_vs_baseline";
 }
 
 namespace {
@@ -405,6 +407,22 @@ SweepSpec parse_sweep(const SpecFile& f) {
     if (workload.search && spec.slo.empty()) {
       f.fail("slo", "workload '" + workload.group + "' searches its load for the highest level within the SLOs: give slo bounds, e.g. {p99_tpot_ms: 50}");
     }
+  }
+  if (const auto* a = top.get("accuracy")) {
+    Section as(f, *a, "accuracy");
+    AccuracySpec acc;
+    acc.dataset = as.str("dataset", "", true);
+    acc.num_texts = as.int_in("num_texts", 200, 1, 1'000'000);
+    acc.seed = static_cast<uint64_t>(as.int_in("seed", 0, 0, INT64_MAX));
+    acc.ctx = static_cast<int>(as.int_in("ctx", 256, 4, 1 << 20));
+    acc.chunks = static_cast<int>(as.int_in("chunks", 4, 1, 1'000'000));
+    as.done();
+    if (!spec.builtin()) f.fail("accuracy", "scores the built-in engine's prompt logits; an external server's are not read (yet)");
+    std::error_code ec;
+    if (acc.dataset != "sharegpt" && !std::filesystem::is_regular_file(acc.dataset, ec)) {
+      f.fail("accuracy.dataset", "no such file '" + acc.dataset + "' (a text file, a ShareGPT .json, or sharegpt)");
+    }
+    spec.accuracy = acc;
   }
   parse_repeat(f, top, spec);
   if (top.has("interconnects")) {

@@ -98,6 +98,15 @@ struct StrategySpec {
   uint64_t seed = 0;                       // bayes: the draws (same seed and results, same candidates)
 };
 
+// `accuracy:` — the text every built-in candidate is scored on (perplexity, KL against the baseline candidate).
+struct AccuracySpec {
+  std::string dataset;  // a plain text file, sharegpt, or a ShareGPT .json (loadgen::perplexity_text)
+  int64_t num_texts = 200;
+  uint64_t seed = 0;
+  int ctx = 256;
+  int chunks = 4;
+};
+
 struct ObjectiveSpec {
   std::string workload;  // a workload group (its best feasible level counts) or an expanded name
   std::string metric = "total_token_throughput";
@@ -114,6 +123,7 @@ struct SweepSpec {
   nlohmann::ordered_json baseline = nlohmann::ordered_json::object();  // dim -> value (default: first values)
   StrategySpec strategy;
   std::vector<WorkloadSpec> workloads;  // expanded, in file order
+  std::optional<AccuracySpec> accuracy;
   ObjectiveSpec objective;
   std::map<std::string, double> slo;    // metric -> upper bound (latencies, ms)
   // Runs of each workload per candidate: `repeat` of them; with `repeat: auto` (repeat_width > 0) at least repeat_min

@@ -20,6 +20,7 @@
 #include "loadgen/report.h"
 #include "servetune/engine.h"
 #include "servetune/error.h"
+#include "tuner/accuracy.h"
 #include "tuner/interrupt.h"
 #include "tuner/load_search.h"
 #include "tuner/measurement.h"
@@ -257,8 +258,19 @@ bool TrialRunner::run_here(const Trial& t) {
   };
   try {
     if (interrupted_by() != 0) throw LaunchFailure(TrialFailure::kInterrupted, "");
+    // The baseline's log-probabilities first (once per run folder), while no candidate holds the memory.
+    const double baseline_ppl = spec_.accuracy ? ensure_accuracy_baseline(spec_, space_, store_.dir()) : 0.0;
     std::unique_ptr<Session> session = launcher_.start(t.candidate, store_.dir(), t.tag);
     marker.log = session->log();
+    accuracy_ = nlohmann::ordered_json::object();
+    if (spec_.accuracy && session->engine() != nullptr) {
+      progress_.note(t.candidate.id + ": accuracy on " + spec_.accuracy->dataset);
+      try {
+        accuracy_ = measure_accuracy(*session->engine(), spec_, store_.dir(), baseline_ppl);
+      } catch (const Error& e) {  // e.g. a KV cache too small for accuracy.ctx: this candidate's failure
+        throw LaunchFailure(TrialFailure::kRequestsFailed, std::string("the accuracy run failed: ") + e.what());
+      }
+    }
     marker.command = session->command();
     nlohmann::ordered_json info = candidate_info(t.candidate);
     if (!marker.command.empty()) info["command"] = marker.command;
@@ -305,6 +317,7 @@ Measurement TrialRunner::run_once(const WorkloadSpec& level, const WorkloadSpec&
   session.check_alive(m.metrics.failed > 0 ? 3.0 : 0.0);
   nlohmann::ordered_json per_request;
   record_metrics(m, metrics, per_request);
+  metrics.update(accuracy_);
   write_record(info, level, r, metrics, per_request, t.tag, marker.launch_id, session.engine());
   progress_.run_finished(run_summary(m));
   return m;

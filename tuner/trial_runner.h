@@ -74,6 +74,7 @@ class TrialRunner {
   const Tokenizer& tokenizer_;
   nlohmann::ordered_json environment_;
   std::map<std::string, datasets::Workload> workloads_;
+  nlohmann::ordered_json accuracy_;  // the candidate's accuracy metrics (accuracy.h), in each of its records
 };
 
 }  // namespace servetune::tuner

@@ -118,6 +118,43 @@ TEST(TunerSweep, SearchedConcurrencyClimbsWhileTheSlosHold) {
   fs::remove_all(dir);
 }
 
+// The accuracy guard: every candidate's perplexity and KL against the baseline candidate in its records and the report;
+// an FP8 KV cache whose perplexity rises beyond the bound cannot win, however fast; the baseline's log-probabilities
+// are computed once per run folder (a resume reuses them).
+TEST(TunerSweep, AccuracyGuardKeepsALessAccurateCandidateFromWinning) {
+  const fs::path dir = scratch("accuracy");
+  std::string text = stories_sweep("acc", "  kv_cache_dtype: [f32, fp8_e4m3]\n",
+                                   "  - {name: short, dataset: random, input_len: 16, output_len: 4, num_prompts: 4, seed: 1}\n");
+  text += "accuracy: {dataset: " + data_path("perplexity/text.txt") + ", ctx: 128, chunks: 3}\n";
+  text += "slo: {perplexity_increase: 0.000001}\n";
+  write_text(dir / "s.yaml", text);
+  const fs::path run = dir / "run";
+  const CliResult r = servetune("sweep " + (dir / "s.yaml").string() + " --output " + run.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto base = read_json(run / "records" / "c0" / "short.r0.json")["metrics"];
+  const auto fp8 = read_json(run / "records" / "c1" / "short.r0.json")["metrics"];
+  EXPECT_EQ(base["kl_vs_baseline"], 0.0);
+  EXPECT_EQ(base["perplexity_increase"], 0.0);
+  EXPECT_GT(fp8["kl_vs_baseline"].get<double>(), 0.0);
+  EXPECT_GT(fp8["kl_p99_vs_baseline"].get<double>(), fp8["kl_vs_baseline"].get<double>());
+  EXPECT_GT(fp8["perplexity_increase"].get<double>(), 0.000001);
+  EXPECT_LT(fp8["top1_agreement_vs_baseline"].get<double>(), 1.0);
+  EXPECT_NEAR(read_json(run / "accuracy" / "baseline.json")["perplexity"].get<double>(), base["perplexity"].get<double>(), 1e-9);
+  const std::string md = read_text(run / "report.md");
+  EXPECT_NE(md.find("**Best: `c0`**"), std::string::npos) << md;
+  EXPECT_NE(md.find("| perplexity | KL vs baseline (mean / p99) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("perplexity_increase"), std::string::npos);
+  // Bad accuracy sections are the sweep file's errors.
+  write_text(dir / "bad.yaml", stories_sweep("acc", "  kv_cache_dtype: [f32]\n",
+                                             "  - {name: short, dataset: random, input_len: 16, output_len: 4, num_prompts: 4}\n") +
+                                   "accuracy: {dataset: /no/such.txt}\n");
+  const CliResult bad = servetune("sweep " + (dir / "bad.yaml").string() + " --dry-run");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("accuracy.dataset"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("no such file '/no/such.txt'"), std::string::npos) << bad.output;
+  fs::remove_all(dir);
+}
+
 TEST(TunerSweep, KillNineThenResumeMeasuresEveryCandidateOnce) {
   const fs::path dir = scratch("resume");
   write_text(dir / "s.yaml", stories_sweep("resume", "  max_running_requests: [1, 2, 4, 8, 16]\n",
