@@ -16,15 +16,8 @@ std::string default_sharegpt_path() { return SERVETUNE_DEFAULT_SHAREGPT; }
 Workload sample_sharegpt(const DatasetOptions& options, const Tokenizer& tokenizer) {
   if (options.multi_turn) return sample_sharegpt_sessions(options, tokenizer);
   DatasetOptions o = options;
-  if (o.path.empty()) o.path = default_sharegpt_path();
-  if (o.sharegpt_output_len && *o.sharegpt_output_len <= 0) throw_usage("--sharegpt-output-len must be > 0");
-  ShareGptFile file = read_sharegpt(o.path, 2);
-  warn_if_truncated(o.path, file);
-  std::vector<std::vector<std::string>>& data = file.conversations;
-  if (!o.disable_shuffle) {
-    PyRandom rng(o.seed);
-    rng.shuffle(data);
-  }
+  const ShareGptFile file = load_sharegpt(o, 2);
+  const std::vector<std::vector<std::string>>& data = file.conversations;
 
   Workload w;
   w.dataset_name = "sharegpt";
@@ -59,21 +52,7 @@ Workload sample_sharegpt(const DatasetOptions& options, const Tokenizer& tokeniz
       ++oversampled;
     }
   }
-  w.info = {{"path", o.path},
-            {"entries", file.entries},
-            {"truncated_file", file.truncated},
-            {"entries_with_2_turns", static_cast<int64_t>(data.size())},
-            {"dropped_malformed_turns", file.dropped_malformed},
-            {"examined", examined},
-            {"filtered_out", filtered},
-            {"kept", kept},
-            {"oversampled", oversampled},
-            {"shuffled", !o.disable_shuffle},
-            {"filters",
-             {{"min_len", o.sharegpt_min_len},
-              {"max_prompt_len", o.sharegpt_max_prompt_len},
-              {"max_total_len", o.sharegpt_max_total_len},
-              {"output_len_override", o.sharegpt_output_len ? nlohmann::json(*o.sharegpt_output_len) : nlohmann::json()}}}};
+  w.info = sharegpt_info(o, file, {examined, filtered, kept, oversampled});
   return w;
 }
 

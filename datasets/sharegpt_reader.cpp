@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "datasets/rng.h"
 #include "servetune/error.h"
 
 namespace servetune::datasets {
@@ -163,10 +164,37 @@ ShareGptFile read_sharegpt(const std::string& path, int64_t max_turns) {
 
 namespace servetune::datasets {
 
-void warn_if_truncated(const std::string& path, const ShareGptFile& file) {
-  if (!file.truncated) return;
-  std::fprintf(stderr, "warning: %s ends inside an entry (a truncated file); using its %lld complete entries\n",
-               path.c_str(), static_cast<long long>(file.entries));
+ShareGptFile load_sharegpt(DatasetOptions& o, int64_t max_turns) {
+  if (o.path.empty()) o.path = default_sharegpt_path();
+  if (o.sharegpt_output_len && *o.sharegpt_output_len <= 0) throw_usage("--sharegpt-output-len must be > 0");
+  ShareGptFile file = read_sharegpt(o.path, max_turns);
+  if (file.truncated) {
+    std::fprintf(stderr, "warning: %s ends inside an entry (a truncated file); using its %lld complete entries\n",
+                 o.path.c_str(), static_cast<long long>(file.entries));
+  }
+  if (!o.disable_shuffle) {
+    PyRandom rng(o.seed);
+    rng.shuffle(file.conversations);
+  }
+  return file;
+}
+
+nlohmann::json sharegpt_info(const DatasetOptions& o, const ShareGptFile& file, const ShareGptCounts& c) {
+  return {{"path", o.path},
+          {"entries", file.entries},
+          {"truncated_file", file.truncated},
+          {"entries_with_2_turns", static_cast<int64_t>(file.conversations.size())},
+          {"dropped_malformed_turns", file.dropped_malformed},
+          {"examined", c.examined},
+          {"filtered_out", c.filtered},
+          {"kept", c.kept},
+          {"oversampled", c.oversampled},
+          {"shuffled", !o.disable_shuffle},
+          {"filters",
+           {{"min_len", o.sharegpt_min_len},
+            {"max_prompt_len", o.sharegpt_max_prompt_len},
+            {"max_total_len", o.sharegpt_max_total_len},
+            {"output_len_override", o.sharegpt_output_len ? nlohmann::json(*o.sharegpt_output_len) : nlohmann::json()}}}};
 }
 
 bool is_valid_sequence(int64_t prompt_len, int64_t output_len, const DatasetOptions& o, bool skip_min_output) {

@@ -27,8 +27,19 @@ struct ShareGptFile {
 // JSON error throws Error(kFormat) naming the file, a missing file Error(kUsage).
 ShareGptFile read_sharegpt(const std::string& path, int64_t max_turns);
 
-// The warning for a truncated file (how many entries are used), on stderr.
-void warn_if_truncated(const std::string& path, const ShareGptFile& file);
+// What both ShareGPT workloads start with: o.path defaulted, --sharegpt-output-len checked, the file read (a warning
+// on stderr when it is truncated) and its conversations shuffled with Python's random.seed(o.seed) unless
+// disable_shuffle.
+ShareGptFile load_sharegpt(DatasetOptions& o, int64_t max_turns);
+
+struct ShareGptCounts {
+  int64_t examined = 0;     // conversations looked at
+  int64_t filtered = 0;     // of those, dropped by the length filters
+  int64_t kept = 0;
+  int64_t oversampled = 0;  // copies drawn to reach num_prompts
+};
+// The dataset info both ShareGPT workloads record: the file's facts, the counts and the filters.
+nlohmann::json sharegpt_info(const DatasetOptions& o, const ShareGptFile& file, const ShareGptCounts& c);
 
 // vLLM's is_valid_sequence: prompt >= min_len, output >= min_len (unless skip_min_output: the output length is an
 // override), prompt <= max_prompt_len, prompt + output <= max_total_len.

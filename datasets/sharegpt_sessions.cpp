@@ -15,17 +15,10 @@ namespace servetune::datasets {
 
 Workload sample_sharegpt_sessions(const DatasetOptions& options, const Tokenizer& tokenizer) {
   DatasetOptions o = options;
-  if (o.path.empty()) o.path = default_sharegpt_path();
-  if (o.sharegpt_output_len && *o.sharegpt_output_len <= 0) throw_usage("--sharegpt-output-len must be > 0");
   check_session_options(o, tokenizer);
   const int64_t max_texts = o.multi_turn_max_turns > 0 ? 2 * o.multi_turn_max_turns : std::numeric_limits<int64_t>::max();
-  ShareGptFile file = read_sharegpt(o.path, max_texts);
-  warn_if_truncated(o.path, file);
-  std::vector<std::vector<std::string>>& data = file.conversations;
-  if (!o.disable_shuffle) {
-    PyRandom rng(o.seed);
-    rng.shuffle(data);
-  }
+  const ShareGptFile file = load_sharegpt(o, max_texts);
+  const std::vector<std::vector<std::string>>& data = file.conversations;
 
   Workload w;
   w.dataset_name = "sharegpt";
@@ -80,24 +73,10 @@ Workload sample_sharegpt_sessions(const DatasetOptions& options, const Tokenizer
     }
   }
   for (size_t i = 0; i < w.requests.size(); ++i) w.requests[i].id = std::to_string(i);
-  w.info = {{"path", o.path},
-            {"entries", file.entries},
-            {"truncated_file", file.truncated},
-            {"entries_with_2_turns", static_cast<int64_t>(data.size())},
-            {"dropped_malformed_turns", file.dropped_malformed},
-            {"examined", examined},
-            {"filtered_out", filtered},
-            {"kept", kept},
-            {"oversampled", oversampled},
-            {"shuffled", !o.disable_shuffle},
-            {"max_turns", o.multi_turn_max_turns},
-            {"sessions_cut_at_length_limit", cut_sessions},
-            {"turns_cut_at_length_limit", cut_turns},
-            {"filters",
-             {{"min_len", o.sharegpt_min_len},
-              {"max_prompt_len", o.sharegpt_max_prompt_len},
-              {"max_total_len", o.sharegpt_max_total_len},
-              {"output_len_override", o.sharegpt_output_len ? nlohmann::json(*o.sharegpt_output_len) : nlohmann::json()}}}};
+  w.info = sharegpt_info(o, file, {examined, filtered, kept, oversampled});
+  w.info["max_turns"] = o.multi_turn_max_turns;
+  w.info["sessions_cut_at_length_limit"] = cut_sessions;
+  w.info["turns_cut_at_length_limit"] = cut_turns;
   finish_sessions(w, o, tokenizer);
   return w;
 }
