@@ -120,6 +120,7 @@ void check_flag_use(const BenchOptions& o) {
       if (given(o, f)) throw_usage(std::string(f) + " needs --multi-turn");
     }
   }
+  tuner::check_think_time(o.think_time, o.think_time_dist);
   if (given(o, "--result-dir") || given(o, "--result-filename") || o.save_detailed) {
     if (!o.save_result) throw_usage("--result-dir / --result-filename / --save-detailed need --save-result");
   }

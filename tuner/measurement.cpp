@@ -67,10 +67,14 @@ WarmupOutcome warm_up(loadgen::Client& client, const datasets::Workload& workloa
   return out;
 }
 
-std::vector<double> think_times(const datasets::Workload& workload, double think_s, const std::string& dist,
-                                uint64_t seed) {
+void check_think_time(double think_s, const std::string& dist) {
   if (dist != "fixed" && dist != "exponential") throw_usage("--think-time-dist must be fixed or exponential, got '" + dist + "'");
   if (!(think_s >= 0.0) || std::isinf(think_s)) throw_usage("--think-time must be a number of seconds >= 0");
+}
+
+std::vector<double> think_times(const datasets::Workload& workload, double think_s, const std::string& dist,
+                                uint64_t seed) {
+  check_think_time(think_s, dist);
   std::vector<double> t(workload.requests.size(), 0.0);
   // Its own stream, so that the arrival times of a seed do not change with the think time.
   datasets::Rng rng(seed ^ 0x5468696e6b54696dull);

@@ -82,6 +82,10 @@ struct Measurement {
 // The warm-up requests of `options` (none when num_warmups is 0); their results are not kept.
 WarmupOutcome warm_up(loadgen::Client& client, const datasets::Workload& workload, const MeasureOptions& options);
 
+// Throws Error(kUsage) naming --think-time / --think-time-dist unless think_s is finite and >= 0 and dist is
+// fixed or exponential.
+void check_think_time(double think_s, const std::string& dist);
+
 // Think times of a plan's later turns: `think_s` for each request after the first of its session (fixed or
 // exponential with that mean, seeded), 0 for first turns. Throws Error(kUsage) for a bad distribution or mean.
 std::vector<double> think_times(const datasets::Workload& workload, double think_s, const std::string& dist,
