@@ -67,6 +67,22 @@ TEST(Dispatcher, ConcurrencyCountsSessionsAndTurnsWaitForTheReplyPlusThinkTime) 
   EXPECT_DOUBLE_EQ(out[3].ready_time, 3.0);
 }
 
+TEST(Dispatcher, ArrivalsStartSessionsWithoutDelayingLaterTurns) {
+  const auto reqs = sessions(2, 2);
+  RunSpec spec = plan(reqs, 0, 0.0);
+  spec.requests[2].scheduled_s = spec.requests[3].scheduled_s = 1.0;  // session 1 arrives at 1 s
+  std::vector<RequestOutput> out(reqs.size());
+  Dispatcher d(spec, out);
+  EXPECT_EQ(d.next(0.0)->index, 0u);
+  EXPECT_FALSE(d.next(0.5));  // a free slot, but session 1 has not arrived
+  EXPECT_DOUBLE_EQ(d.next_time(), 1.0);
+  out[0].success = true;
+  d.finished(0, 0.5);
+  EXPECT_EQ(d.next(0.5)->index, 1u);  // session 0's next turn does not wait for the arrival
+  EXPECT_EQ(d.next(1.0)->index, 2u);
+  EXPECT_DOUBLE_EQ(out[2].scheduled_time, 1.0);
+}
+
 TEST(Dispatcher, AFailedTurnEndsItsSessionUnsent) {
   const auto reqs = sessions(2, 3);
   const RunSpec spec = plan(reqs, 0, 0.0);
