@@ -32,7 +32,7 @@ void finish_sessions(Workload& w, const DatasetOptions& o, const Tokenizer& toke
   }
   std::vector<int64_t> turns, first, later;
   for (const SampleRequest& r : w.requests) {
-    if (r.turn == 0) {
+    if (r.turn == 0 || turns.empty()) {
       turns.push_back(0);
       first.push_back(r.prompt_len);
     } else {
