@@ -1,5 +1,5 @@
 // `servetune bench`: the load generator. Takes `vllm bench serve`'s flags, builds a workload (sharegpt, random,
-// trace, prefix), sends it to the built-in engine in-process (--backend builtin, with the engine flags) or to an
+// trace, prefix; sharegpt and random also as multi-turn sessions), sends it to the built-in engine in-process (--backend builtin, with the engine flags) or to an
 // OpenAI-compatible server, and prints / saves the result with vLLM's block text and JSON keys.
 
 #include <chrono>
@@ -61,6 +61,8 @@ struct BenchOptions {
   std::optional<double> top_p;
   std::optional<int> top_k;
   double request_timeout = 6 * 3600.0;
+  double think_time = 0.0;
+  std::string think_time_dist = "fixed";
   CLI::App* cmd = nullptr;
 };
 
@@ -114,6 +116,13 @@ void check_flag_use(const BenchOptions& o) {
     throw_usage("--dataset-name trace replays the trace's own arrival times; --request-rate does not apply "
                 "(use --trace-time-scale)");
   }
+  if (!o.data.multi_turn) {
+    for (const char* f : {"--multi-turn-history", "--multi-turn-max-turns", "--multi-turn-turns",
+                          "--multi-turn-prefix-len", "--think-time", "--think-time-dist"}) {
+      if (given(o, f)) throw_usage(std::string(f) + " needs --multi-turn");
+    }
+  }
+  tuner::check_think_time(o.think_time, o.think_time_dist);
   if (given(o, "--result-dir") || given(o, "--result-filename") || o.save_detailed) {
     if (!o.save_result) throw_usage("--result-dir / --result-filename / --save-detailed need --save-result");
   }
@@ -122,6 +131,16 @@ void check_flag_use(const BenchOptions& o) {
 void print_dataset(const datasets::Workload& w) {
   const auto& in = w.info["input_len"];
   const auto& out = w.info["output_len"];
+  if (w.sessions) {
+    std::printf("Multi-turn: %lld sessions of %.2f turns on average (history: %s)\n",
+                w.info["sessions"].get<long long>(), w.info["turns_per_session"]["mean"].get<double>(),
+                w.history == "server" ? "the server's replies" : "the dataset's replies");
+  }
+  if (w.info.value("sessions_cut_at_length_limit", int64_t{0}) > 0) {
+    std::printf("Note: %lld sessions end early, before a turn whose history exceeds --sharegpt-max-prompt-len or "
+                "--sharegpt-max-total-len (%lld turns not sent; raise the limits to keep them)\n",
+                w.info["sessions_cut_at_length_limit"].get<long long>(), w.info["turns_cut_at_length_limit"].get<long long>());
+  }
   std::printf("Dataset %s: %zu requests; input tokens min %lld mean %.1f max %lld; output tokens min %lld mean %.1f max %lld\n",
               w.dataset_name.c_str(), w.requests.size(), in["min"].get<long long>(), in["mean"].get<double>(),
               in["max"].get<long long>(), out["min"].get<long long>(), out["mean"].get<double>(),
@@ -209,6 +228,8 @@ void run_bench(BenchOptions& o) {
   mo.max_concurrency = o.max_concurrency.value_or(0);
   mo.params = {o.ignore_eos, o.temperature, o.top_p, o.top_k};
   mo.num_warmups = o.num_warmups;
+  mo.think_time_s = o.think_time;
+  mo.think_time_dist = o.think_time_dist;
   mo.warmups = tuner::WarmupRequests::kFirst;
   mo.percentiles = percentiles;
   mo.percentile_metrics = metrics;
@@ -317,7 +338,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--random-output-len", d.random_output_len)->capture_default_str()->group(g);
   cmd->add_option("--random-range-ratio", d.random_range_ratio, "Length spread r (see --random-range-mode)")->capture_default_str()->group(g);
   cmd->add_option("--random-range-mode", d.random_range_mode, "vllm: [L(1-r), L(1+r)]; sglang: [L*r, L]")->capture_default_str()->group(g);
-  cmd->add_option("--random-prefix-len", d.random_prefix_len, "Random tokens shared by every prompt")->capture_default_str()->group(g);
+  cmd->add_option("--random-prefix-len", d.random_prefix_len,
+                  "Random tokens shared by every prompt (--multi-turn: by every session's first message)")->capture_default_str()->group(g);
   cmd->add_option("--sharegpt-output-len", d.sharegpt_output_len, "max_tokens for every request (default: the reply's length)")->group(g);
   cmd->add_option("--sharegpt-min-len", d.sharegpt_min_len)->capture_default_str()->group(g);
   cmd->add_option("--sharegpt-max-prompt-len", d.sharegpt_max_prompt_len)->capture_default_str()->group(g);
@@ -326,6 +348,18 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--no-oversample", d.no_oversample, "Send fewer requests when fewer pass the filters")->group(g);
   cmd->add_option("--trace-time-scale", d.trace_time_scale, "Multiply trace arrival offsets (0.5: twice as fast)")->capture_default_str()->group(g);
   cmd->add_option("--trace-block-size", d.trace_block_size, "Tokens per trace hash id")->capture_default_str()->group(g);
+  cmd->add_flag("--multi-turn", d.multi_turn,
+                "sharegpt / random as sessions: each turn sends the chat-templated history; --num-prompts counts sessions")
+      ->group(g);
+  cmd->add_option("--multi-turn-history", d.multi_turn_history,
+                  "dataset: histories hold the dataset's replies; server: the replies the server gave this run")
+      ->capture_default_str()->group(g);
+  cmd->add_option("--multi-turn-max-turns", d.multi_turn_max_turns, "sharegpt: at most N turns (user messages) a session; 0: all")
+      ->capture_default_str()->group(g);
+  cmd->add_option("--multi-turn-turns", d.multi_turn_turns, "random: turns (user messages) a session")->capture_default_str()->group(g);
+  cmd->add_option("--multi-turn-prefix-len", d.multi_turn_prefix_len,
+                  "random: tokens of each session's own prefix in its first message (vLLM's prefix_num_tokens)")
+      ->capture_default_str()->group(g);
   cmd->add_option("--prefix-num-groups", d.prefix_num_groups)->capture_default_str()->group(g);
   cmd->add_option("--prefix-system-prompt-len", d.prefix_system_prompt_len)->capture_default_str()->group(g);
   cmd->add_option("--prefix-question-len", d.prefix_question_len)->capture_default_str()->group(g);
@@ -334,6 +368,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--max-concurrency", o->max_concurrency)->group(t);
   cmd->add_option("--request-rate", o->request_rate, "Requests per second, or inf")->capture_default_str()->group(t);
   cmd->add_option("--burstiness", o->burstiness, "Gamma shape of the arrival gaps (1: Poisson)")->capture_default_str()->group(t);
+  cmd->add_option("--think-time", o->think_time, "--multi-turn: seconds between a reply and the session's next turn")
+      ->capture_default_str()->group(t);
+  cmd->add_option("--think-time-dist", o->think_time_dist, "fixed | exponential (mean --think-time, seeded by --seed)")
+      ->capture_default_str()->group(t);
   cmd->add_option("--num-warmups", o->num_warmups, "Warm-up requests before the measured run")->capture_default_str()->group(t);
   cmd->add_option("--goodput", o->goodput, "SLOs as KEY:VALUE in ms (ttft, tpot, e2el)")->group(t);
   std::string metric_names;

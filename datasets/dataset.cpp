@@ -30,6 +30,13 @@ nlohmann::json to_json(const LengthStats& s) {
 
 Workload load_workload(const DatasetOptions& o, const Tokenizer& tokenizer) {
   if (o.num_prompts < 1) throw_usage("--num-prompts must be >= 1");
+  if (o.multi_turn && o.name != "sharegpt" && o.name != "random") {
+    throw_usage("--multi-turn applies to --dataset-name sharegpt or random, not " + o.name);
+  }
+  if (!o.multi_turn && (o.multi_turn_history != "dataset" || o.multi_turn_max_turns != 0 || o.multi_turn_turns != 4 ||
+                        o.multi_turn_prefix_len != 0)) {
+    throw_usage("--multi-turn-* options need --multi-turn");
+  }
   Workload w;
   if (o.name == "sharegpt") {
     w = sample_sharegpt(o, tokenizer);

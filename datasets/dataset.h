@@ -1,18 +1,17 @@
 // Benchmark workloads: the requests a dataset produces (prompt text, the prompt length the server will see,
-// max_tokens, optional trace arrival time) and the options that select and shape them. Same options, same seed,
-// same tokenizer: same requests on every machine.
+// max_tokens, optional trace arrival time; for multi-turn workloads the session and turn each request belongs to)
+// and the options that select and shape them. Same options, same seed, same tokenizer: same requests everywhere.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-namespace servetune {
-class Tokenizer;
-}
+#include "servetune/tokenizer.h"
 
 namespace servetune::datasets {
 
@@ -22,6 +21,13 @@ struct SampleRequest {
   int64_t output_len = 0;           // max_tokens
   std::optional<double> arrival_s;  // trace replay: seconds after the start of the run
   std::string id;
+  // Multi-turn workloads: the session this request is a turn of (-1: none) and the turn's index from 0. A session's
+  // turns are consecutive in Workload::requests, in turn order.
+  int64_t session = -1;
+  int64_t turn = 0;
+  // Multi-turn: the conversation up to and including this turn's user message; `prompt` is its chat-templated
+  // rendering (special tokens as text, generation prompt added). Its assistant entries are the dataset's replies.
+  std::vector<ChatMessage> messages;
 };
 
 struct LengthStats {
@@ -40,6 +46,14 @@ struct Workload {
   std::vector<SampleRequest> requests;
   bool timed = false;   // requests carry arrival_s (trace replay)
   nlohmann::json info;  // dataset-specific facts for the result JSON (filters, achieved lengths, ...)
+  // Multi-turn: requests are turns of sessions (SampleRequest::session). history "dataset": every turn is sent as
+  // generated (its history holds the dataset's replies); "server": a turn's history holds the replies the server
+  // gave to the session's earlier turns in this run, rendered by `render` when the turn is sent.
+  bool sessions = false;
+  std::string history;
+  // Renders a turn whose messages changed (history "server"): sets prompt and prompt_len from messages. Refers to
+  // the tokenizer the workload was made with, which must outlive its use.
+  std::function<void(SampleRequest&)> render;
 };
 
 struct DatasetOptions {
@@ -56,12 +70,19 @@ struct DatasetOptions {
   bool disable_shuffle = false;
   bool no_oversample = false;
 
+  // multi-turn (sharegpt, random): num_prompts counts sessions; each turn's prompt is the chat-templated history
+  bool multi_turn = false;
+  std::string multi_turn_history = "dataset";  // dataset | server (see Workload::history)
+  int64_t multi_turn_max_turns = 0;            // sharegpt: at most this many turns (user messages) a session; 0: all
+  int64_t multi_turn_turns = 4;                // random: turns (user messages) a session
+  int64_t multi_turn_prefix_len = 0;           // random: tokens of a per-session prefix in the first user message
+
   // random
   int64_t random_input_len = 1024;
   int64_t random_output_len = 128;
   double random_range_ratio = 0.0;
   std::string random_range_mode = "vllm";  // vllm: [L(1-r), L(1+r)]; sglang: [max(L*r, 1), L]
-  int64_t random_prefix_len = 0;
+  int64_t random_prefix_len = 0;  // --multi-turn: the prefix all sessions share, in their first user message
 
   // trace (Mooncake JSONL)
   double trace_time_scale = 1.0;  // arrival offsets are multiplied by this (0.5 replays twice as fast)
@@ -82,7 +103,9 @@ std::string default_sharegpt_path();
 Workload load_workload(const DatasetOptions& options, const Tokenizer& tokenizer);
 
 Workload sample_sharegpt(const DatasetOptions& options, const Tokenizer& tokenizer);
+Workload sample_sharegpt_sessions(const DatasetOptions& options, const Tokenizer& tokenizer);
 Workload sample_random(const DatasetOptions& options, const Tokenizer& tokenizer);
+Workload sample_random_sessions(const DatasetOptions& options, const Tokenizer& tokenizer);
 Workload sample_trace(const DatasetOptions& options, const Tokenizer& tokenizer);
 Workload sample_prefix(const DatasetOptions& options, const Tokenizer& tokenizer);
 

@@ -33,6 +33,7 @@ Range length_range(int64_t len, double r, const std::string& mode, bool is_outpu
 }  // namespace
 
 Workload sample_random(const DatasetOptions& o, const Tokenizer& tokenizer) {
+  if (o.multi_turn) return sample_random_sessions(o, tokenizer);
   if (!o.path.empty()) throw_usage("--dataset-name random takes no --dataset-path (" + o.path + ")");
   if (o.random_range_mode != "vllm" && o.random_range_mode != "sglang") {
     throw_usage("--random-range-mode must be vllm or sglang, got '" + o.random_range_mode + "'");

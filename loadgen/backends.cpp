@@ -42,7 +42,15 @@ std::string request_body(const std::string& backend, const std::string& model, c
   if (params.ignore_eos) b += "\"ignore_eos\":true,";
   b += chat ? "\"max_completion_tokens\":" : "\"max_tokens\":";
   b += std::to_string(r.output_len);
-  if (chat) {
+  if (chat && !r.messages.empty()) {
+    // A multi-turn turn: its whole history, for the server's chat template.
+    b += ",\"messages\":[";
+    for (size_t i = 0; i < r.messages.size(); ++i) {
+      b += (i > 0 ? ",{\"content\":" : "{\"content\":") + quoted(r.messages[i].content) +
+           ",\"role\":" + quoted(r.messages[i].role) + "}";
+    }
+    b += "],\"model\":" + quoted(model);
+  } else if (chat) {
     b += ",\"messages\":[{\"content\":" + quoted(r.prompt) + ",\"role\":\"user\"}],\"model\":" + quoted(model);
   } else {
     b += ",\"model\":" + quoted(model) + ",\"prompt\":" + quoted(r.prompt);

@@ -18,7 +18,8 @@ std::string default_endpoint(const std::string& backend);
 // Throws Error(kUsage) when the URL does not end the way the backend's API does (as vLLM's _validate_api_url).
 void validate_endpoint(const std::string& backend, const std::string& api_url);
 
-// The JSON body of one streaming request: model, prompt (or one user message for chat), max_tokens
+// The JSON body of one streaming request: model, prompt (for chat: one user message, or a multi-turn turn's
+// messages; completions send a turn's chat-templated prompt text), max_tokens
 // (max_completion_tokens for chat), stream with stream_options.include_usage, ignore_eos when asked (all of
 // these servers accept it), and the sampling fields that are set.
 std::string request_body(const std::string& backend, const std::string& model, const datasets::SampleRequest& r,

@@ -1,8 +1,11 @@
 // What every load-generator client runs: a plan of requests with scheduled arrival times and a concurrency cap,
-// sent from one event loop; what comes back is one RequestOutput per planned request, in plan order.
+// sent from one event loop (the order and timing rules are dispatcher.h's: plain requests, or sessions whose turns
+// wait for the previous reply plus a think time); what comes back is one RequestOutput per planned request, in
+// plan order.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -13,7 +16,10 @@ namespace servetune::loadgen {
 
 struct PlannedRequest {
   const datasets::SampleRequest* sample = nullptr;
-  double scheduled_s = 0.0;  // seconds after the run starts; non-decreasing along the plan
+  // Seconds after the run starts; non-decreasing along the plan. With sessions only a first turn's counts: a later
+  // turn is due think_s after the session's previous turn finished.
+  double scheduled_s = 0.0;
+  double think_s = 0.0;
 };
 
 // Sampling fields sent with every request (unset: the server's default).
@@ -29,6 +35,12 @@ struct RunSpec {
   int64_t max_concurrency = 0;  // 0: unlimited
   RequestParams params;
   bool keep_text = true;        // keep generated text (needed when the server reports no usage)
+  // Requests are turns of sessions (SampleRequest::session, consecutive in the plan): max_concurrency counts active
+  // sessions and a turn is sent after its session's previous one finished (dispatcher.h).
+  bool sessions = false;
+  // With sessions, history from the server's replies: re-renders a later turn whose assistant messages were replaced
+  // by the replies its session received (needs keep_text). Unset: turns are sent as planned.
+  std::function<void(datasets::SampleRequest&)> render;
 };
 
 struct RunResult {

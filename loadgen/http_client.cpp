@@ -13,9 +13,11 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <memory>
 
 #include "loadgen/backends.h"
+#include "loadgen/dispatcher.h"
 #include "loadgen/sse_parser.h"
 #include "servetune/error.h"
 
@@ -145,6 +147,7 @@ struct Transfer {
     if (chunk.has_usage) {
       if (chunk.completion_tokens >= 0) out->output_tokens = chunk.completion_tokens;
       if (chunk.prompt_tokens >= 0) out->prompt_len = chunk.prompt_tokens;
+      if (chunk.cached_tokens >= 0) out->cached_tokens = chunk.cached_tokens;
     }
   }
 };
@@ -339,11 +342,14 @@ RunResult HttpClient::run(const RunSpec& spec) {
   // The run's clock starts before its request bodies and first handles are made: its duration includes that
   // setup, and requests due at the start show it as send lag.
   loop.t0 = Clock::now();
+  // Bodies are made before the run, except those of turns re-rendered with the server's replies (at their launch).
   std::vector<std::string> bodies;
   bodies.reserve(n);
   for (const PlannedRequest& p : spec.requests) {
-    bodies.push_back(request_body(options_.backend, options_.model, *p.sample, spec.params));
+    const bool later_turn = spec.render && spec.sessions && p.sample->turn > 0;
+    bodies.push_back(later_turn ? std::string() : request_body(options_.backend, options_.model, *p.sample, spec.params));
   }
+  Dispatcher dispatch(spec, result.outputs);
 
   const int timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (timerfd < 0) throw Error(ErrorKind::kIo, "cannot create the event loop");
@@ -361,8 +367,6 @@ RunResult HttpClient::run(const RunSpec& spec) {
   while (due_at_start < static_cast<size_t>(cap) && spec.requests[due_at_start].scheduled_s <= 0.0) ++due_at_start;
   pool.add_transfers(due_at_start, options_);
 
-  size_t next = 0, finished = 0;
-  int64_t inflight = 0;
   // Request timeouts, kept here rather than by curl (CURLOPT_TIMEOUT_MS puts every transfer in its multi handle's
   // timer tree, which curl rebalances on each socket action). One timeout for all requests, so launch order is
   // deadline order and a queue holds them; a finished or relaunched transfer's entry is skipped when it comes up.
@@ -373,8 +377,6 @@ RunResult HttpClient::run(const RunSpec& spec) {
   };
   std::deque<RequestDeadline> request_deadlines;
   uint64_t launches = 0;
-  double slot_free_s = 0.0;
-  const auto can_launch = [&] { return spec.max_concurrency <= 0 || inflight < spec.max_concurrency; };
   const auto finish = [&](Transfer* t, CURLcode res) {
     RequestOutput& o = *t->out;
     const double now = loop.now_s();
@@ -405,14 +407,12 @@ RunResult HttpClient::run(const RunSpec& spec) {
     o.failure = t->failure;
     o.error = t->error;
     o.latency = t->first ? t->last_ts - o.start_time : 0.0;
-    if (spec.max_concurrency > 0 && inflight == spec.max_concurrency) slot_free_s = now;
-    --inflight;
     --t->shard->inflight;
     pool.freed.push_back(t->shard);
     t->shard = nullptr;
     t->out = nullptr;
-    ++finished;
     pool.idle.push_back(t);
+    dispatch.finished(t->index, now);
   };
   const auto drain_done = [&](Shard& shard) {
     CURLMsg* msg = nullptr;
@@ -439,26 +439,20 @@ RunResult HttpClient::run(const RunSpec& spec) {
   };
   const auto launch_due = [&] {
     drain();
-    while (next < n && can_launch()) {
-      const double now = loop.now_s();
-      if (spec.requests[next].scheduled_s > now) break;
-      const PlannedRequest& p = spec.requests[next];
-      RequestOutput& o = result.outputs[next];
-      o.scheduled_time = p.scheduled_s;
-      o.ready_time = spec.max_concurrency > 0 ? std::max(p.scheduled_s, slot_free_s) : p.scheduled_s;
-      o.dataset_prompt_len = o.prompt_len = p.sample->prompt_len;
-      o.itl.reserve(static_cast<size_t>(std::max<int64_t>(p.sample->output_len, 1)));
+    while (const auto l = dispatch.next(loop.now_s())) {
+      const size_t i = l->index;
+      RequestOutput& o = result.outputs[i];
+      if (l->rendered || bodies[i].empty()) bodies[i] = request_body(options_.backend, options_.model, *l->sample, spec.params);
+      o.itl.reserve(static_cast<size_t>(std::max<int64_t>(l->sample->output_len, 1)));
       if (pool.idle.empty()) pool.add_transfers(pool.transfers.size() + 1, options_);
       Transfer* t = pool.idle.back();
       pool.idle.pop_back();
-      t->reset(next, &o);
+      t->reset(i, &o);
       t->keep_text = spec.keep_text;
       o.start_time = loop.now_s();
       t->launch = ++launches;
       request_deadlines.push_back({o.start_time + options_.request_timeout_s, t, t->launch});
-      pool.launch(t, bodies[next]);
-      ++inflight;
-      ++next;
+      pool.launch(t, bodies[i]);
     }
   };
 
@@ -479,19 +473,18 @@ RunResult HttpClient::run(const RunSpec& spec) {
 
   constexpr int kMaxEvents = 512;
   std::vector<epoll_event> events(kMaxEvents);
-  size_t armed_for = SIZE_MAX;
-  while (finished < n) {
+  double armed_for = -1.0;  // the due time the arrival timer is set for
+  while (!dispatch.done()) {
     launch_due();
-    if (finished == n) break;
-    if (next < n && can_launch() && armed_for != next) {
+    if (dispatch.done()) break;
+    if (const double due = dispatch.next_time(); due < std::numeric_limits<double>::infinity() && due != armed_for) {
       itimerspec its{};
-      const auto at = loop.t0 + std::chrono::ceil<Clock::duration>(
-                                    std::chrono::duration<double>(spec.requests[next].scheduled_s));
+      const auto at = loop.t0 + std::chrono::ceil<Clock::duration>(std::chrono::duration<double>(due));
       const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
       its.it_value.tv_sec = std::max<int64_t>(ns / 1000000000, 0);
       its.it_value.tv_nsec = std::max<int64_t>(ns % 1000000000, 1);
       timerfd_settime(timerfd, TFD_TIMER_ABSTIME, &its, nullptr);
-      armed_for = next;
+      armed_for = due;
     }
     auto deadline = std::min_element(loop.deadlines.begin(), loop.deadlines.end());
     auto wake = deadline != loop.deadlines.end() ? *deadline : Clock::time_point::max();
@@ -510,7 +503,7 @@ RunResult HttpClient::run(const RunSpec& spec) {
       if (tag == kTimerTag) {
         uint64_t expirations = 0;
         [[maybe_unused]] const ssize_t r = read(timerfd, &expirations, sizeof(expirations));
-        armed_for = SIZE_MAX;  // re-armed next round if the request still waits
+        armed_for = -1.0;  // re-armed next round if a request still waits
         continue;
       }
       int flags = 0;

@@ -3,9 +3,12 @@
 // step's events on all streams before its first notification, so one pass takes the whole step).
 #include "loadgen/inprocess_client.h"
 
+#include "loadgen/dispatcher.h"
+
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 
@@ -48,13 +51,10 @@ RunResult InProcessClient::run(const RunSpec& spec) {
     wake->cv.notify_one();
   };
   std::vector<size_t> open;  // launched, not completed
+  Dispatcher dispatch(spec, result.outputs);
 
   const Clock::time_point t0 = Clock::now();
   const auto secs = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
-  size_t next = 0, finished = 0;
-  int64_t inflight = 0;
-  double slot_free_s = 0.0;
-  const auto can_launch = [&] { return spec.max_concurrency <= 0 || inflight < spec.max_concurrency; };
 
   const auto complete = [&](size_t i, RequestFailure failure, const std::string& error) {
     RequestOutput& o = result.outputs[i];
@@ -68,31 +68,27 @@ RunResult InProcessClient::run(const RunSpec& spec) {
       o.failure = RequestFailure::kBadResponse;
       o.error = "Never received a valid chunk to calculate TTFT.";
     }
-    if (spec.max_concurrency > 0 && inflight == spec.max_concurrency) slot_free_s = secs(Clock::now());
-    --inflight;
-    ++finished;
     tracked[i].stream.reset();
+    dispatch.finished(i, secs(Clock::now()));
   };
 
   const auto launch_due = [&] {
-    while (next < n && can_launch() && spec.requests[next].scheduled_s <= secs(Clock::now())) {
-      const size_t i = next++;
-      const PlannedRequest& p = spec.requests[i];
+    while (const auto l = dispatch.next(secs(Clock::now()))) {
+      const size_t i = l->index;
+      const datasets::SampleRequest& sample = *l->sample;
       RequestOutput& o = result.outputs[i];
-      o.scheduled_time = p.scheduled_s;
-      o.ready_time = spec.max_concurrency > 0 ? std::max(p.scheduled_s, slot_free_s) : p.scheduled_s;
-      o.dataset_prompt_len = o.prompt_len = p.sample->prompt_len;
       Request req;
-      req.prompt = p.sample->prompt;
-      req.add_special_tokens = true;
-      req.parse_special = false;
+      req.prompt = sample.prompt;
+      // A chat-templated turn spells its special tokens (BOS included) as text, as a chat server encodes it.
+      const bool templated = !sample.messages.empty();
+      req.add_special_tokens = !templated;
+      req.parse_special = templated;
       req.detokenize = spec.keep_text;
-      req.sampling.max_tokens = static_cast<int32_t>(p.sample->output_len);
+      req.sampling.max_tokens = static_cast<int32_t>(sample.output_len);
       req.sampling.ignore_eos = spec.params.ignore_eos;
       if (spec.params.temperature) req.sampling.temperature = static_cast<float>(*spec.params.temperature);
       if (spec.params.top_p) req.sampling.top_p = static_cast<float>(*spec.params.top_p);
       if (spec.params.top_k) req.sampling.top_k = *spec.params.top_k;
-      ++inflight;
       o.start_time = secs(Clock::now());
       try {
         tracked[i].stream = engine_.submit(std::move(req), notify);
@@ -126,6 +122,7 @@ RunResult InProcessClient::run(const RunSpec& spec) {
       if (e.finish != FinishReason::kNone) {
         o.prompt_len = e.usage.prompt_tokens;
         o.output_tokens = e.usage.completion_tokens;
+        o.cached_tokens = e.usage.cached_tokens;
         if (e.finish == FinishReason::kError) {
           complete(i, RequestFailure::kServerError, "engine error: " + e.error);
         } else if (e.finish == FinishReason::kAbort) {
@@ -138,17 +135,16 @@ RunResult InProcessClient::run(const RunSpec& spec) {
     }
   };
 
-  while (finished < n) {
+  while (!dispatch.done()) {
     launch_due();
     bool drain = false;
     {
       std::unique_lock<std::mutex> lock(wake->mutex);
-      if (!wake->signaled && finished < n) {
+      if (!wake->signaled && !dispatch.done()) {
         const auto poll_at = Clock::now() + kPollInterval;
         auto until = poll_at;
-        if (next < n && can_launch()) {
-          until = std::min(until, t0 + std::chrono::ceil<Clock::duration>(
-                                           std::chrono::duration<double>(spec.requests[next].scheduled_s)));
+        if (const double due = dispatch.next_time(); due < std::numeric_limits<double>::infinity()) {
+          until = std::min(until, t0 + std::chrono::ceil<Clock::duration>(std::chrono::duration<double>(due)));
         }
         const bool woken = wake->cv.wait_until(lock, until, [&] { return wake->signaled; });
         drain = woken || until == poll_at;  // polled too: a lost wake-up must not hang the run

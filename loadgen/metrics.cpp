@@ -62,7 +62,7 @@ BenchmarkMetrics compute_metrics(const std::vector<RequestOutput>& outputs, doub
   std::vector<double> ttfts, tpots, all_tpots, itls, e2els, read_lags, send_lags, queue_times, e2el_queue,
       per_token_itls;
   for (const RequestOutput& o : outputs) {
-    send_lags.push_back(std::max(0.0, o.start_time - o.ready_time));
+    if (o.failure != RequestFailure::kNotSent) send_lags.push_back(std::max(0.0, o.start_time - o.ready_time));
     read_lags.insert(read_lags.end(), o.read_lags.begin(), o.read_lags.end());
     if (!o.success) {
       m.actual_output_lens.push_back(0);

@@ -23,6 +23,7 @@ enum class RequestFailure {
   kServerError,  // the server (or the built-in engine) reported an error for the request
   kRejected,     // the built-in engine refused the request when it was submitted
   kAborted,      // the built-in engine aborted the request
+  kNotSent,      // a later turn of a session whose earlier turn failed (sent by neither client)
 };
 
 // What one request produced, measured by a client. Times are seconds on the run's clock (0 = run start).
@@ -44,6 +45,9 @@ struct RequestOutput {
   // clock); only events that carried a stamp, so empty against servers that send none.
   std::vector<double> read_lags;
   std::string generated_text;
+  int64_t session = -1;       // multi-turn: the request's session (-1: none) and turn index from 0
+  int64_t turn = 0;
+  int64_t cached_tokens = -1;  // prompt tokens the server served from its prefix cache, when reported; else -1
 };
 
 struct Summary {

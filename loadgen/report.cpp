@@ -231,6 +231,7 @@ void print_result_block(std::FILE* out, const BenchmarkMetrics& m, double durati
       for (size_t i = 0; i < rates.size(); ++i) line_f(out, cat("  Position ", std::to_string(i), ":"), rates[i] * 100.0);
     }
   }
+  if (o.sessions) print_session_block(out, *o.sessions);
   std::fprintf(out, "%s\n", std::string(50, '=').c_str());
 }
 
@@ -298,6 +299,77 @@ nlohmann::ordered_json metrics_json(const BenchmarkMetrics& m, const RunResult& 
     if (r.success && r.prompt_len != r.dataset_prompt_len) ++mismatched;
   }
   j["prompt_len_mismatches"] = mismatched;  // server-reported prompt tokens != the dataset's count
+  if (o.sessions) j.update(session_metrics_json(*o.sessions));
+  return j;
+}
+
+namespace {
+
+// (label, key, summary) of the per-turn-index latency lines, first turns then later ones.
+struct TurnSummary {
+  const char* label;   // e.g. "TTFT, first turn"
+  const char* prefix;  // JSON: prefix + "mean_" + metric + "_ms"
+  const char* metric;
+  const Summary* summary;
+};
+std::vector<TurnSummary> turn_summaries(const SessionMetrics& s) {
+  return {{"TTFT, first turn", "first_turn_", "ttft", &s.first_turn.ttft_ms},
+          {"TTFT, later turns", "later_turns_", "ttft", &s.later_turns.ttft_ms},
+          {"TPOT, first turn", "first_turn_", "tpot", &s.first_turn.tpot_ms},
+          {"TPOT, later turns", "later_turns_", "tpot", &s.later_turns.tpot_ms},
+          {"ITL, first turn", "first_turn_", "itl", &s.first_turn.itl_ms},
+          {"ITL, later turns", "later_turns_", "itl", &s.later_turns.itl_ms}};
+}
+
+}  // namespace
+
+void print_session_block(std::FILE* out, const SessionMetrics& s) {
+  std::fprintf(out, "%s\n", centered("Multi-turn Sessions (servetune)", '-').c_str());
+  line_int(out, "Sessions:", s.sessions);
+  line_int(out, "Completed sessions:", s.completed_sessions);
+  line_f(out, "Turns per session (mean):", s.mean_turns);
+  std::fprintf(out, "%-40s %lld / %lld\n", "Successful turns (first / later):",
+               static_cast<long long>(s.first_turn.completed), static_cast<long long>(s.later_turns.completed));
+  line_f(out, "Mean session time (ms):", s.session_time_ms.mean);
+  line_f(out, "Median session time (ms):", s.session_time_ms.median);
+  for (const auto& [p, v] : s.session_time_ms.percentiles) line_f(out, cat("P", percentile_word(p), " session time (ms):"), v);
+  for (const TurnSummary& t : turn_summaries(s)) {
+    line_f(out, cat("Mean ", t.label, " (ms):"), t.summary->mean);
+    for (const auto& [p, v] : t.summary->percentiles) line_f(out, cat("P", percentile_word(p), " ", t.label, " (ms):"), v);
+  }
+  if (s.reported_cached_fraction_first) line_f(out, "Cached prompt tokens, first turn (%):", 100.0 * *s.reported_cached_fraction_first);
+  if (s.reported_cached_fraction_later) line_f(out, "Cached prompt tokens, later turns (%):", 100.0 * *s.reported_cached_fraction_later);
+  if (s.prefix_cache_hit_rate) {
+    line_f(out, "Prefix cache hit rate (%):", 100.0 * *s.prefix_cache_hit_rate);
+    std::fprintf(out, "  (%s)\n", s.prefix_cache_source.c_str());
+  } else {
+    std::fprintf(out, "%-40s %s\n", "Prefix cache hit rate (%):", "n/a (no engine or server counters)");
+  }
+}
+
+nlohmann::ordered_json session_metrics_json(const SessionMetrics& s) {
+  nlohmann::ordered_json j;
+  j["num_sessions"] = s.sessions;
+  j["completed_sessions"] = s.completed_sessions;
+  j["mean_turns_per_session"] = s.mean_turns;
+  j["first_turn_completed"] = s.first_turn.completed;
+  j["later_turns_completed"] = s.later_turns.completed;
+  j["mean_session_time_ms"] = s.session_time_ms.mean;
+  j["median_session_time_ms"] = s.session_time_ms.median;
+  j["std_session_time_ms"] = s.session_time_ms.std;
+  for (const auto& [p, v] : s.session_time_ms.percentiles) j[cat("p", percentile_word(p), "_session_time_ms")] = v;
+  for (const TurnSummary& t : turn_summaries(s)) {
+    j[cat(t.prefix, "mean_", t.metric, "_ms")] = t.summary->mean;
+    j[cat(t.prefix, "median_", t.metric, "_ms")] = t.summary->median;
+    for (const auto& [p, v] : t.summary->percentiles) j[cat(t.prefix, "p", percentile_word(p), "_", t.metric, "_ms")] = v;
+  }
+  j["mean_ttft_ms_by_turn"] = s.mean_ttft_ms_by_turn;
+  if (s.reported_cached_fraction_first) j["first_turn_cached_fraction"] = *s.reported_cached_fraction_first;
+  if (s.reported_cached_fraction_later) j["later_turns_cached_fraction"] = *s.reported_cached_fraction_later;
+  if (s.prefix_cache_hit_rate) {
+    j["prefix_cache_hit_rate"] = *s.prefix_cache_hit_rate;
+    j["prefix_cache_hit_rate_source"] = s.prefix_cache_source;
+  }
   return j;
 }
 

@@ -12,6 +12,7 @@
 
 #include "loadgen/client.h"
 #include "loadgen/metrics.h"
+#include "loadgen/session_metrics.h"
 
 namespace servetune::loadgen {
 
@@ -31,6 +32,7 @@ struct ReportOptions {
   double burstiness = 1.0;
   GoodputSlo slo;
   std::optional<SpecDecodeStats> spec_decode;  // set when the engine speculates: "Speculative Decoding" section + keys
+  std::optional<SessionMetrics> sessions;      // multi-turn workloads: "Multi-turn Sessions" section + keys
 };
 
 // Metric names --percentile-metrics accepts: vLLM's plus client_lag (how late the client read events),
@@ -53,6 +55,14 @@ void print_result_block(std::FILE* out, const BenchmarkMetrics& m, double durati
 // `detailed` adds the per-request arrays vLLM saves with --save-detailed.
 nlohmann::ordered_json metrics_json(const BenchmarkMetrics& m, const RunResult& run, const ReportOptions& o,
                                     bool detailed);
+
+// The "Multi-turn Sessions" section of the result block (print_result_block prints it when o.sessions is set).
+void print_session_block(std::FILE* out, const SessionMetrics& s);
+
+// Its JSON keys (metrics_json adds them when o.sessions is set): num_sessions, completed_sessions, mean_turns_per_session, {mean,median,std,pNN}_session_time_ms,
+// first_turn_ / later_turns_ + {mean,median,pNN}_{ttft,tpot,itl}_ms (e.g. later_turns_p99_ttft_ms), mean_ttft_ms_by_turn, the reported cached
+// fractions, and prefix_cache_hit_rate with prefix_cache_hit_rate_source when known.
+nlohmann::ordered_json session_metrics_json(const SessionMetrics& s);
 
 // cpu_model, logical_cpus, os, hostname, servetune_version, git_commit (when the source tree is a git checkout).
 nlohmann::ordered_json environment_json(const std::string& servetune_version);

@@ -1,4 +1,4 @@
-// Speculative-decoding counters from a server's /metrics (see server_metrics.h).
+// Speculative-decoding and prefix-cache counters from a server's /metrics (see server_metrics.h).
 #include "loadgen/server_metrics.h"
 
 #include <curl/curl.h>
@@ -63,9 +63,11 @@ std::optional<std::string> http_get(const std::string& url, long timeout_ms, con
   return body;
 }
 
-std::optional<SpecDecodeStats> parse_spec_decode_counters(std::string_view text) {
-  SpecDecodeStats s;
-  bool found = false;
+namespace {
+
+// Calls f(name, labels, value) for each sample line of a Prometheus text exposition; malformed lines are skipped.
+template <class F>
+void for_each_sample(std::string_view text, F&& f) {
   size_t pos = 0;
   while (pos < text.size()) {
     size_t end = text.find('\n', pos);
@@ -76,7 +78,6 @@ std::optional<SpecDecodeStats> parse_spec_decode_counters(std::string_view text)
     const size_t name_end = line.find_first_of("{ ");
     if (name_end == std::string_view::npos) continue;
     const std::string_view name = line.substr(0, name_end);
-    if (name.rfind("vllm:spec_decode_", 0) != 0) continue;
     std::string_view labels, rest = line.substr(name_end);
     if (rest.front() == '{') {
       const size_t close = rest.rfind('}');
@@ -89,6 +90,16 @@ std::optional<SpecDecodeStats> parse_spec_decode_counters(std::string_view text)
     char* parsed_end = nullptr;
     const double v = std::strtod(number.c_str(), &parsed_end);
     if (number.empty() || parsed_end != number.c_str() + number.size() || !std::isfinite(v)) continue;
+    f(name, labels, v);
+  }
+}
+
+}  // namespace
+
+std::optional<SpecDecodeStats> parse_spec_decode_counters(std::string_view text) {
+  SpecDecodeStats s;
+  bool found = false;
+  for_each_sample(text, [&](std::string_view name, std::string_view labels, double v) {
     const auto count = static_cast<int64_t>(std::llround(v));
     if (name == "vllm:spec_decode_num_drafts_total") {
       s.num_drafts += count;
@@ -102,14 +113,44 @@ std::optional<SpecDecodeStats> parse_spec_decode_counters(std::string_view text)
       size_t i = 0;
       if (!position || std::from_chars(position->data(), position->data() + position->size(), i).ec != std::errc() ||
           i > 4096) {
-        continue;
+        return;
       }
       if (s.accepted_per_position.size() <= i) s.accepted_per_position.resize(i + 1, 0);
       s.accepted_per_position[i] += count;
     }
-  }
+  });
   if (!found) return std::nullopt;
   return s;
+}
+
+std::optional<PrefixCacheCounters> parse_prefix_cache_counters(std::string_view text) {
+  PrefixCacheCounters c;
+  bool found = false;
+  for_each_sample(text, [&](std::string_view name, std::string_view, double v) {
+    if (name == "vllm:prefix_cache_queries_total") {
+      c.queries += static_cast<int64_t>(std::llround(v));
+      c.has_counters = found = true;
+    } else if (name == "vllm:prefix_cache_hits_total") {
+      c.hits += static_cast<int64_t>(std::llround(v));
+    } else if (name == "sglang:cache_hit_rate") {
+      c.sglang_hit_rate = v;
+      found = true;
+    }
+  });
+  if (!found) return std::nullopt;
+  return c;
+}
+
+std::optional<PrefixCacheHitRate> prefix_cache_hit_rate(const PrefixCacheCounters& before,
+                                                        const PrefixCacheCounters& after) {
+  if (after.has_counters && before.has_counters) {
+    const int64_t q = after.queries - before.queries;
+    if (q <= 0) return std::nullopt;
+    return PrefixCacheHitRate{static_cast<double>(after.hits - before.hits) / static_cast<double>(q),
+                              "server /metrics: vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total"};
+  }
+  if (after.sglang_hit_rate) return PrefixCacheHitRate{*after.sglang_hit_rate, "server /metrics: sglang:cache_hit_rate"};
+  return std::nullopt;
 }
 
 SpecDecodeStats spec_decode_difference(const SpecDecodeStats& after, const SpecDecodeStats& before) {
@@ -124,10 +165,8 @@ SpecDecodeStats spec_decode_difference(const SpecDecodeStats& after, const SpecD
   return d;
 }
 
-std::optional<SpecDecodeStats> scrape_spec_decode(const std::string& metrics_url, const std::string& api_key) {
-  const auto body = http_get(metrics_url, 5000, api_key);
-  if (!body) return std::nullopt;
-  return parse_spec_decode_counters(*body);
+std::optional<std::string> scrape_metrics(const std::string& metrics_url, const std::string& api_key) {
+  return http_get(metrics_url, 5000, api_key);
 }
 
 }  // namespace servetune::loadgen

@@ -1,8 +1,9 @@
-// Speculative-decoding counters read from an OpenAI-compatible server's Prometheus /metrics (vLLM's names, which
-// `servetune serve` also uses), so an HTTP benchmark reports the "Speculative Decoding" section as vLLM's does:
-// the difference of the counters scraped before and after the run.
+// Counters read from an OpenAI-compatible server's Prometheus /metrics (vLLM's names, which `servetune serve` also
+// uses; SGLang's cache hit rate), so an HTTP benchmark reports the "Speculative Decoding" section as vLLM's does and
+// the prefix-cache hit rate: the difference of the counters scraped before and after the run.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,7 +23,26 @@ std::optional<SpecDecodeStats> parse_spec_decode_counters(std::string_view prome
 // after - before, counter by counter (positions missing before count from 0).
 SpecDecodeStats spec_decode_difference(const SpecDecodeStats& after, const SpecDecodeStats& before);
 
-// Scrapes `metrics_url`; nullopt when unreachable or without speculative counters.
-std::optional<SpecDecodeStats> scrape_spec_decode(const std::string& metrics_url, const std::string& api_key);
+// Prefix-cache counters: vLLM's vllm:prefix_cache_queries_total / vllm:prefix_cache_hits_total (prompt tokens
+// looked up / found, summed over label sets) or SGLang's sglang:cache_hit_rate gauge; nullopt when neither is there.
+struct PrefixCacheCounters {
+  bool has_counters = false;  // vLLM's counters were present
+  int64_t queries = 0;
+  int64_t hits = 0;
+  std::optional<double> sglang_hit_rate;
+};
+std::optional<PrefixCacheCounters> parse_prefix_cache_counters(std::string_view prometheus_text);
+
+struct PrefixCacheHitRate {
+  double rate = 0.0;   // cached prompt tokens / prompt tokens looked up, 0..1
+  std::string source;  // where it comes from (the metric names)
+};
+// Over the run: vLLM's counters after - before; else SGLang's gauge after the run (SGLang's own window, not the
+// run's). nullopt when the server looked up no tokens or exposes neither.
+std::optional<PrefixCacheHitRate> prefix_cache_hit_rate(const PrefixCacheCounters& before,
+                                                        const PrefixCacheCounters& after);
+
+// The /metrics text at `metrics_url` (5 s timeout); nullopt when unreachable.
+std::optional<std::string> scrape_metrics(const std::string& metrics_url, const std::string& api_key);
 
 }  // namespace servetune::loadgen

@@ -360,7 +360,7 @@ void scan_payload(std::string_view data, ApiKind kind, StreamChunk& out, TextSpa
   out.has_choices = false;
   out.text.clear();
   out.has_usage = false;
-  out.prompt_tokens = out.completion_tokens = -1;
+  out.prompt_tokens = out.completion_tokens = out.cached_tokens = -1;
   out.error.clear();
   out.server_error = false;
   if (data == "[DONE]") {
@@ -387,10 +387,22 @@ void scan_payload(std::string_view data, ApiKind kind, StreamChunk& out, TextSpa
       });
     } else if (key == "usage" && sc.peek() == '{') {
       out.has_usage = true;
+      const auto is_number = [&] {
+        const char c = sc.peek();
+        return c != '{' && c != '[' && c != '"' && c != 't' && c != 'f' && c != 'n';
+      };
       sc.object([&](std::string_view k) {
-        if ((k == "prompt_tokens" || k == "completion_tokens") && sc.peek() != '{' && sc.peek() != '[' &&
-            sc.peek() != '"' && sc.peek() != 't' && sc.peek() != 'f' && sc.peek() != 'n') {
+        if ((k == "prompt_tokens" || k == "completion_tokens") && is_number()) {
           sc.number(k == "prompt_tokens" ? &out.prompt_tokens : &out.completion_tokens);
+        } else if (k == "prompt_tokens_details" && sc.peek() == '{') {
+          // OpenAI's usage.prompt_tokens_details.cached_tokens (vLLM with --enable-prompt-tokens-details, servetune).
+          sc.object([&](std::string_view d) {
+            if (d == "cached_tokens" && is_number()) {
+              sc.number(&out.cached_tokens);
+            } else {
+              sc.skip_value();
+            }
+          });
         } else {
           sc.skip_value();
         }
@@ -439,6 +451,7 @@ void StreamChunkParser::parse(std::string_view data, ApiKind kind, StreamChunk& 
       out.has_usage = last_fields_.has_usage;
       out.prompt_tokens = last_fields_.prompt_tokens;
       out.completion_tokens = last_fields_.completion_tokens;
+      out.cached_tokens = last_fields_.cached_tokens;
       out.error.clear();
       out.server_error = false;
       ++fast_path_hits_;
@@ -459,6 +472,7 @@ void StreamChunkParser::parse(std::string_view data, ApiKind kind, StreamChunk& 
   last_fields_.has_usage = out.has_usage;
   last_fields_.prompt_tokens = out.prompt_tokens;
   last_fields_.completion_tokens = out.completion_tokens;
+  last_fields_.cached_tokens = out.cached_tokens;
 }
 
 }  // namespace servetune::loadgen

@@ -17,6 +17,7 @@ struct StreamChunk {
   bool has_usage = false;
   int64_t prompt_tokens = -1;      // -1: not reported
   int64_t completion_tokens = -1;
+  int64_t cached_tokens = -1;      // usage.prompt_tokens_details.cached_tokens
   std::string error;  // non-empty: malformed payload or an "error" object from the server
   bool server_error = false;  // the error is the server's own "error" object (else the payload is malformed)
 };

@@ -64,6 +64,19 @@ std::string bench_flags(const nlohmann::ordered_json& w) {
     opt("question_len", "--prefix-question-len", nullptr);
     opt("output_len", "--prefix-output-len", nullptr);
   }
+  if (w.contains("multi_turn") && w["multi_turn"].is_object()) {
+    const nlohmann::ordered_json& mt = w["multi_turn"];
+    out += " --multi-turn";
+    auto mopt = [&](const char* key, const char* flag, const nlohmann::ordered_json& skip) {
+      if (mt.contains(key) && !mt[key].is_null() && mt[key] != skip) add(out, flag, mt[key]);
+    };
+    mopt("history", "--multi-turn-history", "dataset");
+    mopt("max_turns", "--multi-turn-max-turns", 0);
+    mopt("turns", "--multi-turn-turns", 4);
+    mopt("prefix_len", "--multi-turn-prefix-len", 0);
+    mopt("think_time", "--think-time", 0.0);
+    mopt("think_time_dist", "--think-time-dist", "fixed");
+  }
   opt("max_concurrency", "--max-concurrency", nullptr);
   opt("request_rate", "--request-rate", "inf");
   opt("burstiness", "--burstiness", 1.0);

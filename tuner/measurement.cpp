@@ -3,9 +3,12 @@
 
 #include <sys/resource.h>
 
+#include <cmath>
 #include <limits>
 
+#include "datasets/rng.h"
 #include "loadgen/server_metrics.h"
+#include "servetune/error.h"
 #include "servetune/tokenizer.h"
 #include "tuner/calibration.h"
 
@@ -64,26 +67,63 @@ WarmupOutcome warm_up(loadgen::Client& client, const datasets::Workload& workloa
   return out;
 }
 
+void check_think_time(double think_s, const std::string& dist) {
+  if (dist != "fixed" && dist != "exponential") throw_usage("--think-time-dist must be fixed or exponential, got '" + dist + "'");
+  if (!(think_s >= 0.0) || std::isinf(think_s)) throw_usage("--think-time must be a number of seconds >= 0");
+}
+
+std::vector<double> think_times(const datasets::Workload& workload, double think_s, const std::string& dist,
+                                uint64_t seed) {
+  check_think_time(think_s, dist);
+  std::vector<double> t(workload.requests.size(), 0.0);
+  // Its own stream, so that the arrival times of a seed do not change with the think time.
+  datasets::Rng rng(seed ^ 0x5468696e6b54696dull);
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (workload.requests[i].turn == 0 || think_s == 0.0) continue;
+    t[i] = dist == "fixed" ? think_s : rng.exponential(1.0 / think_s);
+  }
+  return t;
+}
+
 Measurement measure(loadgen::Client& client, const datasets::Workload& workload, const MeasureOptions& o,
                     const Tokenizer& tokenizer) {
   loadgen::RunSpec spec = base_spec(o);
   const size_t n = workload.requests.size();
+  // With sessions the arrival process starts sessions: arrival k goes to the k-th session's first turn.
+  size_t starts = 0;
+  for (const datasets::SampleRequest& r : workload.requests) starts += !workload.sessions || r.turn == 0 ? 1 : 0;
   const std::vector<double> arrivals =
-      workload.timed ? std::vector<double>{} : loadgen::arrival_times(n, o.request_rate, o.burstiness, o.arrival_seed);
+      workload.timed ? std::vector<double>{} : loadgen::arrival_times(starts, o.request_rate, o.burstiness, o.arrival_seed);
+  const std::vector<double> thinks = workload.sessions ? think_times(workload, o.think_time_s, o.think_time_dist, o.arrival_seed)
+                                                       : std::vector<double>(n, 0.0);
+  size_t k = 0;
   for (size_t i = 0; i < n; ++i) {
-    spec.requests.push_back({&workload.requests[i], workload.timed ? workload.requests[i].arrival_s.value_or(0.0) : arrivals[i]});
+    const datasets::SampleRequest& r = workload.requests[i];
+    double at = 0.0;
+    if (workload.timed) {
+      at = r.arrival_s.value_or(0.0);
+    } else if (!workload.sessions || r.turn == 0) {
+      at = arrivals[k++];
+    } else {
+      at = spec.requests.back().scheduled_s;  // keeps the plan non-decreasing; a later turn's own time is dynamic
+    }
+    spec.requests.push_back({&r, at, thinks[i]});
   }
+  spec.sessions = workload.sessions;
+  spec.render = workload.render;
 
   Measurement m;
   const bool scrape = o.engine == nullptr && !o.server_metrics_url.empty();
   const double calib_before = o.calibrate_cpu ? calibration_ms() : 0.0;
   if (o.engine != nullptr) m.stats_before = o.engine->stats();
-  const auto server_before = scrape ? loadgen::scrape_spec_decode(o.server_metrics_url, o.api_key) : std::nullopt;
+  const auto text_before = scrape ? loadgen::scrape_metrics(o.server_metrics_url, o.api_key) : std::nullopt;
   const double cpu_before = process_cpu_s();
   m.run = client.run(spec);
   const double cpu_s = process_cpu_s() - cpu_before;
   if (o.engine != nullptr) m.stats_after = o.engine->stats();
-  const auto server_after = server_before ? loadgen::scrape_spec_decode(o.server_metrics_url, o.api_key) : std::nullopt;
+  const auto text_after = text_before ? loadgen::scrape_metrics(o.server_metrics_url, o.api_key) : std::nullopt;
+  const auto server_before = text_before ? loadgen::parse_spec_decode_counters(*text_before) : std::nullopt;
+  const auto server_after = text_after ? loadgen::parse_spec_decode_counters(*text_after) : std::nullopt;
   if (o.process_cpu || o.calibrate_cpu) m.process_cpu_s = cpu_s;
   if (o.calibrate_cpu) m.calibration_ms = 0.5 * (calib_before + calibration_ms());
 
@@ -102,6 +142,22 @@ Measurement measure(loadgen::Client& client, const datasets::Workload& workload,
     ro.spec_decode = spec_decode_delta(*o.engine, *m.stats_before, *m.stats_after);
   } else if (server_before && server_after) {
     ro.spec_decode = loadgen::spec_decode_difference(*server_after, *server_before);
+  }
+  if (workload.sessions) {
+    loadgen::SessionMetrics& s = ro.sessions.emplace(
+        loadgen::compute_session_metrics(m.run.outputs, m.run.duration_s, o.percentiles, count_tokens));
+    if (o.engine != nullptr) {
+      s.prefix_cache_hit_rate = m.stats_after->since(*m.stats_before).prefix_cache_hit_rate();
+      s.prefix_cache_source = "built-in engine: prefix-cache hit tokens / looked-up prompt tokens";
+    } else if (text_before && text_after) {
+      const auto before = loadgen::parse_prefix_cache_counters(*text_before);
+      const auto after = loadgen::parse_prefix_cache_counters(*text_after);
+      const auto rate = before && after ? loadgen::prefix_cache_hit_rate(*before, *after) : std::nullopt;
+      if (rate) {
+        s.prefix_cache_hit_rate = rate->rate;
+        s.prefix_cache_source = rate->source;
+      }
+    }
   }
   return m;
 }

@@ -238,7 +238,7 @@ void parse_objective_and_slo(const SpecFile& f, SweepSpec& spec) {
 
 void collect_percentiles(SweepSpec& spec) {
   std::set<double> ps = {50.0, 90.0, 99.0};
-  const std::regex pct("p([0-9]+(\\.[0-9]+)?)_[a-z0-9_]+_ms");
+  const std::regex pct("(?:first_turn_|later_turns_)?p([0-9]+(\\.[0-9]+)?)_[a-z0-9_]+_ms");
   auto add = [&](const std::string& key) {
     std::smatch m;
     if (std::regex_match(key, m, pct)) ps.insert(std::stod(m[1].str()));
@@ -332,13 +332,18 @@ bool is_known_metric(const std::string& key) {
       "engine_comm_wait_fraction", "engine_kv_bytes_per_token", "engine_moe_expert_imbalance", "engine_moe_ep_imbalance", "calibration_ms",
       "calibrated_cpu_per_token", "perplexity", "perplexity_increase", "kl_vs_baseline", "kl_p99_vs_baseline",
       "top1_agreement_vs_baseline", "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
-      "spec_decode_draft_tokens", "spec_decode_accepted_tokens"};
+      "spec_decode_draft_tokens", "spec_decode_accepted_tokens",
+      // multi-turn workloads (loadgen/session_metrics.h)
+      "num_sessions", "completed_sessions", "mean_turns_per_session", "first_turn_completed", "later_turns_completed",
+      "first_turn_cached_fraction", "later_turns_cached_fraction", "prefix_cache_hit_rate"};
   if (plain.count(key)) return true;
   if (is_collective_metric(key)) return true;
-  // The summaries a tuner run records (trial_runner.cpp): one per --percentile-metrics name.
+  // The summaries a tuner run records (trial_runner.cpp): one per --percentile-metrics name; for multi-turn
+  // workloads also session times and the first / later turns' TTFT, TPOT and ITL.
   static const std::regex stat_key(
-      "(mean|median|std|p[0-9]+(\\.[0-9]+)?)_(" + join(loadgen::percentile_metric_names(), "|") + ")_ms");
-  return std::regex_match(key, stat_key);
+      "(mean|median|std|p[0-9]+(\\.[0-9]+)?)_(" + join(loadgen::percentile_metric_names(), "|") + "|session_time)_ms");
+  static const std::regex turn_key("(first_turn|later_turns)_(mean|median|p[0-9]+(\\.[0-9]+)?)_(ttft|tpot|itl)_ms");
+  return std::regex_match(key, stat_key) || std::regex_match(key, turn_key);
 }
 
 bool lower_is_better(const std::string& key) {

@@ -74,6 +74,8 @@ MeasureOptions measure_options(const WorkloadSpec& w, const std::vector<double>&
   o.params.temperature = w.temperature;
   o.num_warmups = w.num_warmups;
   o.warmups = WarmupRequests::kCycle;
+  o.think_time_s = w.think_time_s;
+  o.think_time_dist = w.think_time_dist;
   o.percentiles = percentiles;
   o.percentile_metrics = loadgen::percentile_metric_names();
   o.engine = session.engine();

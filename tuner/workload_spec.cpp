@@ -33,6 +33,32 @@ double parse_rate(const Section& s, const nlohmann::ordered_json& v) {
   s.fail("request_rate", "must be a number > 0 or inf (or a list of them), got " + v.dump());
 }
 
+// `multi_turn: {history, max_turns (sharegpt), turns and prefix_len (random), think_time, think_time_dist}`: the
+// dataset as sessions (bench --multi-turn); an empty mapping takes every default.
+void parse_multi_turn(const SpecFile& f, const nlohmann::ordered_json& j, const std::string& path, WorkloadSpec& w) {
+  if (!j.is_object()) f.fail(path, "must be a mapping of multi-turn options ({} for the defaults)");
+  Section s(f, j, path);
+  auto& d = w.data;
+  d.multi_turn = true;
+  d.multi_turn_history = s.str("history", "dataset");
+  if (d.multi_turn_history != "dataset" && d.multi_turn_history != "server") s.fail("history", "must be dataset or server");
+  if (d.name == "sharegpt") {
+    d.multi_turn_max_turns = s.int_in("max_turns", 0, 0, 1'000'000);
+    if (s.has("turns") || s.has("prefix_len")) s.fail(s.has("turns") ? "turns" : "prefix_len", "applies to dataset random");
+  } else {
+    d.multi_turn_turns = s.int_in("turns", 4, 1, 1'000'000);
+    d.multi_turn_prefix_len = s.int_in("prefix_len", 0, 0, 10'000'000);
+    if (s.has("max_turns")) s.fail("max_turns", "applies to dataset sharegpt (random takes turns)");
+  }
+  w.think_time_s = s.dbl("think_time", 0.0);
+  if (!(w.think_time_s >= 0.0) || std::isinf(w.think_time_s)) s.fail("think_time", "must be a number of seconds >= 0");
+  w.think_time_dist = s.str("think_time_dist", "fixed");
+  if (w.think_time_dist != "fixed" && w.think_time_dist != "exponential") {
+    s.fail("think_time_dist", "must be fixed or exponential");
+  }
+  s.done();
+}
+
 WorkloadSpec parse_one(const SpecFile& f, const nlohmann::ordered_json& j, const std::string& path,
                        std::vector<WorkloadSpec>& out) {
   Section s(f, j, path);
@@ -52,7 +78,7 @@ WorkloadSpec parse_one(const SpecFile& f, const nlohmann::ordered_json& j, const
   const std::set<std::string> per_dataset_keys = {"dataset_path", "input_len", "output_len", "range_ratio", "range_mode",
                                                   "prefix_len", "min_len", "max_prompt_len", "max_total_len",
                                                   "disable_shuffle", "time_scale", "block_size", "num_groups",
-                                                  "system_prompt_len", "question_len"};
+                                                  "system_prompt_len", "question_len", "multi_turn"};
   std::set<std::string> allowed;
   if (d.name == "random") {
     d.random_input_len = s.int_in("input_len", 1024, 1, 10'000'000);
@@ -61,7 +87,7 @@ WorkloadSpec parse_one(const SpecFile& f, const nlohmann::ordered_json& j, const
     d.random_range_mode = s.str("range_mode", "vllm");
     if (d.random_range_mode != "vllm" && d.random_range_mode != "sglang") s.fail("range_mode", "must be vllm or sglang");
     d.random_prefix_len = s.int_in("prefix_len", 0, 0, 10'000'000);
-    allowed = {"input_len", "output_len", "range_ratio", "range_mode", "prefix_len"};
+    allowed = {"input_len", "output_len", "range_ratio", "range_mode", "prefix_len", "multi_turn"};
   } else if (d.name == "sharegpt") {
     d.path = s.str("dataset_path", "");
     if (const auto o = s.opt_int("output_len", 1)) d.sharegpt_output_len = *o;
@@ -69,7 +95,7 @@ WorkloadSpec parse_one(const SpecFile& f, const nlohmann::ordered_json& j, const
     d.sharegpt_max_prompt_len = s.int_in("max_prompt_len", 1024, 1, 10'000'000);
     d.sharegpt_max_total_len = s.int_in("max_total_len", 2048, 1, 10'000'000);
     d.disable_shuffle = s.boolean("disable_shuffle", false);
-    allowed = {"dataset_path", "output_len", "min_len", "max_prompt_len", "max_total_len", "disable_shuffle"};
+    allowed = {"dataset_path", "output_len", "min_len", "max_prompt_len", "max_total_len", "disable_shuffle", "multi_turn"};
   } else if (d.name == "trace") {
     d.path = s.str("dataset_path", "", true);
     d.trace_time_scale = s.dbl("time_scale", 1.0);
@@ -86,8 +112,9 @@ WorkloadSpec parse_one(const SpecFile& f, const nlohmann::ordered_json& j, const
   }
   for (const auto& k : per_dataset_keys) {
     if (!allowed.count(k) && s.has(k)) s.fail(k, "does not apply to dataset " + d.name);
-    s.get(k);
   }
+  if (const nlohmann::ordered_json* mt = s.get("multi_turn")) parse_multi_turn(f, *mt, s.key_path("multi_turn"), w);
+  for (const auto& k : per_dataset_keys) s.get(k);
   // As `servetune bench` (and vLLM): synthetic prompts generate their full length.
   w.ignore_eos = s.boolean("ignore_eos", d.name != "sharegpt");
   for (const char* key : {"max_concurrency", "request_rate"}) {
@@ -193,6 +220,19 @@ nlohmann::ordered_json WorkloadSpec::to_json() const {
     j["system_prompt_len"] = data.prefix_system_prompt_len;
     j["question_len"] = data.prefix_question_len;
     j["output_len"] = data.prefix_output_len;
+  }
+  if (data.multi_turn) {
+    nlohmann::ordered_json mt;
+    mt["history"] = data.multi_turn_history;
+    if (data.name == "sharegpt") {
+      mt["max_turns"] = data.multi_turn_max_turns;
+    } else {
+      mt["turns"] = data.multi_turn_turns;
+      mt["prefix_len"] = data.multi_turn_prefix_len;
+    }
+    mt["think_time"] = think_time_s;
+    mt["think_time_dist"] = think_time_dist;
+    j["multi_turn"] = mt;
   }
   j["request_rate"] = std::isinf(request_rate) ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(request_rate);
   j["burstiness"] = burstiness;

@@ -1,6 +1,7 @@
 // A small OpenAI-compatible streaming server for tests and the client benchmark: one epoll loop, HTTP/1.1
 // keep-alive, chunked SSE for /v1/completions and /v1/chat/completions. It emits max_tokens chunks of " tok"
-// (one every --itl-us) and reports usage.prompt_tokens as the prompt's whitespace-separated word count. Each event
+// (one every --itl-us, the first after --ttft-us plus --ttft-us-per-word per prompt word) and reports
+// usage.prompt_tokens as the prompt's whitespace-separated word count (chat: of all messages). Each event
 // carries a "sent-ns:" line before its data (CLOCK_MONOTONIC nanoseconds when it was written to the socket buffer,
 // see loadgen/sse_parser.h) unless --no-timestamps; the data payload is the same bytes either way.
 // A prompt starting with "mock:MODE[:K]" injects a failure after K content chunks:
@@ -10,6 +11,8 @@
 //   error_event  data: {"error": ...}             quirky       valid but unusual SSE (CRLF, comments,
 //                                                               multi-line data, id/retry fields)
 // --fail-every N answers every Nth completion request with HTTP 503 (a server failing a fraction of its requests).
+// --prefix-cache pretends to cache prompts: cached tokens are the words of the longest earlier prompt a prompt starts
+// with (usage.prompt_tokens_details.cached_tokens and vLLM's vllm:prefix_cache_* counters).
 // GET /metrics is a Prometheus exposition; with --spec-decode-tokens K it has vLLM's speculative-decoding counters
 // of a pretend speculator: each streamed request of N tokens adds N drafts of K tokens whose first token is accepted.
 #include <arpa/inet.h>
@@ -21,6 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -51,6 +55,7 @@ struct Stream {
   int64_t total = 0;
   int64_t sent = 0;
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = -1;  // with --prefix-cache
   bool include_usage = false;
   uint64_t id = 0;
   bool active = false;
@@ -78,6 +83,13 @@ struct Timer {
 
 int64_t g_itl_us = 0;
 int64_t g_ttft_us = 0;
+int64_t g_ttft_us_per_word = 0;
+// --prefix-cache: a pretend prefix cache over prompt text. A prompt's cached tokens are the words of the longest
+// earlier prompt it starts with; counted in usage.prompt_tokens_details and vLLM's prefix-cache counters.
+bool g_prefix_cache = false;
+std::vector<std::string> g_prompts_seen;
+int64_t g_prefix_queries = 0;
+int64_t g_prefix_hits = 0;  // added to the TTFT per prompt word: longer histories answer later, as prefill does
 int64_t g_spec_tokens = 0;  // --spec-decode-tokens: draft length of the pretend speculator (0: none)
 int64_t g_fail_every = 0;   // --fail-every N: every Nth completion request is answered 503 (0: none)
 int64_t g_completion_requests = 0;
@@ -231,7 +243,10 @@ bool step(Conn& c) {
                "\",\"object\":\"" + (s.chat ? "chat.completion.chunk" : "text_completion") +
                "\",\"created\":0,\"model\":\"mock\",\"choices\":[],\"usage\":{\"prompt_tokens\":" +
                std::to_string(s.prompt_tokens) + ",\"total_tokens\":" + std::to_string(s.prompt_tokens + s.total) +
-               ",\"completion_tokens\":" + std::to_string(s.total) + "}}");
+               ",\"completion_tokens\":" + std::to_string(s.total) +
+               (s.cached_tokens >= 0 ? ",\"prompt_tokens_details\":{\"cached_tokens\":" + std::to_string(s.cached_tokens) + "}"
+                                     : std::string()) +
+               "}}");
   }
   if (s.mode != Mode::kNoDone) emit(c, "data: [DONE]\n\n");
   c.out += "0\r\n\r\n";
@@ -268,6 +283,10 @@ void respond_status(Conn& c, int code, const std::string& message) {
 
 std::string metrics_text() {
   std::string t = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"mock\"} 0\n";
+  if (g_prefix_cache) {
+    t += "vllm:prefix_cache_queries_total{model_name=\"mock\"} " + std::to_string(g_prefix_queries) + "\n";
+    t += "vllm:prefix_cache_hits_total{model_name=\"mock\"} " + std::to_string(g_prefix_hits) + "\n";
+  }
   if (g_spec_tokens <= 0) return t;
   const std::string drafts = std::to_string(g_spec_drafts);
   const std::string draft_tokens = std::to_string(g_spec_drafts * g_spec_tokens);
@@ -300,8 +319,9 @@ void handle_request(Conn& c, const std::string& method, const std::string& path,
   s.id = ++g_next_id;
   std::string prompt;
   if (chat) {
-    if (j.contains("messages") && j["messages"].is_array() && !j["messages"].empty()) {
-      prompt = j["messages"][0].value("content", "");
+    // Every message counts toward the prompt (a multi-turn history); a failure mode is read from the first.
+    if (j.contains("messages") && j["messages"].is_array()) {
+      for (const auto& m : j["messages"]) prompt += (prompt.empty() ? "" : " ") + m.value("content", "");
     }
     s.total = j.value("max_completion_tokens", j.value("max_tokens", 16));
   } else {
@@ -310,6 +330,15 @@ void handle_request(Conn& c, const std::string& method, const std::string& path,
   }
   s.include_usage = j.contains("stream_options") && j["stream_options"].value("include_usage", false);
   s.prompt_tokens = word_count(prompt);
+  if (g_prefix_cache) {
+    s.cached_tokens = 0;
+    for (const std::string& p : g_prompts_seen) {
+      if (prompt.rfind(p, 0) == 0) s.cached_tokens = std::max(s.cached_tokens, word_count(p));
+    }
+    g_prompts_seen.push_back(prompt);
+    g_prefix_queries += s.prompt_tokens;
+    g_prefix_hits += s.cached_tokens;
+  }
   if (prompt.rfind("mock:", 0) == 0) {
     const std::string spec = prompt.substr(5, prompt.find_first_of(" \n") - 5);
     const std::string mode = spec.substr(0, spec.find(':'));
@@ -333,8 +362,8 @@ void handle_request(Conn& c, const std::string& method, const std::string& path,
   if (s.mode == Mode::kOk || s.mode == Mode::kQuirky) g_spec_drafts += s.total;
   c.stream = s;
   ++c.generation;
-  if (g_ttft_us > 0) {
-    g_timers.push({Clock::now() + std::chrono::microseconds(g_ttft_us), c.fd, c.generation});
+  if (const int64_t ttft = g_ttft_us + g_ttft_us_per_word * s.prompt_tokens; ttft > 0) {
+    g_timers.push({Clock::now() + std::chrono::microseconds(ttft), c.fd, c.generation});
   } else {
     on_stream_timer(c);
   }
@@ -374,6 +403,9 @@ int main(int argc, char** argv) {
     if (a == "--no-timestamps") {
       g_timestamps = false;
       --i;
+    } else if (a == "--prefix-cache") {
+      g_prefix_cache = true;
+      --i;
     } else if (i + 1 == argc) {
       std::fprintf(stderr, "mock: %s needs a value\n", a.c_str());
       return 2;
@@ -385,13 +417,16 @@ int main(int argc, char** argv) {
       g_itl_us = std::atoll(argv[i + 1]);
     } else if (a == "--ttft-us") {
       g_ttft_us = std::atoll(argv[i + 1]);
+    } else if (a == "--ttft-us-per-word") {
+      g_ttft_us_per_word = std::atoll(argv[i + 1]);
     } else if (a == "--spec-decode-tokens") {
       g_spec_tokens = std::atoll(argv[i + 1]);
     } else if (a == "--fail-every") {
       g_fail_every = std::atoll(argv[i + 1]);
     } else {
-      std::fprintf(stderr, "usage: %s [--host H] [--port P] [--itl-us N] [--ttft-us N] [--spec-decode-tokens K] "
-                   "[--fail-every N] [--no-timestamps]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--host H] [--port P] [--itl-us N] [--ttft-us N] [--ttft-us-per-word N] "
+                   "[--spec-decode-tokens K] "
+                   "[--fail-every N] [--prefix-cache] [--no-timestamps]\n", argv[0]);
       return 2;
     }
   }

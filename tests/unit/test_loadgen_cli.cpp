@@ -54,6 +54,14 @@ TEST(BenchCli, UsageErrorsExitWith2AndNameTheInput) {
   expect_usage_error(kModel + " --backend builtin --port 9000", "--port");
   expect_usage_error("-m /no/such/model.gguf", "/no/such/model.gguf");
   expect_usage_error(kModel + " --result-dir /tmp/x", "--save-result");
+  expect_usage_error(kModel + " --think-time 1", "--think-time needs --multi-turn");
+  expect_usage_error(kModel + " --multi-turn-turns 3", "--multi-turn-turns needs --multi-turn");
+  expect_usage_error(kModel + " --multi-turn --dataset-name prefix", "--multi-turn applies to");
+  expect_usage_error(kModel + " --multi-turn", "chat template");  // stories260K has none
+  const std::string chatml = " --model mock --tokenizer " + servetune::testing::data_path("tokenizer/hf/qwen2");
+  expect_usage_error(chatml + " --multi-turn --think-time-dist weibull", "--think-time-dist");
+  expect_usage_error(chatml + " --multi-turn --think-time -1", "--think-time");
+  expect_usage_error(chatml + " --multi-turn --multi-turn-history client", "--multi-turn-history");
 }
 
 TEST(BenchCli, MalformedDatasetFileIsOneClearError) {
@@ -113,6 +121,48 @@ TEST(BenchCli, HttpRunReportsTheServersSpeculativeCounters) {
   EXPECT_DOUBLE_EQ(j["spec_decode_acceptance_rate"].get<double>(), 50.0);
   EXPECT_FALSE(j.contains("engine_steps"));
   EXPECT_FALSE(j.contains("engine_config"));
+  std::filesystem::remove_all(dir);
+}
+
+// Multi-turn ShareGPT against the mock's pretend prefix cache (cached = words of the longest earlier prompt a prompt
+// starts with): conversation c's turn k says "cC asks question K", its reply "cC gives reply K" (4 words each), so
+// turn t's history has 8t + 4 words of which the previous turn's 8t - 4 are cached.
+TEST(BenchCli, MultiTurnShareGptReportsPerTurnMetricsAndTheServersCacheHitRate) {
+  const servetune::testing::MockServer server({"--prefix-cache"});
+  nlohmann::json file = nlohmann::json::array();
+  for (int c = 0; c < 2; ++c) {
+    nlohmann::json conv = nlohmann::json::array();
+    for (int k = 0; k < 3; ++k) {
+      conv.push_back({{"from", "human"}, {"value", "c" + std::to_string(c) + " asks question " + std::to_string(k)}});
+      conv.push_back({{"from", "gpt"}, {"value", "c" + std::to_string(c) + " gives reply " + std::to_string(k)}});
+    }
+    file.push_back({{"id", std::to_string(c)}, {"conversations", conv}});
+  }
+  const std::string path = servetune::testing::temp_file("cli_multi_turn.json", file.dump());
+  const auto dir = std::filesystem::temp_directory_path() / "servetune_cli_results_mt";
+  std::filesystem::remove_all(dir);
+  const Result r = run("--backend openai-chat --model mock --tokenizer " +
+                       servetune::testing::data_path("tokenizer/hf/qwen2") + " --port " + std::to_string(server.port()) +
+                       " --dataset-name sharegpt --dataset-path " + path + " --disable-shuffle --multi-turn"
+                       " --num-prompts 2 --max-concurrency 1 --think-time 0.01 --save-result --result-dir " +
+                       dir.string() + " --result-filename out.json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Multi-turn: 2 sessions of 3.00 turns on average (history: the dataset's replies)"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("---------Multi-turn Sessions (servetune)----------"), std::string::npos) << r.output;
+  std::ifstream in(dir / "out.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["completed"].get<int>(), 6);
+  EXPECT_EQ(j["num_sessions"].get<int>(), 2);
+  EXPECT_EQ(j["completed_sessions"].get<int>(), 2);
+  EXPECT_EQ(j["later_turns_completed"].get<int>(), 4);
+  EXPECT_EQ(j["mean_ttft_ms_by_turn"].size(), 3u);
+  EXPECT_TRUE(j.contains("later_turns_p99_ttft_ms"));
+  EXPECT_DOUBLE_EQ(j["first_turn_cached_fraction"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(j["later_turns_cached_fraction"].get<double>(), (4.0 + 12.0) / (12.0 + 20.0));
+  EXPECT_DOUBLE_EQ(j["prefix_cache_hit_rate"].get<double>(), 2 * 16.0 / (2 * 36.0));
+  EXPECT_NE(j["prefix_cache_hit_rate_source"].get<std::string>().find("vllm:prefix_cache_hits_total"), std::string::npos);
+  EXPECT_EQ(j["dataset_info"]["sessions"].get<int>(), 2);
   std::filesystem::remove_all(dir);
 }
 

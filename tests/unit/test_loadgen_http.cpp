@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "loadgen/http_client.h"
+#include "loadgen/session_metrics.h"
 #include "loadgen/sse_parser.h"
 #include "loadgen/stream_chunk.h"
 #include "mock_server.h"
@@ -255,6 +256,88 @@ TEST(HttpClient, NothingListeningFailsEveryRequest) {
     EXPECT_FALSE(out.success);
     EXPECT_NE(out.error.find("transport error"), std::string::npos) << out.error;
     EXPECT_EQ(out.failure, RequestFailure::kTransport);
+  }
+}
+
+}  // namespace
+}  // namespace servetune::loadgen
+
+namespace servetune::loadgen {
+namespace {
+
+// Sessions over chat: the mock counts every message's words as prompt tokens and answers max_tokens " tok" words,
+// so each turn's prompt_tokens shows whose replies its history held; its TTFT grows by a known delay per word.
+std::vector<datasets::SampleRequest> word_sessions(int count, int turns) {
+  std::vector<datasets::SampleRequest> v;
+  for (int s = 0; s < count; ++s) {
+    std::vector<ChatMessage> history;
+    for (int t = 0; t < turns; ++t) {
+      history.push_back({"user", "q w w"});
+      datasets::SampleRequest r;
+      r.messages = history;
+      r.prompt = "unused by chat";
+      r.prompt_len = 5 * t + 3;
+      r.output_len = 4;
+      r.session = s;
+      r.turn = t;
+      v.push_back(r);
+      history.push_back({"assistant", "r r"});
+    }
+  }
+  return v;
+}
+
+RunResult run_sessions(const MockServer& server, const std::vector<datasets::SampleRequest>& reqs, bool server_history,
+                       double think) {
+  HttpClientOptions o;
+  o.backend = "openai-chat";
+  o.api_url = server.url("/v1/chat/completions");
+  o.model = "mock";
+  HttpClient client(o);
+  RunSpec spec;
+  spec.sessions = true;
+  spec.max_concurrency = 1;
+  for (const auto& r : reqs) spec.requests.push_back({&r, 0.0, r.turn > 0 ? think : 0.0});
+  if (server_history) {
+    spec.render = [](datasets::SampleRequest& r) { r.prompt = "re-rendered"; };
+  }
+  return client.run(spec);
+}
+
+TEST(HttpClient, SessionsSendHistoriesInOrderAfterTheThinkTime) {
+  MockServer server({"--ttft-us", "1000", "--ttft-us-per-word", "300"});
+  const auto reqs = word_sessions(2, 3);
+  for (const bool server_history : {false, true}) {
+    SCOPED_TRACE(server_history ? "server history" : "dataset history");
+    const double think = 0.03;
+    const RunResult r = run_sessions(server, reqs, server_history, think);
+    ASSERT_EQ(r.outputs.size(), reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const RequestOutput& o = r.outputs[i];
+      ASSERT_TRUE(o.success) << o.error;
+      const int64_t t = reqs[i].turn;
+      EXPECT_EQ(o.turn, t);
+      EXPECT_EQ(o.session, reqs[i].session);
+      // u0 a0 ... ut: 3 words a question, a reply 2 words from the dataset or 4 " tok" from the server.
+      const int64_t words = 3 * (t + 1) + (server_history ? 4 : 2) * t;
+      EXPECT_EQ(o.prompt_len, words) << i;
+      EXPECT_GE(o.ttft, 1e-6 * static_cast<double>(1000 + 300 * words)) << i;
+      if (t > 0) {
+        const RequestOutput& prev = r.outputs[i - 1];
+        const double reply_end = prev.start_time + prev.latency;
+        EXPECT_GE(o.ready_time, reply_end + think - 1e-9) << i;  // the think time counts from the reply
+        EXPECT_GE(o.start_time, o.ready_time) << i;
+      }
+    }
+    // One user at a time: session 1 starts after session 0's last reply.
+    EXPECT_GE(r.outputs[3].start_time, r.outputs[2].start_time + r.outputs[2].latency);
+    const SessionMetrics s = compute_session_metrics(r.outputs, r.duration_s, {99});
+    EXPECT_EQ(s.completed_sessions, 2);
+    // Known delays: a first turn (3 words) waits >= 1.9 ms; later turns (8 and 13 words, or 10 and 17 with the
+    // server's replies) >= 4.15 / 5.05 ms on average. Lower bounds only: a loaded machine only adds.
+    EXPECT_GE(s.first_turn.ttft_ms.mean, 1.9);
+    EXPECT_GE(s.later_turns.ttft_ms.mean, server_history ? 5.05 : 4.15);
+    EXPECT_GE(s.session_time_ms.mean, 2 * think * 1000.0);
   }
 }
 

@@ -62,3 +62,63 @@ TEST(InProcessClient, RunsAPlanOnTheEngine) {
 
 }  // namespace
 }  // namespace servetune::loadgen
+
+namespace servetune::loadgen {
+namespace {
+
+// Sessions on the engine: a later turn, whose prompt extends the previous one, is sent after that reply and finds
+// its prefix in the engine's cache (usage.cached_tokens); with the cache off it finds none.
+TEST(InProcessClient, SessionTurnsFollowTheirRepliesAndHitThePrefixCache) {
+  for (const bool cache : {true, false}) {
+    SCOPED_TRACE(cache ? "prefix cache on" : "prefix cache off");
+    EngineConfig config;
+    config.model = testing::stories_path();
+    config.threads = 1;
+    config.disable_radix_cache = !cache;
+    Engine engine(config);
+    datasets::DatasetOptions d;
+    d.name = "random";
+    d.num_prompts = 6;
+    d.random_input_len = 64;
+    d.random_output_len = 4;
+    const datasets::Workload w = datasets::load_workload(d, engine.tokenizer());
+    // Two sessions of three turns; turn t's prompt is the previous turn's plus another random prompt.
+    std::vector<datasets::SampleRequest> reqs;
+    for (int s = 0; s < 2; ++s) {
+      std::string prompt;
+      for (int t = 0; t < 3; ++t) {
+        datasets::SampleRequest r = w.requests[static_cast<size_t>(3 * s + t)];
+        prompt += r.prompt;
+        r.prompt = prompt;
+        r.prompt_len = static_cast<int64_t>(engine.tokenizer().encode(prompt, true, false).size());
+        r.session = s;
+        r.turn = t;
+        reqs.push_back(r);
+      }
+    }
+    RunSpec spec;
+    spec.sessions = true;
+    spec.max_concurrency = 2;
+    spec.params.ignore_eos = true;
+    for (const auto& r : reqs) spec.requests.push_back({&r, 0.0, r.turn > 0 ? 0.01 : 0.0});
+    InProcessClient client(engine);
+    const RunResult r = client.run(spec);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const RequestOutput& o = r.outputs[i];
+      ASSERT_TRUE(o.success) << o.error;
+      EXPECT_EQ(o.session, reqs[i].session);
+      EXPECT_GE(o.cached_tokens, 0);
+      if (reqs[i].turn == 0) continue;
+      const RequestOutput& prev = r.outputs[i - 1];
+      EXPECT_GE(o.start_time, prev.start_time + prev.latency + 0.01 - 1e-9) << i;
+      if (cache) {
+        EXPECT_GT(o.cached_tokens, 0) << i;
+      } else {
+        EXPECT_EQ(o.cached_tokens, 0) << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace servetune::loadgen

@@ -45,7 +45,7 @@ TEST(ServerMetrics, DifferenceIsPerCounterAndPerPosition) {
 
 TEST(ServerMetrics, UnreachableServerGivesNothing) {
   EXPECT_FALSE(http_get("http://127.0.0.1:1/metrics", 2000).has_value());
-  EXPECT_FALSE(scrape_spec_decode("http://127.0.0.1:1/metrics", "").has_value());
+  EXPECT_FALSE(scrape_metrics("http://127.0.0.1:1/metrics", "").has_value());
 }
 
 }  // namespace

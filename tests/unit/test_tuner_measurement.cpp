@@ -1,12 +1,14 @@
 // The measurement shared by `bench` and the sweep, against a scripted client (no engine, no server): which requests
-// the warm-ups send, the measured plan (arrivals, cap, sampling fields), generated tokens counted with the tokenizer
-// when no usage came back, the first failure with its kind, and only the parts the options switch on.
+// the warm-ups send, the measured plan (arrivals, cap, sampling fields; sessions and think times), generated tokens
+// counted with the tokenizer when no usage came back, the first failure with its kind, and only the parts the
+// options switch on.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <memory>
 
+#include "servetune/error.h"
 #include "servetune/tokenizer.h"
 #include "test_paths.h"
 #include "tuner/measurement.h"
@@ -26,6 +28,8 @@ class ScriptedClient : public loadgen::Client {
       loadgen::RequestOutput o;
       o.scheduled_time = o.ready_time = o.start_time = p.scheduled_s;
       o.prompt_len = o.dataset_prompt_len = p.sample->prompt_len;
+      o.session = p.sample->session;  // as the clients' dispatcher records them
+      o.turn = p.sample->turn;
       if (p.sample->prompt.rfind("fail:", 0) == 0) {
         o.failure = loadgen::RequestFailure::kTimedOut;
         o.error = "request timed out after 1 s";
@@ -147,6 +151,49 @@ TEST(Measurement, OnlyTheAskedPartsAreMeasured) {
   EXPECT_GT(calibrated["calibration_ms"].get<double>(), 0.0);
   EXPECT_TRUE(calibrated.contains("cpu_ms_per_token"));
   EXPECT_TRUE(calibrated.contains("calibrated_cpu_per_token"));
+}
+
+// A multi-turn plan: the arrival process starts sessions (first turns get its times in order), later turns carry
+// their think times (fixed, or exponential with that mean and seeded), and the result gets the session metrics.
+TEST(Measurement, SessionsGetArrivalsPerSessionAndThinkTimes) {
+  datasets::Workload w = workload({"s0t0", "s0t1", "s0t2", "s1t0", "s1t1", "s2t0"});
+  const int64_t session[] = {0, 0, 0, 1, 1, 2}, turn[] = {0, 1, 2, 0, 1, 0};
+  for (size_t i = 0; i < w.requests.size(); ++i) {
+    w.requests[i].session = session[i];
+    w.requests[i].turn = turn[i];
+  }
+  w.sessions = true;
+  ScriptedClient client;
+  MeasureOptions o;
+  o.request_rate = 2.0;
+  o.arrival_seed = 5;
+  o.think_time_s = 0.25;
+  const auto tok = stories_tokenizer();
+  const Measurement m = measure(client, w, o, *tok);
+  const loadgen::RunSpec& plan = client.plans.back();
+  EXPECT_TRUE(plan.sessions);
+  const std::vector<double> arrivals = loadgen::arrival_times(3, 2.0, 1.0, 5);
+  EXPECT_DOUBLE_EQ(plan.requests[0].scheduled_s, arrivals[0]);
+  EXPECT_DOUBLE_EQ(plan.requests[3].scheduled_s, arrivals[1]);
+  EXPECT_DOUBLE_EQ(plan.requests[5].scheduled_s, arrivals[2]);
+  for (size_t i = 0; i < plan.requests.size(); ++i) EXPECT_DOUBLE_EQ(plan.requests[i].think_s, turn[i] > 0 ? 0.25 : 0.0);
+  ASSERT_TRUE(m.report.sessions.has_value());
+  EXPECT_EQ(m.report.sessions->sessions, 3);
+  EXPECT_EQ(m.report.sessions->later_turns.completed, 3);
+
+  const std::vector<double> a = think_times(w, 0.25, "exponential", 9);
+  EXPECT_EQ(a, think_times(w, 0.25, "exponential", 9));
+  EXPECT_NE(a, think_times(w, 0.25, "exponential", 10));
+  EXPECT_EQ(a[0], 0.0);
+  EXPECT_GT(a[1], 0.0);
+  EXPECT_NE(a[1], a[2]);
+  double sum = 0.0;
+  datasets::Workload many;
+  for (int i = 0; i < 20000; ++i) many.requests.push_back({"x", 1, 1, std::nullopt, "", 0, i == 0 ? 0 : 1, {}});
+  for (double t : think_times(many, 0.25, "exponential", 1)) sum += t;
+  EXPECT_NEAR(sum / 19999.0, 0.25, 0.01);  // the mean asked for (4 standard errors)
+  EXPECT_THROW(think_times(w, -1.0, "fixed", 0), Error);
+  EXPECT_THROW(think_times(w, 1.0, "lognormal", 0), Error);
 }
 
 }  // namespace

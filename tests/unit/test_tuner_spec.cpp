@@ -100,6 +100,43 @@ slo: {p95_tpot_ms: 50}
   EXPECT_EQ(s.percentiles, (std::vector<double>{50, 90, 95, 99}));  // p95 for the SLO
 }
 
+TEST(TunerSpec, MultiTurnWorkloadsAreSessionsWithThinkTime) {
+  const SweepSpec s = parse_spec(R"(name: t
+target: {engine: builtin, model: m.gguf}
+workloads:
+  - {name: chat, dataset: sharegpt, num_prompts: 4, multi_turn: {max_turns: 3, history: server, think_time: 0.5,
+     think_time_dist: exponential}}
+  - {name: synth, dataset: random, multi_turn: {turns: 6, prefix_len: 100}}
+  - {name: plain, dataset: random}
+objective: {workload: chat, metric: later_turns_p95_ttft_ms}
+slo: {p90_session_time_ms: 60000, first_turn_mean_ttft_ms: 5000}
+)");
+  ASSERT_EQ(s.workloads.size(), 3u);
+  EXPECT_FALSE(s.objective.maximize);
+  EXPECT_EQ(s.percentiles, (std::vector<double>{50, 90, 95, 99}));  // p95 for the objective
+  const WorkloadSpec& chat = s.workloads[0];
+  EXPECT_TRUE(chat.data.multi_turn);
+  EXPECT_EQ(chat.data.multi_turn_max_turns, 3);
+  EXPECT_EQ(chat.data.multi_turn_history, "server");
+  EXPECT_DOUBLE_EQ(chat.think_time_s, 0.5);
+  EXPECT_EQ(chat.think_time_dist, "exponential");
+  EXPECT_EQ(chat.to_json()["multi_turn"]["max_turns"], 3);
+  const WorkloadSpec& synth = s.workloads[1];
+  EXPECT_EQ(synth.data.multi_turn_turns, 6);
+  EXPECT_EQ(synth.data.multi_turn_prefix_len, 100);
+  EXPECT_EQ(synth.data.multi_turn_history, "dataset");
+  EXPECT_FALSE(s.workloads[2].data.multi_turn);
+  EXPECT_FALSE(s.workloads[2].to_json().contains("multi_turn"));
+  const std::string head = "name: t\ntarget: {engine: builtin, model: m.gguf}\nworkloads:\n  - {name: w, ";
+  expect_error(head + "dataset: prefix, multi_turn: {}}\n", {"multi_turn", "does not apply to dataset prefix"});
+  expect_error(head + "dataset: random, multi_turn: {max_turns: 2}}\n", {"multi_turn.max_turns", "sharegpt"});
+  expect_error(head + "dataset: sharegpt, multi_turn: {turns: 2}}\n", {"multi_turn.turns", "random"});
+  expect_error(head + "dataset: random, multi_turn: {history: client}}\n", {"multi_turn.history", "dataset or server"});
+  expect_error(head + "dataset: random, multi_turn: {think_time_dist: weibull}}\n", {"multi_turn.think_time_dist"});
+  expect_error(head + "dataset: random, multi_turn: {thinktime: 1}}\n", {"multi_turn.thinktime", "unknown key"});
+  expect_error(head + "dataset: random, multi_turn: 3}\n", {"multi_turn", "mapping"});
+}
+
 // Every summary a tuner run records (one per --percentile-metrics name) can carry an SLO.
 TEST(TunerSpec, SloMayNameEveryRecordedSummary) {
   for (const char* name : {"ttft", "e2el", "client_lag", "client_send_lag", "client_queue_time",

@@ -263,6 +263,10 @@ TEST(TunerSweep, CommittedConfigsDryRun) {
     r = dry(c);
     EXPECT_EQ(r.code, 0) << c << "\n" << r.output;
   }
+  // The quickstart's multi-turn workload reproduces as bench flags.
+  r = dry("quickstart.yaml");
+  EXPECT_NE(r.output.find("--sharegpt-output-len 16 --multi-turn --multi-turn-max-turns 3 --max-concurrency 4"),
+            std::string::npos) << r.output;
   // The study on the built-in engine: TP 2 against DP attention 2, the mixed combinations skipped by the constraint.
   for (const char* c : {"deepseek-r1-builtin.yaml", "qwen3-moe-builtin.yaml"}) {
     r = dry(c);

@@ -1,0 +1,82 @@
+// Synthetic sessions (--dataset-name random --multi-turn), the shape of vLLM's multi-turn benchmark
+// (benchmarks/multi_turn generate_conversations): multi_turn_turns user messages a session, each of
+// --random-input-len tokens and each reply of --random-output-len tokens, drawn per turn from the random dataset's
+// range-ratio interval; the first user message starts with the prefix all sessions share (--random-prefix-len,
+// vLLM's common_prefix_num_tokens), then the session's own prefix (--multi-turn-prefix-len, vLLM's
+// prefix_num_tokens). Differences from vLLM: turns count user messages (vLLM's num_turns counts both roles) and
+// both prefixes come on top of the first message's input length. All text is token-stable random ids; the
+// dataset's replies fill the history in the "dataset" mode.
+#include <algorithm>
+#include <cmath>
+
+#include "datasets/sessions.h"
+#include "datasets/token_prompt.h"
+#include "servetune/error.h"
+
+namespace servetune::datasets {
+namespace {
+
+std::string random_text(const Tokenizer& tokenizer, int64_t len, const std::vector<int32_t>& allowed, Rng& rng) {
+  if (len <= 0) return "";
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < len; ++i) ids.push_back(allowed[rng.below(allowed.size())]);
+  return make_stable_prompt(tokenizer, std::move(ids), static_cast<size_t>(len), allowed, rng).text;
+}
+
+// Uniform in the random dataset's vLLM-mode interval [floor(L(1-r)), ceil(L(1+r))], at least 1.
+int64_t draw_len(int64_t len, double r, Rng& rng) {
+  const auto lo = static_cast<int64_t>(std::floor(static_cast<double>(len) * (1.0 - r)));
+  const auto hi = static_cast<int64_t>(std::ceil(static_cast<double>(len) * (1.0 + r)));
+  return std::max<int64_t>(rng.uniform_int(lo, hi), 1);
+}
+
+}  // namespace
+
+Workload sample_random_sessions(const DatasetOptions& o, const Tokenizer& tokenizer) {
+  if (!o.path.empty()) throw_usage("--dataset-name random takes no --dataset-path (" + o.path + ")");
+  check_session_options(o, tokenizer);
+  if (o.random_range_mode != "vllm") throw_usage("--multi-turn with --dataset-name random takes --random-range-mode vllm");
+  if (!(o.random_range_ratio >= 0.0 && o.random_range_ratio < 1.0)) throw_usage("--random-range-ratio must be in [0, 1)");
+  if (o.random_input_len < 1) throw_usage("--random-input-len must be >= 1");
+  if (o.random_output_len < 1) throw_usage("--random-output-len must be >= 1");
+  if (o.random_prefix_len < 0) throw_usage("--random-prefix-len must be >= 0");
+  if (o.multi_turn_turns < 1) throw_usage("--multi-turn-turns must be >= 1");
+  if (o.multi_turn_prefix_len < 0) throw_usage("--multi-turn-prefix-len must be >= 0");
+  if (o.multi_turn_max_turns != 0) throw_usage("--multi-turn-max-turns applies to sharegpt; use --multi-turn-turns");
+  const std::vector<int32_t> allowed = allowed_token_ids(tokenizer);
+  if (allowed.empty()) throw_usage(tokenizer.source() + ": the vocabulary has no non-special tokens");
+
+  Rng rng(o.seed);
+  // "\n" ends each part so that joining texts does not merge tokens across the join.
+  const std::string common = o.random_prefix_len > 0 ? random_text(tokenizer, o.random_prefix_len, allowed, rng) + "\n" : "";
+  Workload w;
+  w.dataset_name = "random";
+  for (int64_t s = 0; s < o.num_prompts; ++s) {
+    const std::string own = o.multi_turn_prefix_len > 0 ? random_text(tokenizer, o.multi_turn_prefix_len, allowed, rng) + "\n" : "";
+    std::vector<ChatMessage> history;
+    for (int64_t t = 0; t < o.multi_turn_turns; ++t) {
+      const int64_t in_len = draw_len(o.random_input_len, o.random_range_ratio, rng);
+      const int64_t out_len = draw_len(o.random_output_len, o.random_range_ratio, rng);
+      history.push_back({"user", (t == 0 ? common + own : "") + random_text(tokenizer, in_len, allowed, rng)});
+      SampleRequest r;
+      r.messages = history;
+      render_turn(tokenizer, r);
+      r.output_len = out_len;
+      r.session = s;
+      r.turn = t;
+      r.id = std::to_string(w.requests.size());
+      w.requests.push_back(std::move(r));
+      history.push_back({"assistant", random_text(tokenizer, out_len, allowed, rng)});
+    }
+  }
+  w.info = {{"turns_per_session", o.multi_turn_turns},
+            {"input_len_per_turn", o.random_input_len},
+            {"output_len_per_turn", o.random_output_len},
+            {"range_ratio", o.random_range_ratio},
+            {"common_prefix_len", o.random_prefix_len},
+            {"session_prefix_len", o.multi_turn_prefix_len}};
+  finish_sessions(w, o, tokenizer);
+  return w;
+}
+
+}  // namespace servetune::datasets
