@@ -7,16 +7,6 @@
 #include "servetune/tokenizer.h"
 
 namespace servetune::datasets {
-namespace {
-
-std::string random_text(const Tokenizer& tokenizer, int64_t len, const std::vector<int32_t>& allowed, Rng& rng) {
-  std::vector<int32_t> ids;
-  for (int64_t i = 0; i < len; ++i) ids.push_back(allowed[rng.below(allowed.size())]);
-  return make_stable_prompt(tokenizer, std::move(ids), static_cast<size_t>(len), allowed, rng).text;
-}
-
-}  // namespace
-
 Workload sample_prefix(const DatasetOptions& o, const Tokenizer& tokenizer) {
   if (!o.path.empty()) throw_usage("--dataset-name prefix takes no --dataset-path (" + o.path + ")");
   if (o.prefix_num_groups < 1) throw_usage("--prefix-num-groups must be >= 1");
@@ -27,14 +17,14 @@ Workload sample_prefix(const DatasetOptions& o, const Tokenizer& tokenizer) {
   Rng rng(o.seed);
   std::vector<std::string> systems;
   for (int64_t g = 0; g < o.prefix_num_groups; ++g) {
-    systems.push_back(random_text(tokenizer, o.prefix_system_prompt_len, allowed, rng));
+    systems.push_back(random_stable_text(tokenizer, o.prefix_system_prompt_len, allowed, rng));
   }
   Workload w;
   w.dataset_name = "prefix";
   for (int64_t i = 0; i < o.num_prompts; ++i) {
     SampleRequest r;
     r.prompt = systems[static_cast<size_t>(i % o.prefix_num_groups)] + "\n\n" +
-               random_text(tokenizer, o.prefix_question_len, allowed, rng);
+               random_stable_text(tokenizer, o.prefix_question_len, allowed, rng);
     r.prompt_len = static_cast<int64_t>(tokenizer.encode(r.prompt, true, false).size());
     r.output_len = o.prefix_output_len;
     w.requests.push_back(std::move(r));

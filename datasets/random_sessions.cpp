@@ -16,13 +16,6 @@
 namespace servetune::datasets {
 namespace {
 
-std::string random_text(const Tokenizer& tokenizer, int64_t len, const std::vector<int32_t>& allowed, Rng& rng) {
-  if (len <= 0) return "";
-  std::vector<int32_t> ids;
-  for (int64_t i = 0; i < len; ++i) ids.push_back(allowed[rng.below(allowed.size())]);
-  return make_stable_prompt(tokenizer, std::move(ids), static_cast<size_t>(len), allowed, rng).text;
-}
-
 // Uniform in the random dataset's vLLM-mode interval [floor(L(1-r)), ceil(L(1+r))], at least 1.
 int64_t draw_len(int64_t len, double r, Rng& rng) {
   const auto lo = static_cast<int64_t>(std::floor(static_cast<double>(len) * (1.0 - r)));
@@ -48,16 +41,16 @@ Workload sample_random_sessions(const DatasetOptions& o, const Tokenizer& tokeni
 
   Rng rng(o.seed);
   // "\n" ends each part so that joining texts does not merge tokens across the join.
-  const std::string common = o.random_prefix_len > 0 ? random_text(tokenizer, o.random_prefix_len, allowed, rng) + "\n" : "";
+  const std::string common = o.random_prefix_len > 0 ? random_stable_text(tokenizer, o.random_prefix_len, allowed, rng) + "\n" : "";
   Workload w;
   w.dataset_name = "random";
   for (int64_t s = 0; s < o.num_prompts; ++s) {
-    const std::string own = o.multi_turn_prefix_len > 0 ? random_text(tokenizer, o.multi_turn_prefix_len, allowed, rng) + "\n" : "";
+    const std::string own = o.multi_turn_prefix_len > 0 ? random_stable_text(tokenizer, o.multi_turn_prefix_len, allowed, rng) + "\n" : "";
     std::vector<ChatMessage> history;
     for (int64_t t = 0; t < o.multi_turn_turns; ++t) {
       const int64_t in_len = draw_len(o.random_input_len, o.random_range_ratio, rng);
       const int64_t out_len = draw_len(o.random_output_len, o.random_range_ratio, rng);
-      history.push_back({"user", (t == 0 ? common + own : "") + random_text(tokenizer, in_len, allowed, rng)});
+      history.push_back({"user", (t == 0 ? common + own : "") + random_stable_text(tokenizer, in_len, allowed, rng)});
       SampleRequest r;
       r.messages = history;
       render_turn(tokenizer, r);
@@ -66,7 +59,7 @@ Workload sample_random_sessions(const DatasetOptions& o, const Tokenizer& tokeni
       r.turn = t;
       r.id = std::to_string(w.requests.size());
       w.requests.push_back(std::move(r));
-      history.push_back({"assistant", random_text(tokenizer, out_len, allowed, rng)});
+      history.push_back({"assistant", random_stable_text(tokenizer, out_len, allowed, rng)});
     }
   }
   w.info = {{"turns_per_session", o.multi_turn_turns},

@@ -124,4 +124,11 @@ StablePrompt make_stable_prompt(const Tokenizer& tokenizer, std::vector<int32_t>
   return p;
 }
 
+std::string random_stable_text(const Tokenizer& tokenizer, int64_t len, const std::vector<int32_t>& allowed, Rng& rng) {
+  if (len <= 0) return "";
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < len; ++i) ids.push_back(allowed[rng.below(allowed.size())]);
+  return make_stable_prompt(tokenizer, std::move(ids), static_cast<size_t>(len), allowed, rng).text;
+}
+
 }  // namespace servetune::datasets

@@ -37,4 +37,7 @@ struct StablePrompt {
 StablePrompt make_stable_prompt(const Tokenizer& tokenizer, std::vector<int32_t> ids, size_t target_len,
                                 const std::vector<int32_t>& allowed, Rng& rng, int max_rounds = 10);
 
+// `len` random tokens drawn from `allowed` made into stable text (make_stable_prompt); "" for len <= 0.
+std::string random_stable_text(const Tokenizer& tokenizer, int64_t len, const std::vector<int32_t>& allowed, Rng& rng);
+
 }  // namespace servetune::datasets

@@ -42,7 +42,9 @@ std::optional<std::string> label_value(std::string_view labels, std::string_view
 
 }  // namespace
 
-std::optional<std::string> http_get(const std::string& url, long timeout_ms, const std::string& api_key) {
+namespace {
+
+std::optional<std::string> http_call(const std::string& url, long timeout_ms, const std::string& api_key, bool post) {
   CURL* h = curl_easy_init();
   if (h == nullptr) return std::nullopt;
   std::string body;
@@ -54,6 +56,7 @@ std::optional<std::string> http_get(const std::string& url, long timeout_ms, con
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, append_body);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+  if (post) curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
   long code = 0;
   const bool ok = curl_easy_perform(h) == CURLE_OK && curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK &&
                   code == 200;
@@ -61,6 +64,16 @@ std::optional<std::string> http_get(const std::string& url, long timeout_ms, con
   curl_easy_cleanup(h);
   if (!ok) return std::nullopt;
   return body;
+}
+
+}  // namespace
+
+std::optional<std::string> http_get(const std::string& url, long timeout_ms, const std::string& api_key) {
+  return http_call(url, timeout_ms, api_key, false);
+}
+
+std::optional<std::string> http_post(const std::string& url, long timeout_ms, const std::string& api_key) {
+  return http_call(url, timeout_ms, api_key, true);
 }
 
 namespace {

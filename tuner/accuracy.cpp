@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 
 fs::path accuracy_dir(const std::string& run_dir) { return fs::path(run_dir) / "accuracy"; }
 
-loadgen::PerplexityResult run(Engine& engine, const AccuracySpec& a, const std::string& save, const std::string& base) {
+loadgen::PerplexityResult score_text(Engine& engine, const AccuracySpec& a, const std::string& save, const std::string& base) {
   const std::string text = loadgen::perplexity_text(a.dataset, a.num_texts, a.seed, engine.tokenizer());
   loadgen::PerplexityOptions o;
   o.ctx = a.ctx;
@@ -38,7 +38,7 @@ double ensure_accuracy_baseline(const SweepSpec& spec, const SearchSpace& space,
   fs::create_directories(dir);
   const Candidate baseline = space.baseline();
   Engine engine(space.engine_config(baseline));
-  const auto r = run(engine, *spec.accuracy, (dir / "baseline.logprobs").string(), "");
+  const auto r = score_text(engine, *spec.accuracy, (dir / "baseline.logprobs").string(), "");
   nlohmann::ordered_json j;
   j["candidate"] = baseline.label;
   j["settings"] = space.full_settings(baseline);
@@ -50,7 +50,7 @@ double ensure_accuracy_baseline(const SweepSpec& spec, const SearchSpace& space,
 }
 
 nlohmann::ordered_json measure_accuracy(Engine& engine, const SweepSpec& spec, const std::string& run_dir, double baseline_ppl) {
-  const auto r = run(engine, *spec.accuracy, "", (accuracy_dir(run_dir) / "baseline.logprobs").string());
+  const auto r = score_text(engine, *spec.accuracy, "", (accuracy_dir(run_dir) / "baseline.logprobs").string());
   nlohmann::ordered_json m;
   m["perplexity"] = r.ppl;
   m["perplexity_increase"] = (r.ppl - baseline_ppl) / baseline_ppl;

@@ -71,6 +71,9 @@ class Session {
   virtual std::string api_key() const { return ""; }
   // The server log, relative to the run folder; "" when there is none.
   virtual std::string log() const { return ""; }
+  // Empties the prefix cache (the built-in engine's, or through the server's flush_cache path); false when the
+  // server has none configured. Throws LaunchFailure when the server refuses it.
+  virtual bool flush_cache() { return false; }
 };
 
 class Launcher {

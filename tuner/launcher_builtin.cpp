@@ -15,6 +15,10 @@ class BuiltinSession : public Session {
   ~BuiltinSession() override { engine_->shutdown(); }
   loadgen::Client& client() override { return client_; }
   Engine* engine() override { return engine_.get(); }
+  bool flush_cache() override {
+    engine_->flush_prefix_cache();
+    return true;
+  }
 
  private:
   std::unique_ptr<Engine> engine_;

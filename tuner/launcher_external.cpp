@@ -131,6 +131,7 @@ class ExternalSession : public Session {
     if (const char* k = std::getenv("OPENAI_API_KEY")) h.api_key = k;
     api_key_ = h.api_key;
     metrics_url_ = base + "/metrics";
+    if (!server.flush_cache.empty()) flush_url_ = base + server.flush_cache;
     h.request_timeout_s = server.request_timeout_s;
     client_ = std::make_unique<loadgen::HttpClient>(h);
     monitor_ = std::make_unique<HealthMonitor>(health_url_);
@@ -147,6 +148,14 @@ class ExternalSession : public Session {
   std::string metrics_url() const override { return metrics_url_; }
   std::string api_key() const override { return api_key_; }
   std::string log() const override { return log_rel_; }
+  bool flush_cache() override {
+    if (flush_url_.empty()) return false;
+    if (!loadgen::http_post(flush_url_, 60'000, api_key_)) {
+      throw LaunchFailure(TrialFailure::kRequestsFailed, "the prefix-cache flush (POST " + flush_url_ +
+                                                             ", the server's flush_cache) did not answer 200");
+    }
+    return true;
+  }
 
   void check_alive(double grace_s) override {
     auto st = process_->poll();
@@ -206,6 +215,7 @@ class ExternalSession : public Session {
   std::string log_rel_;
   std::string health_url_;
   std::string metrics_url_;
+  std::string flush_url_;  // "" without the server's flush_cache path
   std::string api_key_;
   LaunchRegistration registration_;
   std::unique_ptr<ServerProcess> process_;

@@ -71,6 +71,10 @@ ServerSpec parse_server(const SpecFile& f, Section& s, const std::string& path, 
   server.command = s.str("command", "", true);
   server.health = s.str("health", "/health");
   if (server.health.empty() || server.health[0] != '/') s.fail("health", "must be a path starting with '/'");
+  server.flush_cache = s.str("flush_cache", "");
+  if (!server.flush_cache.empty() && server.flush_cache[0] != '/') {
+    s.fail("flush_cache", "must be a path starting with '/' (SGLang: /flush_cache; vLLM: /reset_prefix_cache)");
+  }
   server.backend = s.str("backend", "openai");
   if (!loadgen::is_http_backend(server.backend)) {
     std::string known;

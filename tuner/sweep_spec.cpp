@@ -56,6 +56,7 @@ void parse_target(const SpecFile& f, SweepSpec& spec) {
   if (auto d = t.opt_int("devices", 1)) target.devices = *d;
   if (auto e = t.opt_int("num_experts", 1)) target.num_experts = *e;
   target.max_failed_fraction = t.dbl("max_failed_fraction", 0.01);
+  target.flush_prefix_cache = t.boolean("flush_prefix_cache", true);
   if (!(target.max_failed_fraction >= 0.0 && target.max_failed_fraction <= 1.0)) {
     t.fail("max_failed_fraction", "must be between 0 and 1 (the fraction of a run's requests allowed to fail)");
   }

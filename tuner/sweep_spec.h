@@ -54,6 +54,9 @@ struct ServerSpec {
   std::string version;  // informational
   std::string command;  // shell command with {model} {port} {host} {flags}
   std::string health = "/health";
+  // POSTed before each measured run when target.flush_prefix_cache (SGLang /flush_cache, vLLM /reset_prefix_cache, which
+  // needs VLLM_SERVER_DEV_MODE=1); "": the server's prefix cache stays warm between runs.
+  std::string flush_cache;
   std::string backend = "openai";  // load-generator backend
   std::string endpoint;            // default: the backend's
   std::string served_model_name;   // default: target.model
@@ -76,6 +79,9 @@ struct TargetSpec {
   std::string tokenizer;                      // .gguf or HF directory for the datasets
   double trial_timeout_s = 0.0;               // builtin: wall-clock limit of one candidate's trial (0: none)
   double max_failed_fraction = 0.01;          // a run with more failed requests than this fails the trial
+  // Empty the prefix cache before each measured run, after its warm-up, so no run (or load level) starts with the
+  // previous one's prompts cached: the built-in engine always, an external server when its flush_cache path is set.
+  bool flush_prefix_cache = true;
   // validity rules (both kinds)
   std::optional<int64_t> devices;             // tp_size * dp_size must not exceed it
   std::optional<int64_t> num_experts;         // ep_size must divide it

@@ -315,6 +315,8 @@ Measurement TrialRunner::run_once(const WorkloadSpec& level, const WorkloadSpec&
   const MeasureOptions options = measure_options(for_repeat(level, r), spec_.percentiles, session);
   const datasets::Workload& data = workload(for_repeat(prompts, r));
   warm_up(session.client(), data, options);
+  // The warm-up sent these prompts, and an earlier run or level the same ones: the measured run starts cold.
+  if (spec_.target.flush_prefix_cache) session.flush_cache();
   Measurement m = measure(session.client(), data, options, tokenizer_);
   session.check_alive(m.metrics.failed > 0 ? 3.0 : 0.0);
   nlohmann::ordered_json per_request;

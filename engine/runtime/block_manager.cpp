@@ -195,6 +195,24 @@ void BlockManager::release(Sequence& seq) {
   seq.num_computed = 0;
 }
 
+int64_t BlockManager::flush_cached() {
+  int64_t flushed = 0;
+  for (int32_t b = free_head_; b >= 0; b = blocks_[static_cast<size_t>(b)].next) {
+    Block& blk = blocks_[static_cast<size_t>(b)];
+    if (!blk.hashed) continue;
+    auto [lo, hi] = by_hash_.equal_range(blk.hash);
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second == b) {
+        by_hash_.erase(it);
+        break;
+      }
+    }
+    blk.hashed = false;
+    ++flushed;
+  }
+  return flushed;
+}
+
 bool BlockManager::check_invariants() const {
   int64_t queued = 0;
   for (int32_t b = free_head_; b >= 0; b = blocks_[static_cast<size_t>(b)].next) {

@@ -41,6 +41,9 @@ class BlockManager {
   void commit(Sequence& seq);
   // Releases every block of seq (finished, aborted or preempted) and resets its cache state.
   void release(Sequence& seq);
+  // Forgets the cached content of every free block (SGLang's /flush_cache, vLLM's reset_prefix_cache): later
+  // requests find no prefix there. Blocks that running sequences hold stay shared. Returns the blocks forgotten.
+  int64_t flush_cached();
 
   // Statistics: prefix-cache hits over lookups, in tokens.
   int64_t prefix_query_tokens() const { return query_tokens_; }

@@ -159,6 +159,11 @@ std::shared_ptr<RequestStream> Engine::submit(Request request, std::function<voi
 }
 bool Engine::abort(uint64_t id) { return impl_->abort(id); }
 EngineStats Engine::stats() const { return impl_->stats(); }
+int64_t Engine::flush_prefix_cache() {
+  int64_t flushed = 0;
+  for (const auto& r : impl_->replicas_) flushed += r->flush_prefix_cache();
+  return flushed;
+}
 std::vector<std::vector<int64_t>> Engine::expert_distribution() const { return impl_->expert_distribution(); }
 const EngineConfig& Engine::config() const { return impl_->config_; }
 const ModelConfig& Engine::model_config() const { return impl_->replicas_.front()->model_config(); }

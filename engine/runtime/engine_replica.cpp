@@ -170,6 +170,7 @@ std::shared_ptr<RequestStream> EngineReplica::enqueue(uint64_t id, PreparedReque
   return impl_->enqueue(id, std::move(request), std::move(notify));
 }
 bool EngineReplica::abort(uint64_t id) { return impl_->loop_->abort(id); }
+int64_t EngineReplica::flush_prefix_cache() { return impl_->loop_->flush_prefix_cache(); }
 EngineStats EngineReplica::stats() const { return impl_->loop_->stats(); }
 std::vector<std::vector<int64_t>> EngineReplica::expert_distribution() const { return impl_->ranks_->expert_distribution(); }
 int64_t EngineReplica::num_live() const { return impl_->loop_->num_live(); }

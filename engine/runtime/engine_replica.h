@@ -41,6 +41,7 @@ class EngineReplica {
   // Queues it under the id the front chose (unique across replicas); throws Error(kUsage) after shutdown.
   std::shared_ptr<RequestStream> enqueue(uint64_t id, PreparedRequest request, std::function<void()> notify);
   bool abort(uint64_t id);  // false when this replica does not hold the request (any more)
+  int64_t flush_prefix_cache();
   EngineStats stats() const;
   std::vector<std::vector<int64_t>> expert_distribution() const;  // rank 0's counters (Model::expert_distribution)
   int64_t num_live() const;  // requests submitted here and not finished yet (queued ones included)

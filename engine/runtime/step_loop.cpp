@@ -39,6 +39,15 @@ bool StepLoop::abort(uint64_t id) {
   return true;
 }
 
+int64_t StepLoop::flush_prefix_cache() {
+  std::unique_lock lock(mutex_);
+  if (stopping_) return 0;
+  const uint64_t ticket = ++flushes_asked_;
+  cv_.notify_one();
+  flushed_cv_.wait(lock, [&] { return flushes_done_ >= ticket || stopping_; });
+  return flushes_done_ >= ticket ? flushed_blocks_ : 0;
+}
+
 int64_t StepLoop::num_live() const {
   std::lock_guard lock(mutex_);
   return static_cast<int64_t>(live_ids_.size());
@@ -54,6 +63,7 @@ void StepLoop::shutdown() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
     cv_.notify_one();
+    flushed_cv_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
 }
@@ -67,7 +77,8 @@ void StepLoop::loop() {
     {
       std::unique_lock lock(mutex_);
       const auto ready = [&] {
-        return stopping_ || !pending_.empty() || !aborts_.empty() || parts_.scheduler->has_work();
+        return stopping_ || !pending_.empty() || !aborts_.empty() || flushes_asked_ > flushes_done_ ||
+               parts_.scheduler->has_work();
       };
       if (replicas) {
         // Every replica joins every step; an idle one looks for work at this interval meanwhile.
@@ -82,6 +93,11 @@ void StepLoop::loop() {
       incoming.swap(pending_);
       aborts.swap(aborts_);
       stopping = stopping_;
+      if (flushes_asked_ > flushes_done_) {  // between steps: no sequence is being scheduled
+        flushed_blocks_ = parts_.blocks->flush_cached();
+        flushes_done_ = flushes_asked_;
+        flushed_cv_.notify_all();
+      }
     }
     for (auto& st : incoming) {
       Sequence* seq = &st->seq;

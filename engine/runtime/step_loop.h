@@ -53,6 +53,9 @@ class StepLoop {
   // Thread-safe. enqueue throws Error(kUsage) after shutdown; abort is false when the request is not here (any more).
   void enqueue(std::unique_ptr<RequestState> state);
   bool abort(uint64_t id);
+  // Forgets the prefix cache's free blocks on the engine thread, between steps; returns the blocks forgotten once
+  // done (0 after shutdown).
+  int64_t flush_prefix_cache();
   int64_t num_live() const;  // requests enqueued and not finished yet (queued ones included)
   EngineStats stats() const;
   // Stops accepting requests, aborts the ones in flight (their final events delivered), joins the thread.
@@ -87,6 +90,9 @@ class StepLoop {
   std::condition_variable cv_;
   std::vector<std::unique_ptr<RequestState>> pending_;
   std::vector<uint64_t> aborts_;
+  uint64_t flushes_asked_ = 0, flushes_done_ = 0;  // flush_prefix_cache requests and completions
+  int64_t flushed_blocks_ = 0;                     // by the last completed flush
+  std::condition_variable flushed_cv_;
   std::unordered_set<uint64_t> live_ids_;
   bool stopping_ = false;
   std::thread thread_;

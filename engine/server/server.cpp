@@ -45,7 +45,8 @@ std::string default_model_name(const std::string& model_path) {
 }
 
 bool needs_auth(const std::string& path) {
-  return path.rfind("/v1/", 0) == 0 || path == "/v1" || path == "/tokenize" || path == "/detokenize";
+  return path.rfind("/v1/", 0) == 0 || path == "/v1" || path == "/tokenize" || path == "/detokenize" || path == "/flush_cache" ||
+         path == "/reset_prefix_cache";
 }
 
 // The reply for the exception being handled: an ApiError as it is, an engine Error mapped to its status, anything
@@ -149,6 +150,15 @@ class Server::Impl : public HttpApp {
       const bool encode = path == "/tokenize";
       offload(ex, [this, encode, body = std::move(req.body), ex] {
         auto r = std::make_shared<HttpResponse>(encode ? tokenize(body) : detokenize(body));
+        return std::function<void()>([r, ex] { ex->reply(std::move(*r)); });
+      });
+    } else if (path == "/flush_cache" || path == "/reset_prefix_cache") {
+      // SGLang's and vLLM's names: forget the prefix cache (benchmarks call it between runs). SGLang takes GET too.
+      if (!(path == "/flush_cache" && req.method == "GET") && !method_is("POST")) return;
+      offload(ex, [this, ex] {
+        nlohmann::json j;
+        j["flushed_blocks"] = engine_.flush_prefix_cache();
+        auto r = std::make_shared<HttpResponse>(json_response(j.dump()));
         return std::function<void()>([r, ex] { ex->reply(std::move(*r)); });
       });
     } else {

@@ -12,7 +12,8 @@
 //                                                               multi-line data, id/retry fields)
 // --fail-every N answers every Nth completion request with HTTP 503 (a server failing a fraction of its requests).
 // --prefix-cache pretends to cache prompts: cached tokens are the words of the longest earlier prompt a prompt starts
-// with (usage.prompt_tokens_details.cached_tokens and vLLM's vllm:prefix_cache_* counters).
+// with (usage.prompt_tokens_details.cached_tokens and vLLM's vllm:prefix_cache_* counters); POST /flush_cache (SGLang's
+// name) forgets them.
 // GET /metrics is a Prometheus exposition; with --spec-decode-tokens K it has vLLM's speculative-decoding counters
 // of a pretend speculator: each streamed request of N tokens adds N drafts of K tokens whose first token is accepted.
 #include <arpa/inet.h>
@@ -307,6 +308,13 @@ void handle_request(Conn& c, const std::string& method, const std::string& path,
         models ? R"({"object":"list","data":[{"id":"mock","object":"model","root":"mock"}]})" : metrics_text();
     c.out += std::string("HTTP/1.1 200 OK\r\nContent-Type: ") + (models ? "application/json" : "text/plain") +
              "\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
+    return;
+  }
+  if (method == "POST" && path == "/flush_cache") {  // SGLang's: the pretend prefix cache forgets every prompt
+    g_prompts_seen.clear();
+    std::printf("flushed the prefix cache\n");  // to its log: tests count the flushes
+    std::fflush(stdout);
+    c.out += "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 14\r\n\r\nCache flushed.";
     return;
   }
   const bool chat = path == "/v1/chat/completions";

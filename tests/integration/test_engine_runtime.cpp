@@ -232,6 +232,33 @@ TEST(EngineRuntime, AbortEndsTheStreamAndFreesBlocks) {
   EXPECT_EQ(s.requests_aborted, 1);
 }
 
+// flush_prefix_cache: a repeated prompt hits the cache, and after a flush it is computed again.
+TEST(EngineRuntime, FlushPrefixCacheMakesTheNextRequestCold) {
+  Engine engine(base_config(testing::stories_path()));
+  const auto prompt = engine.tokenizer().encode("Once upon a time, there was a little girl named Lily. She liked to play", true);
+  const auto cached = [&] {
+    Request r;
+    r.prompt_ids = prompt;
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = 2;
+    auto stream = engine.submit(r);
+    int64_t tokens = -1;
+    while (auto e = stream->next()) {
+      if (e->finish != FinishReason::kNone) {
+        tokens = e->usage.cached_tokens;
+        break;
+      }
+    }
+    return tokens;
+  };
+  EXPECT_EQ(cached(), 0);
+  EXPECT_GT(cached(), 0);
+  EXPECT_GT(engine.flush_prefix_cache(), 0);
+  EXPECT_EQ(cached(), 0);
+  engine.shutdown();
+  EXPECT_EQ(engine.flush_prefix_cache(), 0);  // after shutdown: nothing to flush, no hang
+}
+
 TEST(EngineRuntime, FreshEngineReportsItsKvCapacity) {
   // Before any request has run a step: /metrics and the server's startup line read these.
   EngineConfig c = base_config(testing::stories_path());

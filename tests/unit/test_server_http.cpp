@@ -243,6 +243,29 @@ TEST_F(ServerHttp, RoutesAndErrorStatuses) {
   EXPECT_NE(r.body.find("servetune:http_responses_total{model_name=\"stories260K.gguf\",status=\"404\"}"), std::string::npos);
 }
 
+// SGLang's /flush_cache (GET or POST) and vLLM's /reset_prefix_cache (POST): a repeated prompt's cached blocks are
+// forgotten, so its next request computes the whole prompt again.
+TEST_F(ServerHttp, FlushCacheEndpointsForgetThePrefixCache) {
+  start();
+  const std::string body = R"({"prompt":"Once upon a time, there was a little girl named Lily. She liked to play outside","max_tokens":2})";
+  const auto cached = [&] {
+    const Response r = request(post("/v1/completions", body));
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+  };
+  cached();
+  EXPECT_GT(cached(), 0);
+  Response r = request(post("/flush_cache", ""));
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_GT(json::parse(r.body)["flushed_blocks"].get<int64_t>(), 0);
+  EXPECT_EQ(cached(), 0);
+  EXPECT_EQ(request(get("/flush_cache")).status, 200);
+  EXPECT_EQ(request(post("/reset_prefix_cache", "")).status, 200);
+  r = request(get("/reset_prefix_cache"));
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.headers["allow"], "POST");
+}
+
 TEST_F(ServerHttp, KeepAlivePipeliningAndChunkedBodies) {
   start();
   RawClient c(port_);

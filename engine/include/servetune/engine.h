@@ -139,6 +139,10 @@ class Engine {
   // Aborts a request; its stream ends with FinishReason::kAbort and its KV blocks are freed within one step.
   // False when the id is unknown or the request already finished.
   bool abort(uint64_t id);
+  // Forgets the prefix cache (SGLang's /flush_cache, vLLM's /reset_prefix_cache): every cached block no running
+  // request holds; returns once every replica has done so (between two of its steps), with the blocks forgotten.
+  // A benchmark calls it between runs so one run's prompts do not warm the next one's cache.
+  int64_t flush_prefix_cache();
   EngineStats stats() const;
   // Mixture-of-experts models: assignments per MoE layer (in layer order) and routed expert since the start, over
   // every replica — what init_expert_location's "logical_count" takes. Empty for a dense model. Thread-safe.

@@ -95,6 +95,33 @@ std::map<std::string, nlohmann::json> markers(const fs::path& run) {
   return out;
 }
 
+// With the server's flush_cache path the tuner POSTs it before every measured run (the mock logs each flush; its
+// effect on a cache is TunerSweep.EachRunStartsWithAnEmptyPrefixCache's); flush_prefix_cache: false sends none; a
+// path the server does not serve fails the trial, naming it.
+TEST(TunerHardening, TheServersPrefixCacheIsFlushedBeforeEachRun) {
+  const fs::path dir = scratch("flush");
+  const std::string workload = "{name: w, dataset: random, input_len: 16, output_len: 4, num_prompts: 4, max_concurrency: [1, 2]}";
+  const auto flushes = [&](const std::string& name, const std::string& keys) {
+    write_text(dir / (name + ".yaml"), sweep_file(name, "  command: \"exec " + kMock + " --port {port} --prefix-cache\"\n" + keys, "", workload));
+    const CliResult r = servetune("sweep " + (dir / (name + ".yaml")).string() + " --output " + (dir / name).string());
+    EXPECT_EQ(r.code, 0) << r.output;
+    const std::string log = read_text(dir / name / "raw" / "c0" / "server.main.log");
+    size_t n = 0;
+    for (size_t at = 0; (at = log.find("flushed the prefix cache", at)) != std::string::npos; ++at) ++n;
+    return n;
+  };
+  EXPECT_EQ(flushes("flushed", "  flush_cache: /flush_cache\n"), 2u);  // one per level
+  EXPECT_EQ(flushes("kept", "  flush_cache: /flush_cache\n  flush_prefix_cache: false\n"), 0u);
+  write_text(dir / "bad.yaml", sweep_file("bad", "  command: \"exec " + kMock + " --port {port}\"\n  flush_cache: /nope\n", "", workload));
+  const CliResult bad = servetune("sweep " + (dir / "bad.yaml").string() + " --output " + (dir / "bad").string());
+  EXPECT_EQ(bad.code, 1) << bad.output;  // its only candidate failed
+  const auto m = markers(dir / "bad");
+  ASSERT_EQ(m.size(), 1u) << bad.output;
+  EXPECT_NE(m.begin()->second["reason"].get<std::string>().find("/nope, the server's flush_cache) did not answer 200"),
+            std::string::npos) << m.begin()->second.dump();
+  fs::remove_all(dir);
+}
+
 TEST(TunerHardening, AStrayServerOnTheFixedPortIsNeverMeasured) {
   const fs::path dir = scratch("stray");
   const int port = free_port();

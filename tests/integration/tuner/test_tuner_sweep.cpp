@@ -155,6 +155,25 @@ TEST(TunerSweep, AccuracyGuardKeepsALessAccurateCandidateFromWinning) {
   fs::remove_all(dir);
 }
 
+// The built-in engine's prefix cache is flushed before every run: the second level of a workload sends the first's
+// prompts and finds none of them cached, unless target.flush_prefix_cache is false.
+TEST(TunerSweep, EachRunStartsWithAnEmptyPrefixCache) {
+  const fs::path dir = scratch("flush");
+  for (const bool flush : {true, false}) {
+    std::string text = stories_sweep("flush", "  max_running_requests: [4]\n",
+                                     "  - {name: w, dataset: random, input_len: 48, output_len: 4, num_prompts: 4, max_concurrency: [1, 2]}\n");
+    if (!flush) text.replace(text.find("settings:"), 9, "flush_prefix_cache: false, settings:");
+    write_text(dir / "s.yaml", text);
+    const fs::path run = dir / (flush ? "flush" : "keep");
+    const CliResult r = servetune("sweep " + (dir / "s.yaml").string() + " --output " + run.string());
+    ASSERT_EQ(r.code, 0) << r.output;
+    const double hit = read_json(run / "records" / "c0" / "w@c2.r0.json")["metrics"]["engine_prefix_cache_hit_rate"].get<double>();
+    if (flush) EXPECT_EQ(hit, 0.0);
+    else EXPECT_GT(hit, 0.5);
+  }
+  fs::remove_all(dir);
+}
+
 TEST(TunerSweep, KillNineThenResumeMeasuresEveryCandidateOnce) {
   const fs::path dir = scratch("resume");
   write_text(dir / "s.yaml", stories_sweep("resume", "  max_running_requests: [1, 2, 4, 8, 16]\n",
