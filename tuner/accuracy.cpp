@@ -28,6 +28,14 @@ loadgen::PerplexityResult score_text(Engine& engine, const AccuracySpec& a, cons
 
 }  // namespace
 
+void check_accuracy_text(const SweepSpec& spec) {
+  const std::string& d = spec.accuracy->dataset;
+  std::error_code ec;
+  if (d == "sharegpt" || fs::is_regular_file(d, ec)) return;
+  throw_usage(spec.source + ": accuracy.dataset: no such file '" + d + "' (a text file, a ShareGPT .json, or sharegpt; relative "
+              "to the directory servetune runs in)");
+}
+
 double ensure_accuracy_baseline(const SweepSpec& spec, const SearchSpace& space, const std::string& run_dir) {
   const fs::path dir = accuracy_dir(run_dir);
   const fs::path done = dir / "baseline.json";

@@ -17,6 +17,10 @@ class Engine;
 
 namespace servetune::tuner {
 
+// Throws Error(kUsage) naming the sweep file when accuracy.dataset is not a readable file (relative paths are from the
+// directory the sweep runs in, as for the workloads' files).
+void check_accuracy_text(const SweepSpec& spec);
+
 // The baseline candidate's log-probabilities on the accuracy text, in RUN/accuracy/ (written once; a resumed sweep
 // reuses them). Returns its perplexity. Throws Error as measure_perplexity does.
 double ensure_accuracy_baseline(const SweepSpec& spec, const SearchSpace& space, const std::string& run_dir);

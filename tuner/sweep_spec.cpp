@@ -424,11 +424,7 @@ SweepSpec parse_sweep(const SpecFile& f) {
     acc.chunks = static_cast<int>(as.int_in("chunks", 4, 1, 1'000'000));
     as.done();
     if (!spec.builtin()) f.fail("accuracy", "scores the built-in engine's prompt logits; an external server's are not read (yet)");
-    std::error_code ec;
-    if (acc.dataset != "sharegpt" && !std::filesystem::is_regular_file(acc.dataset, ec)) {
-      f.fail("accuracy.dataset", "no such file '" + acc.dataset + "' (a text file, a ShareGPT .json, or sharegpt)");
-    }
-    spec.accuracy = acc;
+    spec.accuracy = acc;  // its file is checked when the sweep runs (relative paths are from where it runs)
   }
   parse_repeat(f, top, spec);
   if (top.has("interconnects")) {

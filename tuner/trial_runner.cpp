@@ -168,6 +168,7 @@ void TrialRunner::load_workloads(const Trial& t) {
 // child dies with the parent (PR_SET_PDEATHSIG), so a killed sweep leaves nothing running.
 bool TrialRunner::run_isolated(const Trial& t) {
   load_workloads(t);
+  if (spec_.accuracy) check_accuracy_text(spec_);  // the sweep's error, as a bad dataset is
   const size_t runs = max_runs(t.workloads, spec_.repeat);
   const auto t0 = std::chrono::steady_clock::now();
   std::fflush(nullptr);

@@ -144,13 +144,13 @@ TEST(TunerSweep, AccuracyGuardKeepsALessAccurateCandidateFromWinning) {
   EXPECT_NE(md.find("**Best: `c0`**"), std::string::npos) << md;
   EXPECT_NE(md.find("| perplexity | KL vs baseline (mean / p99) |"), std::string::npos) << md;
   EXPECT_NE(md.find("perplexity_increase"), std::string::npos);
-  // Bad accuracy sections are the sweep file's errors.
+  // A missing accuracy text is the sweep's error (exit 2, before any candidate runs).
   write_text(dir / "bad.yaml", stories_sweep("acc", "  kv_cache_dtype: [f32]\n",
                                              "  - {name: short, dataset: random, input_len: 16, output_len: 4, num_prompts: 4}\n") +
                                    "accuracy: {dataset: /no/such.txt}\n");
-  const CliResult bad = servetune("sweep " + (dir / "bad.yaml").string() + " --dry-run");
+  const CliResult bad = servetune("sweep " + (dir / "bad.yaml").string() + " --output " + (dir / "bad").string());
   EXPECT_EQ(bad.code, 2) << bad.output;
-  EXPECT_NE(bad.output.find("accuracy.dataset"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("bad.yaml: accuracy.dataset"), std::string::npos) << bad.output;
   EXPECT_NE(bad.output.find("no such file '/no/such.txt'"), std::string::npos) << bad.output;
   fs::remove_all(dir);
 }
