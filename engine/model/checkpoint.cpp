@@ -78,6 +78,11 @@ Checkpoint::Checkpoint(const std::string& path, LoadFormat format, uint64_t seed
 
 Checkpoint::~Checkpoint() = default;
 
+int64_t Checkpoint::dummy_host_bytes() const {
+  const auto* random = format_ == LoadFormat::kDummy ? dynamic_cast<const RandomWeightSource*>(source_.get()) : nullptr;
+  return random ? random->host_bytes() : 0;
+}
+
 void Checkpoint::check_dummy_fits(const Backend& backend) const {
   // Random weights are generated whole (every rank's shard is cut from them): all of them must fit.
   const std::optional<DeviceMemory> device = backend.device_memory();

@@ -30,6 +30,9 @@ class Checkpoint {
   const ModelConfig& config() const { return config_; }
   // Bytes of every weight as stored: the files' tensors, or for dummy weights what generating them takes.
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Dummy weights: the bytes generated on the host so far (0 for other formats). A device backend draws its
+  // matrices in place, so only vectors (norms, biases) should count here.
+  int64_t dummy_host_bytes() const;
 
   std::unique_ptr<Model> load(Backend& backend, ParallelContext parallel, CompileOptions compile = {}) const;
   std::unique_ptr<Tokenizer> load_tokenizer() const;

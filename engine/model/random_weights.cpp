@@ -163,6 +163,12 @@ std::optional<RandomRecipe> RandomWeightSource::random_recipe(const std::string&
   return r;
 }
 
+int64_t RandomWeightSource::host_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, data] : data_) bytes += static_cast<int64_t>(data.size());
+  return bytes;
+}
+
 std::optional<TensorRef> RandomWeightSource::find(const std::string& name) const {
   if (name == "output.weight" && tied_) return std::nullopt;
   const std::string hf = hf_tensor_name(name, model_type_);

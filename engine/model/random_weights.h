@@ -35,6 +35,8 @@ class RandomWeightSource final : public WeightSource {
   std::optional<RandomRecipe> random_recipe(const std::string& name) const override;
   // Bytes every tensor takes once generated.
   int64_t total_bytes() const { return total_bytes_; }
+  // Bytes generated on the host so far (find); device backends draw their matrices in place instead.
+  int64_t host_bytes() const;
 
  private:
   std::string path_;

@@ -288,11 +288,12 @@ int64_t WeightLoader::column_offset_bytes(const std::string& name, DType type, i
 }
 
 WeightMatrix WeightLoader::matrix_cols(const std::string& name, int64_t rows, int64_t cols, SliceRange range) {
-  TensorRef t = require_matrix(name, rows, cols);
   if (range.begin < 0 || range.count <= 0 || range.begin + range.count > cols) {
     throw Error(ErrorKind::kInternal, "column range of tensor '" + name + "' out of bounds");
   }
+  // Whole: as matrix(), which draws dummy weights on a device in place (the tensor is not generated here first).
   if (range.begin == 0 && range.count == cols) return matrix(name, rows, cols);
+  TensorRef t = require_matrix(name, rows, cols);
   const int64_t begin_bytes = column_offset_bytes(name, t.type, cols, range);
   if (matrix_type(t.type) != DType::kFP8_E4M3_B128) {
     return place_matrix(name, t.type, rows, range.count, t.data + begin_bytes, *dtype_row_bytes(t.type, cols));

@@ -188,6 +188,9 @@ TEST(DeviceStyleLoading, DummyWeightsAreDrawnInPlace) {
     EXPECT_EQ(device.fills, 2 + 7 * layers) << "fused " << fused;
     for (float v : logits) ASSERT_TRUE(std::isfinite(v));
   }
+  // Nothing but the vectors (RMSNorm weights: two per layer and the output norm, bf16) was generated on the host: a
+  // matrix drawn there too would cost an 8B model's load minutes and gigabytes of host memory.
+  EXPECT_EQ(ck.dummy_host_bytes(), (2 * ck.config().n_layers + 1) * ck.config().hidden * 2);
   std::filesystem::remove_all(dir);
 }
 
