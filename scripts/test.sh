@@ -49,6 +49,9 @@ else
   echo "skipped: no hipcc (scripts/setup.sh installs Debian's)"
 fi
 
+step "device check, dry run on the CPU (the GPU script's steps before any GPU time is spent)"
+bash scripts/device-check.sh --dry-run --bin build/ci/servetune "$(mktemp -d)"
+
 step "performance check against the committed baseline (configs/ci-perf.yaml)"
 bash scripts/perf_check.sh --bin build/ci/servetune
 
