@@ -166,16 +166,24 @@ TEST(GlooExpertParallelLogits, Qwen3MoeMatchesOneRank) {
   expect_gloo_moe_logits_match(m.path());
 }
 
-void expect_gloo_greedy_identical(const std::string& model, int ep_size = 1) {
+// `count` mixed jobs of at most `max_len` prompt tokens and their greedy outputs on one rank (one thread).
+struct OneRankReference {
   std::vector<Job> jobs;
-  std::vector<std::vector<int32_t>> reference;
-  {
-    EngineConfig one = testing::chunked_config(model);
-    one.threads = 1;
-    Engine engine(one);
-    jobs = testing::mixed_jobs(engine.tokenizer(), 16, 40);
-    reference = testing::run_greedy(engine, jobs, true);
-  }
+  std::vector<std::vector<int32_t>> outputs;
+};
+
+OneRankReference one_rank_reference(const std::string& model, int count, int max_len) {
+  EngineConfig one = testing::chunked_config(model);
+  one.threads = 1;
+  Engine engine(one);
+  OneRankReference r;
+  r.jobs = testing::mixed_jobs(engine.tokenizer(), count, max_len);
+  r.outputs = testing::run_greedy(engine, r.jobs, true);
+  return r;
+}
+
+void expect_gloo_greedy_identical(const std::string& model, int ep_size = 1) {
+  const auto [jobs, reference] = one_rank_reference(model, 16, 40);
   const std::string addr = fresh_addr();
   EngineConfig two = gloo_config(model, 0, addr);
   two.ep_size = ep_size;
@@ -227,15 +235,7 @@ struct DpLayout {
 };
 
 void expect_gloo_dp_attention_identical(const std::string& model, const std::vector<DpLayout>& layouts) {
-  std::vector<Job> jobs;
-  std::vector<std::vector<int32_t>> reference;
-  {
-    EngineConfig one = testing::chunked_config(model);
-    one.threads = 1;
-    Engine engine(one);
-    jobs = testing::mixed_jobs(engine.tokenizer(), 12, 24);
-    reference = testing::run_greedy(engine, jobs, true);
-  }
+  const auto [jobs, reference] = one_rank_reference(model, 12, 24);
   for (const DpLayout& l : layouts) {
     EngineConfig c = gloo_dp_attention_config(model, l.dp, l.ep, fresh_addr());
     if (l.all_to_all) c.moe_a2a_backend = MoeA2aBackend::kDeepep;
