@@ -66,20 +66,23 @@ void BlockManager::push_free_back(int32_t b) {
   ++num_free_;
 }
 
+void BlockManager::forget(int32_t b) {
+  Block& blk = blocks_[static_cast<size_t>(b)];
+  auto [lo, hi] = by_hash_.equal_range(blk.hash);
+  for (auto it = lo; it != hi; ++it) {
+    if (it->second == b) {
+      by_hash_.erase(it);
+      break;
+    }
+  }
+  blk.hashed = false;
+}
+
 int32_t BlockManager::pop_free() {
   const int32_t b = free_head_;
   unlink(b);
   Block& blk = blocks_[static_cast<size_t>(b)];
-  if (blk.hashed) {  // evict: the block's cached content is about to be overwritten
-    auto [lo, hi] = by_hash_.equal_range(blk.hash);
-    for (auto it = lo; it != hi; ++it) {
-      if (it->second == b) {
-        by_hash_.erase(it);
-        break;
-      }
-    }
-    blk.hashed = false;
-  }
+  if (blk.hashed) forget(b);  // evict: the block's cached content is about to be overwritten
   blk.ref = 1;
   return b;
 }
@@ -198,16 +201,8 @@ void BlockManager::release(Sequence& seq) {
 int64_t BlockManager::flush_cached() {
   int64_t flushed = 0;
   for (int32_t b = free_head_; b >= 0; b = blocks_[static_cast<size_t>(b)].next) {
-    Block& blk = blocks_[static_cast<size_t>(b)];
-    if (!blk.hashed) continue;
-    auto [lo, hi] = by_hash_.equal_range(blk.hash);
-    for (auto it = lo; it != hi; ++it) {
-      if (it->second == b) {
-        by_hash_.erase(it);
-        break;
-      }
-    }
-    blk.hashed = false;
+    if (!blocks_[static_cast<size_t>(b)].hashed) continue;
+    forget(b);
     ++flushed;
   }
   return flushed;

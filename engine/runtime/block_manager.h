@@ -73,6 +73,7 @@ class BlockManager {
   static uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens);
   bool block_matches(int32_t block, std::span<const int32_t> tokens) const;
   int32_t find_cached(uint64_t hash, std::span<const int32_t> tokens) const;
+  void forget(int32_t b);  // drops a hashed block from the prefix cache (its content stays until overwritten)
   int32_t pop_free();
   void push_free_back(int32_t b);
   void unlink(int32_t b);
