@@ -49,6 +49,21 @@ struct ParallelContext {
   std::string expert_location = "trivial";
 
   bool dp_attention() const { return moe_comm != nullptr; }
+
+  // The routed experts' split as one value, and this context with another one.
+  ExpertSplit experts() const {
+    ExpertSplit s(ep_size);
+    s.redundant_experts = redundant_experts;
+    s.expert_location = expert_location;
+    return s;
+  }
+  ParallelContext with_experts(const ExpertSplit& s) const {
+    ParallelContext p = *this;
+    p.ep_size = s.ep_size;
+    p.redundant_experts = s.redundant_experts;
+    p.expert_location = s.expert_location;
+    return p;
+  }
 };
 
 // One rank's share of a model's sharded dimensions.

@@ -38,10 +38,8 @@ int64_t model_fingerprint(const ModelConfig& c, int tp_size, const ExpertSplit& 
 }
 
 int64_t model_fingerprint(const ModelConfig& c, const ParallelContext& parallel) {
-  ExpertSplit experts(parallel.ep_size);
-  experts.redundant_experts = parallel.redundant_experts;
-  experts.expert_location = parallel.expert_location;
-  return model_fingerprint(c, parallel.tp_size, experts, parallel.moe_comm ? parallel.moe_comm->size() : 0, parallel.moe_all_to_all);
+  return model_fingerprint(c, parallel.tp_size, parallel.experts(), parallel.moe_comm ? parallel.moe_comm->size() : 0,
+                           parallel.moe_all_to_all);
 }
 
 CommSpec replica_channel_spec(const std::string& dist_init_addr, int replica, bool engine_side, std::chrono::milliseconds timeout) {

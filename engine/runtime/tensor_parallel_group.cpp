@@ -16,13 +16,6 @@ namespace servetune {
 
 // graphs is fused plus decode graphs up to cuda_graph_max_bs (SGLang's default, 160, when it is 0), never more
 // than the running-request limit.
-ExpertSplit expert_split(const EngineConfig& c) {
-  ExpertSplit s(c.ep_size);
-  s.redundant_experts = c.ep_num_redundant_experts;
-  s.expert_location = c.init_expert_location;
-  return s;
-}
-
 CompileOptions compile_options(const EngineConfig& c) {
   CompileOptions o;
   o.fused = c.compile != CompileLevel::kEager;
@@ -30,6 +23,13 @@ CompileOptions compile_options(const EngineConfig& c) {
     o.graph_max_bs = std::min<int64_t>(c.cuda_graph_max_bs > 0 ? c.cuda_graph_max_bs : 160, c.max_running_requests);
   }
   return o;
+}
+
+ExpertSplit expert_split(const EngineConfig& c) {
+  ExpertSplit s(c.ep_size);
+  s.redundant_experts = c.ep_num_redundant_experts;
+  s.expert_location = c.init_expert_location;
+  return s;
 }
 
 TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std::string& device, int tp_size, int threads_per_rank,
@@ -54,8 +54,7 @@ TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std
       rank.comm = rank.comm_owner.get();
     }
     rank.model = checkpoint.load(*rank.backend,
-                                 ParallelContext{r, tp_size, rank.comm, experts.ep_size, replicas_.get(), moe_all_to_all,
-                                                 experts.redundant_experts, experts.expert_location},
+                                 ParallelContext{r, tp_size, rank.comm, 1, replicas_.get(), moe_all_to_all}.with_experts(experts),
                                  compile);
   }
   config_ = ranks_[0].model->config();
@@ -90,9 +89,7 @@ TensorParallelGroup::TensorParallelGroup(const Checkpoint& checkpoint, const std
   rank.comm = rank.comm_owner.get();
   channel_ = std::make_unique<StepChannel>(raw);
   rank.model = checkpoint.load(*rank.backend,
-                               ParallelContext{0, tp_size_, rank.comm, experts.ep_size, nullptr, false, experts.redundant_experts,
-                                               experts.expert_location},
-                               compile);
+                               ParallelContext{0, tp_size_, rank.comm}.with_experts(experts), compile);
   config_ = rank.model->config();
 }
 

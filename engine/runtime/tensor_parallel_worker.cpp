@@ -25,8 +25,8 @@ void serve_attention_replica(const EngineConfig& config, const CommSpec& spec, i
   StepChannel channel(*channel_comm);
   const Checkpoint checkpoint(config.model, config.load_format, config.seed);
   auto backend = make_backend(to_string(config.device), threads);
-  const ParallelContext parallel{0, 1, nullptr, config.ep_size, moe.get(), config.moe_a2a_backend == MoeA2aBackend::kDeepep,
-                                 config.ep_num_redundant_experts, config.init_expert_location};
+  const ParallelContext parallel =
+      ParallelContext{0, 1, nullptr, 1, moe.get(), config.moe_a2a_backend == MoeA2aBackend::kDeepep}.with_experts(expert_split(config));
   auto model = checkpoint.load(*backend, parallel, compile_options(config));
   const KvLayout layout = channel.receive_handshake(model_fingerprint(model->config(), model->parallel()));
   KvStorage kv(*backend, model->config(), model->local_kv_heads(), layout.num_blocks, layout.page_size, layout.dtype);
@@ -76,8 +76,7 @@ void run_tensor_parallel_worker(const EngineConfig& config, int local_rank) {
 
   const Checkpoint checkpoint(config.model, config.load_format, config.seed);
   auto backend = make_backend(to_string(config.device), threads);
-  const ParallelContext parallel{spec.rank, config.tp_size, &comm, config.ep_size, nullptr, false, config.ep_num_redundant_experts,
-                                 config.init_expert_location};
+  const ParallelContext parallel = ParallelContext{spec.rank, config.tp_size, &comm}.with_experts(expert_split(config));
   auto model = checkpoint.load(*backend, parallel, compile_options(config));
   const KvLayout layout = channel.receive_handshake(model_fingerprint(model->config(), model->parallel()));
   KvStorage kv(*backend, model->config(), model->local_kv_heads(), layout.num_blocks, layout.page_size, layout.dtype);
