@@ -225,6 +225,8 @@ void print_result_block(std::FILE* out, const BenchmarkMetrics& m, double durati
     line_int(out, "Drafts:", sd.num_drafts);
     line_int(out, "Draft tokens:", sd.draft_tokens);
     line_int(out, "Accepted tokens:", sd.accepted_tokens);
+    if (sd.num_drafts > 0 && sd.draft_seconds > 0.0) line_f(out, "Draft time per draft (ms):", 1000.0 * sd.draft_seconds / static_cast<double>(sd.num_drafts));
+    if (sd.disabled_steps > 0) line_int(out, "Steps without drafts:", sd.disabled_steps);
     const std::vector<double> rates = per_position_rates(sd);
     if (!rates.empty()) {
       std::fprintf(out, "Per-position acceptance (%%):\n");
@@ -290,6 +292,9 @@ nlohmann::ordered_json metrics_json(const BenchmarkMetrics& m, const RunResult& 
     j["spec_decode_draft_tokens"] = sd.draft_tokens;
     j["spec_decode_accepted_tokens"] = sd.accepted_tokens;
     j["spec_decode_per_position_acceptance_rates"] = per_position_rates(sd);
+    j["spec_decode_draft_seconds"] = sd.draft_seconds;
+    j["spec_decode_draft_ms_per_draft"] = sd.num_drafts > 0 ? 1000.0 * sd.draft_seconds / static_cast<double>(sd.num_drafts) : 0.0;
+    j["spec_decode_disabled_steps"] = sd.disabled_steps;
   }
   nlohmann::ordered_json reasons = nlohmann::ordered_json::object();
   for (const auto& [reason, count] : m.failure_reasons) reasons[reason] = count;

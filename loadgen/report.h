@@ -22,6 +22,8 @@ struct SpecDecodeStats {
   int64_t draft_tokens = 0;
   int64_t accepted_tokens = 0;
   std::vector<int64_t> accepted_per_position;
+  double draft_seconds = 0.0;  // time proposing drafts (servetune's engine and servers; 0 where unknown)
+  int64_t disabled_steps = 0;  // steps without drafts by speculative_disable_by_batch_size
 };
 
 struct ReportOptions {

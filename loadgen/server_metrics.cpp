@@ -121,6 +121,10 @@ std::optional<SpecDecodeStats> parse_spec_decode_counters(std::string_view text)
       s.draft_tokens += count;
     } else if (name == "vllm:spec_decode_num_accepted_tokens_total") {
       s.accepted_tokens += count;
+    } else if (name == "servetune:spec_decode_draft_seconds_total") {
+      s.draft_seconds += v;
+    } else if (name == "servetune:spec_decode_disabled_steps_total") {
+      s.disabled_steps += count;
     } else if (name == "vllm:spec_decode_num_accepted_tokens_per_pos_total") {
       const auto position = label_value(labels, "position");
       size_t i = 0;
@@ -171,6 +175,8 @@ SpecDecodeStats spec_decode_difference(const SpecDecodeStats& after, const SpecD
   d.num_drafts = after.num_drafts - before.num_drafts;
   d.draft_tokens = after.draft_tokens - before.draft_tokens;
   d.accepted_tokens = after.accepted_tokens - before.accepted_tokens;
+  d.draft_seconds = after.draft_seconds - before.draft_seconds;
+  d.disabled_steps = after.disabled_steps - before.disabled_steps;
   for (size_t i = 0; i < after.accepted_per_position.size(); ++i) {
     const int64_t b = i < before.accepted_per_position.size() ? before.accepted_per_position[i] : 0;
     d.accepted_per_position.push_back(after.accepted_per_position[i] - b);

@@ -28,7 +28,8 @@ std::optional<loadgen::SpecDecodeStats> spec_decode_delta(const Engine& engine, 
                                                           const EngineStats& after) {
   if (engine.config().speculative_algorithm == SpeculativeAlgorithm::kNone) return std::nullopt;
   const auto counters = [](const EngineStats& s) {
-    return loadgen::SpecDecodeStats{s.spec_num_drafts, s.spec_draft_tokens, s.spec_accepted_tokens, s.spec_accepted_per_position};
+    return loadgen::SpecDecodeStats{s.spec_num_drafts, s.spec_draft_tokens, s.spec_accepted_tokens,
+                                    s.spec_accepted_per_position, s.spec_draft_seconds, s.spec_disabled_steps};
   };
   return loadgen::spec_decode_difference(counters(after), counters(before));
 }

@@ -18,6 +18,10 @@ struct Batch {
   std::vector<int32_t> block_tables;  // [n_seqs * max_blocks_per_seq], unused entries -1
   int64_t max_blocks_per_seq = 0;
   std::vector<int32_t> logits_indices;  // token rows whose logits are returned, in output order
+  // Keep every token's final normalised hidden state (Model::hidden_rows): what draft heads (MTP) continue from.
+  bool return_hidden = false;
+  // [n_tokens, hidden]: a next-n (MTP) layer's second input per token, the target's hidden state at that position.
+  std::vector<float> input_hidden;
 
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_seqs() const { return max_blocks_per_seq == 0 ? 0 : static_cast<int64_t>(block_tables.size()) / max_blocks_per_seq; }

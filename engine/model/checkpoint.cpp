@@ -102,6 +102,15 @@ std::unique_ptr<Model> Checkpoint::load(Backend& backend, ParallelContext parall
   return std::make_unique<LlamaModel>(config_, loader, backend, parallel, compile);
 }
 
+std::unique_ptr<Model> Checkpoint::load_next_n(Backend& backend, int64_t nextn) const {
+  if (config_.nextn_layers == 0 || !config_.is_mla()) {
+    throw_usage(path_ + " has no multi-token-prediction layer (DeepSeek-V3's num_nextn_predict_layers with its "
+                        "model.layers.N.* tensors), which speculative_algorithm mtp / EAGLE without a draft model runs");
+  }
+  WeightLoader loader(*source_, backend, ParallelContext{});
+  return MoeDecoderModel::next_n(config_, nextn, loader, backend);
+}
+
 std::unique_ptr<Tokenizer> Checkpoint::load_tokenizer() const {
   if (gguf_) return Tokenizer::from_gguf(*gguf_);
   if (!std::filesystem::exists(std::filesystem::path(dir_) / "tokenizer.json")) {

@@ -35,6 +35,9 @@ class Checkpoint {
   int64_t dummy_host_bytes() const;
 
   std::unique_ptr<Model> load(Backend& backend, ParallelContext parallel, CompileOptions compile = {}) const;
+  // The model's multi-token-prediction layer `nextn` (DeepSeek-V3's next-n layers) as a one-rank draft head on
+  // `backend` (model/moe_decoder.h). Error(kUsage) naming the file when the model has none.
+  std::unique_ptr<Model> load_next_n(Backend& backend, int64_t nextn = 0) const;
   std::unique_ptr<Tokenizer> load_tokenizer() const;
 
  private:

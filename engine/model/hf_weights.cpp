@@ -118,6 +118,7 @@ ModelConfig model_config_from_hf(const HfModelConfig& hf, const std::string& sou
   c.attention_bias = hf.attention_bias;
   c.tied_embeddings = hf.tie_word_embeddings;
   c.qk_norm = hf.qk_norm;
+  c.nextn_layers = hf.num_nextn_predict_layers;
   if (hf.mla.kv_lora_rank > 0) {
     c.mla = {hf.mla.q_lora_rank, hf.mla.kv_lora_rank, hf.mla.qk_nope_head_dim, hf.mla.qk_rope_head_dim, hf.mla.v_head_dim};
     c.rope_dim = hf.mla.qk_rope_head_dim;
@@ -141,6 +142,18 @@ std::string hf_tensor_name(const std::string& name, const std::string& model_typ
   if (name == "token_embd.weight") return "model.embed_tokens.weight";
   if (name == "output_norm.weight") return "model.norm.weight";
   if (name == "output.weight") return "lm_head.weight";
+  // blk.L.nextn.<tensor>.weight: a multi-token-prediction layer's own tensors (llama.cpp's names).
+  static const std::regex nextn(R"(blk\.(\d+)\.nextn\.(\w+)\.weight)");
+  std::smatch n;
+  if (std::regex_match(name, n, nextn)) {
+    static const std::pair<const char*, const char*> kNextn[] = {
+        {"eh_proj", "eh_proj"}, {"enorm", "enorm"}, {"hnorm", "hnorm"}, {"embed_tokens", "embed_tokens"},
+        {"shared_head_norm", "shared_head.norm"}, {"shared_head_head", "shared_head.head"}};
+    for (const auto& [gguf, hf] : kNextn) {
+      if (n[2].str() == gguf) return "model.layers." + n[1].str() + "." + hf + ".weight";
+    }
+    return "";
+  }
   // blk.L.<tensor>[.E].weight|bias: E numbers one expert (llama.cpp's per-expert names).
   static const std::regex layer(R"(blk\.(\d+)\.(\w+?)(?:\.(\d+))?\.(weight|bias))");
   std::smatch m;

@@ -47,6 +47,10 @@ class Model {
   // Runs `batch` like forward() but draws each logits row's token on the device (rows[i] for row i, see
   // Backend::sample): only the ids come back, into `tokens`. Only where device_sampling().
   virtual void forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) = 0;
+  // After a forward whose batch set return_hidden: each token's final normalised hidden state (the logits' input),
+  // [n_tokens, hidden] in batch order; empty for models that do not keep them (supports_hidden() false).
+  virtual std::span<const float> hidden_rows() const { return {}; }
+  virtual bool supports_hidden() const { return false; }
   virtual ExpertLoad expert_load() const { return {}; }
   // Assignments per MoE layer (in layer order) and routed expert, summed over every step so far: what
   // --init-expert-location places redundant experts by. Safe to read while another thread runs forward(). Empty for a

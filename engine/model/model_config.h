@@ -58,6 +58,9 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v projections carry biases (qwen2)
   bool tied_embeddings = false;
   bool qk_norm = false;  // RMSNorm over each head's q and k before rotary (qwen3)
+  // DeepSeek-V3's multi-token-prediction ("next-n") layers stored after the decoder's (blk.{n_layers + j}): draft heads
+  // for speculative decoding (model/moe_decoder.h's next-n mode), not part of the forward pass.
+  int64_t nextn_layers = 0;
   MoeConfig moe;
   MlaConfig mla;
 

@@ -25,7 +25,26 @@ enum Slot : size_t {
 
 MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend,
                                  ParallelContext parallel, CompileOptions compile)
-    : config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused),
+    : MoeDecoderModel(config, loader, backend, parallel, compile, -1) {}
+
+std::unique_ptr<MoeDecoderModel> MoeDecoderModel::next_n(const ModelConfig& target, int64_t nextn, WeightLoader& loader,
+                                                         Backend& backend) {
+  if (nextn < 0 || nextn >= target.nextn_layers) {
+    throw_usage("the model has " + std::to_string(target.nextn_layers) + " multi-token-prediction (next-n) layers "
+                "(num_nextn_predict_layers); layer " + std::to_string(nextn) + " was asked for");
+  }
+  const int64_t block = target.n_layers + nextn;
+  ModelConfig c = target;
+  c.n_layers = 1;
+  c.nextn_layers = 0;
+  // MoE or dense by the family's rule for its block index, which the checkpoint shows by the router's presence.
+  if (c.is_moe()) c.moe.moe_layer = {loader.has(blk(block, "ffn_gate_inp.weight"))};
+  return std::unique_ptr<MoeDecoderModel>(new MoeDecoderModel(c, loader, backend, ParallelContext{}, CompileOptions{}, block));
+}
+
+MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend,
+                                 ParallelContext parallel, CompileOptions compile, int64_t nextn_block)
+    : nextn_block_(nextn_block), config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused),
       share_(tensor_parallel_share(config, parallel.tp_size, parallel.tp_rank)),
       expert_share_(parallel.dp_attention()
                         ? expert_parallel_share(config, parallel.moe_comm->size(), parallel.ep_size, parallel.moe_comm->rank(),
@@ -63,11 +82,15 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
                       " backend has no mixture-of-experts or latent-attention ops yet)");
   }
   const int64_t d = config.hidden;
-  tok_embd_ = loader.matrix("token_embd.weight", config.vocab, d);
-  output_norm_ = loader.vector("output_norm.weight", d);
   rotary_ = ModelRotary(config, loader, backend_);
-  // As LlamaModel: the whole embedding table on every rank, the output head vocab-parallel (gathered after it).
-  output_ = loader.matrix_rows(config.tied_embeddings ? "token_embd.weight" : "output.weight", config.vocab, d, share_.vocab);
+  if (nextn_block_ >= 0) {
+    load_next_n_inputs(loader, nextn_block_);
+  } else {
+    tok_embd_ = loader.matrix("token_embd.weight", config.vocab, d);
+    output_norm_ = loader.vector("output_norm.weight", d);
+    // As LlamaModel: the whole embedding table on every rank, the output head vocab-parallel (gathered after it).
+    output_ = loader.matrix_rows(config.tied_embeddings ? "token_embd.weight" : "output.weight", config.vocab, d, share_.vocab);
+  }
   load_.experts = config.is_moe() ? config.moe.routing.n_experts : 0;
   load_.ep_groups = parallel.ep_size;
   place_experts();
@@ -77,16 +100,52 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
       L.moe_index = static_cast<int64_t>(std::count(config.moe.moe_layer.begin(), config.moe.moe_layer.begin() + l, true));
       if (!placements_.empty()) L.placement = &placements_[static_cast<size_t>(L.moe_index)];
     }
-    L.attn_norm = loader.vector(blk(l, "attn_norm.weight"), d);
-    load_attention(L, l, loader);
-    L.ffn_norm = loader.vector(blk(l, "ffn_norm.weight"), d);
-    load_ffn(L, l, loader);
+    const int64_t block = nextn_block_ >= 0 ? nextn_block_ : l;  // the layer's index in the checkpoint's names
+    L.attn_norm = loader.vector(blk(block, "attn_norm.weight"), d);
+    load_attention(L, block, loader);
+    L.ffn_norm = loader.vector(blk(block, "ffn_norm.weight"), d);
+    load_ffn(L, block, loader);
     layers_.push_back(std::move(L));
   }
   weight_buffers_ = loader.take_buffers();
 
   scratch_.resize(kSlotCount);
   scratch_floats_.assign(kSlotCount, 0);
+}
+
+// The next-n layer's own tensors (llama.cpp's blk.N.nextn.* names); its embedding and head fall back to the
+// target's, which DeepSeek's checkpoints copy into the layer anyway.
+void MoeDecoderModel::load_next_n_inputs(WeightLoader& loader, int64_t block) {
+  const int64_t d = config_.hidden, vocab = config_.vocab;
+  const std::string embed = blk(block, "nextn.embed_tokens.weight");
+  const std::string head = blk(block, "nextn.shared_head_head.weight");
+  tok_embd_ = loader.matrix(loader.has(embed) ? embed : "token_embd.weight", vocab, d);
+  output_norm_ = loader.vector(blk(block, "nextn.shared_head_norm.weight"), d);
+  const std::string target_head = config_.tied_embeddings ? "token_embd.weight" : "output.weight";
+  output_ = loader.matrix(loader.has(head) ? head : target_head, vocab, d);
+  enorm_ = loader.vector(blk(block, "nextn.enorm.weight"), d);
+  hnorm_ = loader.vector(blk(block, "nextn.hnorm.weight"), d);
+  const std::string eh = blk(block, "nextn.eh_proj.weight");
+  eh_embed_ = loader.matrix_cols(eh, d, 2 * d, {0, d});
+  eh_hidden_ = loader.matrix_cols(eh, d, 2 * d, {d, d});
+}
+
+void MoeDecoderModel::embed_next_n(const Batch& batch, float* x) {
+  const int64_t n = batch.n_tokens(), d = config_.hidden;
+  if (static_cast<int64_t>(batch.input_hidden.size()) != n * d) {
+    throw Error(ErrorKind::kInternal, "a next-n layer's batch needs one input hidden state per token");
+  }
+  const float eps = config_.rms_eps;
+  float* e = scratch(kH, n * d);
+  float* h = scratch(kOut, n * d);
+  float* part = scratch(kAttn, n * d);
+  backend_.embed(tok_embd_, batch.tokens.data(), n, e);
+  backend_.rms_norm(e, enorm_, e, n, d, eps);
+  std::copy(batch.input_hidden.begin(), batch.input_hidden.end(), h);  // host memory (checked at construction)
+  backend_.rms_norm(h, hnorm_, h, n, d, eps);
+  backend_.matmul(eh_embed_, nullptr, e, n, x);
+  backend_.matmul(eh_hidden_, nullptr, h, n, part);
+  backend_.add(x, part, n * d);
 }
 
 // Expert slots and their placement per MoE layer; none kept while every slot holds its own expert (no translation).
@@ -207,7 +266,7 @@ MoeDecoderModel::Mlp MoeDecoderModel::load_mlp(WeightLoader& loader, const std::
 void MoeDecoderModel::load_ffn(Layer& L, int64_t l, WeightLoader& loader) {
   const ModelConfig& c = config_;
   const int64_t d = c.hidden;
-  L.moe = c.is_moe() && c.moe.moe_layer[static_cast<size_t>(l)];
+  L.moe = L.moe_index >= 0;
   if (!L.moe) {
     L.dense = load_mlp(loader, blk(l, "ffn_gate.weight"), blk(l, "ffn_up.weight"), blk(l, "ffn_down.weight"), c.ffn, share_.ffn);
     return;
@@ -280,7 +339,8 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   float* x = scratch(kX, n * d);
   float* h = scratch(kH, n * d);
   float* out = scratch(kOut, n * d);
-  backend_.embed(tok_embd_, batch.tokens.data(), n, x);
+  if (nextn_block_ >= 0) embed_next_n(batch, x);
+  else backend_.embed(tok_embd_, batch.tokens.data(), n, x);
   if (moe_comm_ != nullptr && !parallel_.moe_all_to_all) exchange_replica_sizes(n);
   const AttentionBatch ab{n, batch.positions.data(), batch.seq_of_token.data(), batch.block_tables.data(),
                           batch.max_blocks_per_seq};
@@ -308,6 +368,12 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
     if (!fused_) backend_.add(x, out, n * d);
   }
   if (fused_) backend_.add(x, out, n * d);
+  if (batch.return_hidden) {
+    hidden_.resize(static_cast<size_t>(n * d));
+    backend_.rms_norm(x, output_norm_, hidden_.data(), n, d, eps);  // host memory (checked at construction)
+  } else {
+    hidden_.clear();
+  }
   const auto n_out = static_cast<int64_t>(batch.logits_indices.size());
   if (n_out == 0) return;
   float* xs = scratch(kLogitsIn, n_out * d);

@@ -28,22 +28,36 @@
 
 namespace servetune {
 
+//
+// Next-n mode (DeepSeek-V3's multi-token-prediction layer j, stored as blk.{n_layers + j}, as SGLang's
+// DeepseekModelNextN runs it): a one-layer model whose input per token is the embedding of token t_{i+1} and the
+// target's final hidden state h_i (Batch::input_hidden) at position i: x = eh_proj([enorm(embed(t)); hnorm(h)]), then
+// the decoder layer, then its shared head (shared_head.norm, shared_head.head) predicts t_{i+2}. Its hidden_rows() are
+// the shared-head-normalised states, which a chained draft step feeds back as h.
 class MoeDecoderModel final : public Model {
  public:
   MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel,
                   CompileOptions compile = {});
+  // Next-n layer `nextn` of the target model `target` (Error(kUsage) naming the tensor when the checkpoint lacks it).
+  static std::unique_ptr<MoeDecoderModel> next_n(const ModelConfig& target, int64_t nextn, WeightLoader& loader,
+                                                 Backend& backend);
 
   const ModelConfig& config() const override { return config_; }
   const ParallelContext& parallel() const override { return parallel_; }
   int64_t local_kv_heads() const override { return share_.kv_heads.count; }
   void forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) override;
   bool device_sampling() const override { return false; }
+  std::span<const float> hidden_rows() const override { return hidden_; }
+  bool supports_hidden() const override { return true; }
   void forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) override;
 
   ExpertLoad expert_load() const override { return load_; }
   std::vector<std::vector<int64_t>> expert_distribution() const override;
 
  private:
+  MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel,
+                  CompileOptions compile, int64_t nextn_block);
+
   struct Mlp {
     WeightMatrix gate, up, down;
   };
@@ -113,9 +127,18 @@ class MoeDecoderModel final : public Model {
   // The scratch slot `out_slot` [n, hidden] = the shared experts' output of `h` (qwen2_moe: gated), or zeros.
   void shared_experts(const Layer& L, int64_t n, const float* h, size_t out_slot);
   void place_experts();
+  void load_next_n_inputs(WeightLoader& loader, int64_t block);
+  void embed_next_n(const Batch& batch, float* x);  // x = eh_proj([enorm(embed(tokens)); hnorm(input_hidden)])
   void run(const Batch& batch, KvStorage& kv);
   void exchange_replica_sizes(int64_t n);  // DP attention: every replica's token count this step
   void run_idle();  // DP attention, no tokens here: only the MoE layers' collectives and this rank's expert share
+
+  // Next-n mode: the checkpoint block of the layer (-1: a whole decoder) and its input norms and projection halves.
+  int64_t nextn_block_ = -1;
+  const float* enorm_ = nullptr;
+  const float* hnorm_ = nullptr;
+  WeightMatrix eh_embed_, eh_hidden_;  // eh_proj's columns [0, d) (embedding) and [d, 2d) (hidden)
+  std::vector<float> hidden_;          // hidden_rows()
 
   ModelConfig config_;
   ParallelContext parallel_;

@@ -100,17 +100,18 @@ void DraftModelSpeculator::sync(State& st, std::span<const int32_t> tokens) {
   blocks_->truncate(seq, seq.num_computed);
 }
 
+int32_t draw_draft_token(std::span<const float> logits, const SamplingParams& params, std::mt19937_64& rng,
+                         std::vector<float>& q, std::vector<float>& draft_probs) {
+  if (params.greedy()) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  draft_distribution(logits, params, q);
+  std::discrete_distribution<int32_t> pick(q.begin(), q.end());
+  const int32_t token = pick(rng);
+  draft_probs.insert(draft_probs.end(), q.begin(), q.end());
+  return token;
+}
+
 void DraftModelSpeculator::append_draft(Active& a, std::span<const float> logits) {
-  const SamplingParams& params = *a.slot->sampling;
-  int32_t token = 0;
-  if (params.greedy()) {
-    token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  } else {
-    draft_distribution(logits, params, q_);
-    std::discrete_distribution<int32_t> pick(q_.begin(), q_.end());
-    token = pick(a.state->rng);
-    a.slot->draft_probs->insert(a.slot->draft_probs->end(), q_.begin(), q_.end());
-  }
+  const int32_t token = draw_draft_token(logits, *a.slot->sampling, a.state->rng, q_, *a.slot->draft_probs);
   a.slot->draft->push_back(token);
   a.state->seq.tokens.push_back(token);
 }

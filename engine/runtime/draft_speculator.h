@@ -66,5 +66,9 @@ class DraftModelSpeculator final : public Speculator {
 // The distribution a sampled request's draft token is drawn from: softmax(logits / temperature) with top-k, top-p
 // and min-p applied as the sampler applies them (no penalties: any q is lossless, a closer one is accepted more).
 void draft_distribution(std::span<const float> logits, const SamplingParams& params, std::vector<float>& q);
+// A draft head's next token from its `logits`: the argmax for a greedy request; for a sampled one drawn with `rng` from
+// q (draft_distribution, in scratch `q`), whose row is appended to `draft_probs` for verification.
+int32_t draw_draft_token(std::span<const float> logits, const SamplingParams& params, std::mt19937_64& rng,
+                         std::vector<float>& q, std::vector<float>& draft_probs);
 
 }  // namespace servetune

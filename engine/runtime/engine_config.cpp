@@ -208,7 +208,7 @@ void EngineConfig::validate() const {
         "speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens must be non-negative");
   usage(algo != SpeculativeAlgorithm::kNone || (speculative_num_steps == 0 && speculative_eagle_topk == 0 &&
                                                  speculative_num_draft_tokens == 0 && speculative_draft_model.empty()),
-        "speculative_* settings need speculative_algorithm (--speculative-algorithm ngram|draft)");
+        "speculative_* settings need speculative_algorithm (--speculative-algorithm ngram|draft|mtp)");
   usage(speculative_num_draft_tokens <= 64, "speculative_num_draft_tokens must be at most 64");
   usage(speculative_num_steps <= 64, "speculative_num_steps must be at most 64");
   usage(speculative_ngram_min_match_window_size >= 1 &&
@@ -223,18 +223,29 @@ void EngineConfig::validate() const {
 
   if (algo == SpeculativeAlgorithm::kDraft) {
     usage(!speculative_draft_model.empty(), "speculative_algorithm draft needs a draft model (--speculative-draft-model PATH)");
+  }
+  if (algo == SpeculativeAlgorithm::kEagle || algo == SpeculativeAlgorithm::kMtp) {
+    unsupported(speculative_draft_model.empty(),
+                "speculative_algorithm " + to_string(algo) + " with a draft model (an EAGLE head checkpoint) is not "
+                "implemented yet; without one, a DeepSeek-V3 model's own multi-token-prediction layer drafts");
+  }
+  if (algo == SpeculativeAlgorithm::kDraft || algo == SpeculativeAlgorithm::kEagle || algo == SpeculativeAlgorithm::kMtp) {
+    const std::string name = to_string(algo);
     unsupported(speculative_eagle_topk <= 1,
-                "speculative_eagle_topk > 1 (tree drafts) is not implemented yet; draft speculation proposes one chain");
+                "speculative_eagle_topk > 1 (tree drafts) is not implemented yet; " + name + " speculation proposes one chain");
     // SGLang's rule with topk 1: num_draft_tokens counts the verified tokens including the last accepted one.
     usage(speculative_num_draft_tokens != 1,
-          "speculative_num_draft_tokens 1 leaves no draft token (with speculative_algorithm draft it must be "
-          "speculative_num_steps + 1, as in SGLang)");
+          "speculative_num_draft_tokens 1 leaves no draft token (with speculative_algorithm " + name +
+              " it must be speculative_num_steps + 1, as in SGLang)");
     usage(speculative_num_steps == 0 || speculative_num_draft_tokens == 0 ||
               speculative_num_draft_tokens == speculative_num_steps + 1,
-          "with speculative_algorithm draft, speculative_num_draft_tokens must be speculative_num_steps + 1 (SGLang's "
+          "with speculative_algorithm " + name + ", speculative_num_draft_tokens must be speculative_num_steps + 1 (SGLang's "
           "rule with topk 1: the draft tokens plus the last accepted one), got " + std::to_string(speculative_num_draft_tokens) +
               " and " + std::to_string(speculative_num_steps) + "; give either one");
   }
+  usage(speculative_disable_by_batch_size >= 0, "speculative_disable_by_batch_size must be non-negative (0: never)");
+  usage(algo != SpeculativeAlgorithm::kNone || speculative_disable_by_batch_size == 0,
+        "speculative_disable_by_batch_size needs speculative_algorithm");
 
   const std::string device_name = to_string(device);
   if (device != Device::kCpu) {
@@ -263,9 +274,6 @@ void EngineConfig::validate() const {
   unsupported(kv_cache_dtype != KvCacheDtype::kFp8E4m3 || device == Device::kCpu,
               "kv_cache_dtype fp8_e4m3 is implemented on device cpu only (the " + device_name +
                   " kernels read f32 and f16 caches)");
-  unsupported(algo == SpeculativeAlgorithm::kNone || algo == SpeculativeAlgorithm::kNgram ||
-                  algo == SpeculativeAlgorithm::kDraft,
-              "speculative_algorithm '" + to_string(algo) + "' is not implemented yet (available: ngram, draft)");
   const std::string problem = combination_problem();
   usage(problem.empty(), problem);
 }

@@ -61,7 +61,10 @@ class EngineReplica::Impl {
     spec_context.page_size = kv.page_size;
     spec_context.kv_dtype = kv.dtype;
     spec_context.max_batch_tokens = config_.max_prefill_tokens;
+    spec_context.target = checkpoint_.get();
+    spec_context.target_hidden = ranks_->local_model() != nullptr && ranks_->local_model()->supports_hidden();
     speculator_ = make_speculator(config_, spec_context);
+    runner_->set_return_hidden(speculator_ && speculator_->wants_hidden());
 
     StepParts parts;
     parts.ranks = ranks_.get();
@@ -70,6 +73,7 @@ class EngineReplica::Impl {
     parts.runner = runner_.get();
     parts.speculator = speculator_.get();
     parts.num_draft_tokens = speculative_draft_tokens(config_);
+    parts.disable_by_batch_size = config_.speculative_disable_by_batch_size;
     parts.vocab = model_config_.vocab;
     loop_ = std::make_unique<StepLoop>(parts);
   }

@@ -37,6 +37,8 @@ void EngineStats::add_replica(const EngineStats& r) {
   spec_draft_tokens += r.spec_draft_tokens;
   spec_accepted_tokens += r.spec_accepted_tokens;
   spec_draft_kv_blocks_used += r.spec_draft_kv_blocks_used;
+  spec_draft_seconds += r.spec_draft_seconds;
+  spec_disabled_steps += r.spec_disabled_steps;
   kv_bytes_per_token = std::max(kv_bytes_per_token, r.kv_bytes_per_token);  // replicas hold the same model
   moe_experts = std::max(moe_experts, r.moe_experts);
   moe_routed_tokens += r.moe_routed_tokens;
@@ -75,6 +77,8 @@ EngineStats EngineStats::since(const EngineStats& b) const {
   d.spec_num_drafts -= b.spec_num_drafts;
   d.spec_draft_tokens -= b.spec_draft_tokens;
   d.spec_accepted_tokens -= b.spec_accepted_tokens;
+  d.spec_draft_seconds -= b.spec_draft_seconds;
+  d.spec_disabled_steps -= b.spec_disabled_steps;
   d.moe_routed_tokens -= b.moe_routed_tokens;
   d.moe_busiest_expert_tokens -= b.moe_busiest_expert_tokens;
   d.moe_busiest_ep_group_tokens -= b.moe_busiest_ep_group_tokens;

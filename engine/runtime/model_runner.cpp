@@ -55,6 +55,7 @@ int64_t ModelRunner::page_size() const { return group_ ? group_->page_size() : k
 
 void ModelRunner::run(const SchedulerOutput& step) {
   build_batch(step, page_size(), batch_);
+  batch_.return_hidden = return_hidden_;
   if (group_) {
     group_->forward(batch_, logits_);
   } else {
@@ -65,8 +66,15 @@ void ModelRunner::run(const SchedulerOutput& step) {
 void ModelRunner::run_sampled(const SchedulerOutput& step, std::span<const SampleRow> rows) {
   if (!group_) throw Error(ErrorKind::kInternal, "device sampling runs through a TensorParallelGroup");
   build_batch(step, page_size(), batch_);
+  batch_.return_hidden = return_hidden_;
   logits_.clear();
   group_->forward_sampled(batch_, rows, tokens_);
+}
+
+std::span<const float> ModelRunner::hidden_rows() {
+  const Model* model = group_ ? group_->local_model() : model_;
+  if (model == nullptr) throw Error(ErrorKind::kInternal, "hidden states asked of a replica whose model is in another process");
+  return model->hidden_rows();
 }
 
 std::span<float> ModelRunner::logits(size_t i) {

@@ -29,6 +29,10 @@ class ModelRunner {
   // afterwards token(i) is row i's token, and logits() has nothing.
   void run_sampled(const SchedulerOutput& step, std::span<const SampleRow> rows);
   int32_t token(size_t i) const { return tokens_.at(i); }
+  // Every step's batch asks the model for its tokens' final hidden states (a draft head's input); afterwards
+  // hidden_rows() holds them, [step tokens, hidden] in batch order.
+  void set_return_hidden(bool on) { return_hidden_ = on; }
+  std::span<const float> hidden_rows();
   const Batch& last_batch() const { return batch_; }
 
   // Builds the batch without running it (for tests).
@@ -43,6 +47,7 @@ class ModelRunner {
   Model* model_ = nullptr;  // without a group
   KvStorage* kv_ = nullptr;
   TensorParallelGroup* group_ = nullptr;
+  bool return_hidden_ = false;
   Batch batch_;
   std::vector<float> logits_;
   std::vector<int32_t> tokens_;

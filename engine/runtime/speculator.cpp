@@ -4,13 +4,16 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/checkpoint.h"
 #include "runtime/draft_speculator.h"
+#include "runtime/mtp_speculator.h"
 #include "servetune/engine_config.h"
 
 namespace servetune {
 namespace {
 
 constexpr int64_t kDefaultDraftTokens = 4;
+constexpr int64_t kDefaultEagleSteps = 3;  // SGLang's choice for DeepSeek-V3 MTP (steps 3, topk 1, draft tokens 4)
 
 }  // namespace
 
@@ -55,14 +58,20 @@ std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const Sp
     }
     return std::make_unique<DraftModelSpeculator>(config.speculative_draft_model, config.model, context);
   }
-  throw_unsupported("speculative_algorithm '" + to_string(algo) + "' is not implemented yet (available: ngram, draft)");
+  if (context.target == nullptr || context.target->config().nextn_layers == 0) {
+    throw_unsupported("speculative_algorithm " + to_string(algo) + " runs the model's own multi-token-prediction layer "
+                      "(DeepSeek-V3's num_nextn_predict_layers); " + config.model + " has none, and EAGLE draft heads for "
+                      "other models are not implemented yet (available there: ngram, draft)");
+  }
+  return std::make_unique<MtpSpeculator>(*context.target, context, speculative_draft_tokens(config));
 }
 
 int64_t speculative_draft_tokens(const EngineConfig& config) {
   if (config.speculative_algorithm == SpeculativeAlgorithm::kNone) return 0;
-  if (config.speculative_algorithm == SpeculativeAlgorithm::kDraft) {
+  if (config.speculative_algorithm != SpeculativeAlgorithm::kNgram) {
     if (config.speculative_num_steps > 0) return config.speculative_num_steps;
-    return config.speculative_num_draft_tokens > 0 ? config.speculative_num_draft_tokens - 1 : kDefaultDraftTokens;
+    if (config.speculative_num_draft_tokens > 0) return config.speculative_num_draft_tokens - 1;
+    return config.speculative_algorithm == SpeculativeAlgorithm::kDraft ? kDefaultDraftTokens : kDefaultEagleSteps;
   }
   return config.speculative_num_draft_tokens > 0 ? config.speculative_num_draft_tokens : kDefaultDraftTokens;
 }

@@ -18,13 +18,15 @@ namespace servetune {
 
 struct EngineConfig;
 class Backend;
+class Checkpoint;
 class Tokenizer;
 
 // One decoding request that may speculate this step.
 struct DraftSlot {
   int64_t seq_id = 0;
   std::span<const int32_t> tokens;      // the request's tokens (prompt + output); the draft continues after the last
-  int64_t max_tokens = 0;               // most draft tokens it can take (> 0)
+  int64_t max_tokens = 0;               // most draft tokens it can take (0: none this step; a draft head that reads
+                                        // the target's hidden states still catches up on them)
   const SamplingParams* sampling = nullptr;  // greedy requests get deterministic drafts, sampled ones drafts drawn from q
   uint64_t seed = 0;                    // seeds the request's draft draws (first call for a seq_id)
   std::vector<int32_t>* draft = nullptr;      // out: the proposed tokens (cleared first; may stay empty)
@@ -43,6 +45,12 @@ class Speculator {
   virtual void release(int64_t /*seq_id*/) {}
   // KV blocks the speculator's own cache has in use (0 without one).
   virtual int64_t kv_blocks_used() const { return 0; }
+  // Draft heads that continue from the target's hidden states (MTP) want them for every position the target
+  // computes: the step loop has the model keep them (Batch::return_hidden) and hands each sequence's rows over.
+  virtual bool wants_hidden() const { return false; }
+  // `rows` [count x hidden]: the target's final hidden states at positions first_position .. + count - 1 of `seq_id`
+  // (a prefill chunk, or a verify step's positions, whose rejected ones the rollback() after it drops).
+  virtual void target_hidden(int64_t /*seq_id*/, int64_t /*first_position*/, std::span<const float> /*rows*/) {}
   virtual const char* name() const = 0;
 };
 
@@ -70,14 +78,18 @@ struct SpeculatorContext {
   int64_t page_size = 16;
   DType kv_dtype = DType::kF32;  // the target's KV cache element type, which the draft's cache uses too
   int64_t max_batch_tokens = 8192;  // most tokens of one draft forward (prompt catch-up is chunked to it)
+  const Checkpoint* target = nullptr;  // the target's checkpoint (its MTP layers are draft heads)
+  bool target_hidden = false;          // the target model runs here and can return its hidden states
 };
 
 // The speculator a (validated) config asks for; nullptr without speculation. `draft` loads
 // config.speculative_draft_model (Error naming both files when its vocabulary differs from the target's).
-// Throws Error(kUnsupported) for algorithms that are not implemented yet (eagle, mtp).
+// `mtp` (or `eagle` without a draft model) runs the target's own multi-token-prediction layer (MtpSpeculator);
+// Error(kUnsupported) for EAGLE draft heads of other models, which are not implemented yet.
 std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const SpeculatorContext& context);
 // Draft tokens per step the config asks for: ngram: speculative_num_draft_tokens (default 4); draft:
-// speculative_num_steps (default 4, or speculative_num_draft_tokens - 1 when only that is given, SGLang's rule).
+// speculative_num_steps (default 4, or speculative_num_draft_tokens - 1 when only that is given, SGLang's rule);
+// eagle / mtp: the same rule with SGLang's DeepSeek default of 3 steps.
 int64_t speculative_draft_tokens(const EngineConfig& config);
 
 // Verifies `draft` (k tokens) against logits rows 0..k (row j: the target's logits after the context plus

@@ -13,7 +13,8 @@
 namespace servetune {
 
 StepLoop::StepLoop(const StepParts& parts) : parts_(parts) {
-  device_sampling_ = parts_.ranks->device_sampling();
+  // A draft head reading the target's hidden states needs the host forward that keeps them.
+  device_sampling_ = parts_.ranks->device_sampling() && !(parts_.speculator && parts_.speculator->wants_hidden());
   keep_alive_ = parts_.ranks->keep_alive_interval();
   const int64_t page = parts_.blocks->page_size();
   kv_bytes_per_token_ = parts_.ranks->kv_block_bytes(page, parts_.ranks->kv_dtype()) / page;
@@ -251,6 +252,12 @@ void StepLoop::execute(const SchedulerOutput& out) {
     fail_step(out, std::string("engine step failed: ") + ex.what());
     return;
   }
+  try {
+    hand_hidden_states(out);
+  } catch (const std::exception& ex) {
+    fail_step(out, std::string("speculative draft head failed: ") + ex.what());
+    return;
+  }
   std::vector<int64_t> prompt_rows;  // counted before the step completes (they depend on num_computed)
   for (const auto& s : out.seqs) prompt_rows.push_back(ModelRunner::prompt_logit_rows(s));
   parts_.scheduler->complete(out);
@@ -355,6 +362,23 @@ bool StepLoop::emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, 
   return r.finished;
 }
 
+// A draft head that continues from the target's hidden states (MTP) gets each sequence's rows of the step, by
+// position, before sampling (whose rollback drops the rejected drafts' rows).
+void StepLoop::hand_hidden_states(const SchedulerOutput& out) {
+  if (!parts_.speculator || !parts_.speculator->wants_hidden() || out.num_tokens == 0) return;
+  const std::span<const float> rows = parts_.runner->hidden_rows();
+  if (rows.empty() || rows.size() % static_cast<size_t>(out.num_tokens) != 0) {
+    throw Error(ErrorKind::kInternal, "the model returned no hidden states for the draft head");
+  }
+  const size_t width = rows.size() / static_cast<size_t>(out.num_tokens);
+  size_t offset = 0;
+  for (const ScheduledSeq& s : out.seqs) {
+    const size_t count = static_cast<size_t>(s.num_tokens) * width;
+    parts_.speculator->target_hidden(s.seq->id, s.seq->num_computed, rows.subspan(offset, count));
+    offset += count;
+  }
+}
+
 // Proposes speculative drafts for every decoding sequence in one batched call (the scheduler takes what fits
 // this step). A failing draft model fails the requests it was drafting for.
 void StepLoop::propose_drafts() {
@@ -365,12 +389,21 @@ void StepLoop::propose_drafts() {
     st->draft_probs.clear();
     if (seq.status != SeqStatus::kRunning || seq.num_uncomputed() != 1) continue;
     const int64_t room = std::min(parts_.num_draft_tokens, seq.max_total_len - seq.size() - 1);
-    if (room <= 0) continue;
-    slots.push_back({seq.id, seq.tokens, room, &st->params, st->draft_seed, &seq.draft, &st->draft_probs});
+    if (room <= 0 && !parts_.speculator->wants_hidden()) continue;
+    slots.push_back({seq.id, seq.tokens, std::max<int64_t>(room, 0), &st->params, st->draft_seed, &seq.draft, &st->draft_probs});
   }
   if (slots.empty()) return;
+  // Too many decoding requests for speculation to pay: no drafts this step (a draft head still catches up on the
+  // target's states, with max_tokens 0).
+  const int64_t limit = parts_.disable_by_batch_size;
+  if (limit > 0 && static_cast<int64_t>(slots.size()) >= limit) {
+    ++counters_.spec_disabled_steps;
+    for (DraftSlot& slot : slots) slot.max_tokens = 0;
+  }
   try {
+    const auto start = EngineClock::now();
     parts_.speculator->propose(slots);
+    counters_.spec_draft_seconds += std::chrono::duration<double>(EngineClock::now() - start).count();
   } catch (const std::exception& ex) {
     for (const DraftSlot& slot : slots) {
       const auto id = static_cast<uint64_t>(slot.seq_id);

@@ -39,6 +39,7 @@ struct StepParts {
   ModelRunner* runner = nullptr;
   Speculator* speculator = nullptr;      // null without speculative decoding
   int64_t num_draft_tokens = 0;          // the most drafts a request verifies in one step
+  int64_t disable_by_batch_size = 0;     // steps with at least this many decoding requests draft nothing (0: never)
   int64_t vocab = 0;
 };
 
@@ -76,6 +77,7 @@ class StepLoop {
                    int32_t device_token, std::vector<float> prompt_logits = {});
   std::vector<float> take_prompt_logits(RequestState& st, size_t row, int64_t count);
   void propose_drafts();
+  void hand_hidden_states(const SchedulerOutput& out);
   void finish(RequestState& st, FinishReason reason, const std::string& error = {});
   void remove(uint64_t id);
   void publish_stats(int64_t seqs, int64_t tokens);

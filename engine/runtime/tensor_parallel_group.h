@@ -80,6 +80,8 @@ class TensorParallelGroup {
   Backend& backend(int rank) { return *ranks_[static_cast<size_t>(rank)].backend; }
   // A rank's model (none in a remote replica's group).
   Model& model(int rank) { return *ranks_[static_cast<size_t>(rank)].model; }
+  // Rank 0's model when it runs in this process (null in a remote replica's group): whose hidden states it keeps.
+  Model* local_model() { return ranks_.empty() ? nullptr : ranks_[0].model.get(); }
   const ModelConfig& config() const { return config_; }
   // The model's expert counters (a remote replica's as its worker last reported them).
   ExpertLoad expert_load() const;

@@ -145,6 +145,11 @@ std::string render_metrics(const ServerMetrics& m, const EngineStats& s, const s
       sample(out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", labels + ",position=\"" + std::to_string(i) + '"',
              s.spec_accepted_per_position[i]);
     }
+    header(out, "servetune:spec_decode_draft_seconds_total", "counter", "Time spent proposing drafts (the draft head's forwards).");
+    sample(out, "servetune:spec_decode_draft_seconds_total", labels, s.spec_draft_seconds);
+    header(out, "servetune:spec_decode_disabled_steps_total", "counter",
+           "Steps that drafted nothing because of speculative_disable_by_batch_size.");
+    sample(out, "servetune:spec_decode_disabled_steps_total", labels, s.spec_disabled_steps);
   }
 
   header(out, "servetune:kv_blocks_used", "gauge", "KV cache blocks held by requests.");

@@ -1,4 +1,4 @@
-// Speculative decoding (ngram and draft model) end to end on real models: greedy outputs (tokens, text, finish
+// Speculative decoding (ngram, draft model, DeepSeek MTP) end to end on real models: greedy outputs (tokens, text, finish
 // reasons, including stop strings and max_tokens cut inside a burst) are identical with and without speculation at
 // concurrency 1 and 32 with chunked prefill and prefix caching on; drafts are accepted, bursts arrive as one event,
 // no KV leaks (target or draft cache); sampled outputs keep their distribution; bad draft models are clear errors.
@@ -80,11 +80,12 @@ std::vector<Result> run(Engine& engine, const std::vector<Job>& jobs, size_t con
   return results;
 }
 
-// How a test speculates: no algorithm, ngram, or draft with a draft model.
+// How a test speculates: no algorithm, ngram, draft with a draft model, or mtp (the model's own next-n layer).
 struct Spec {
   std::string algorithm;
   std::string draft_model;
   double min_acceptance = 0.0;  // asserted acceptance rate (draft model = target: near 1)
+  int num_steps = 4;            // draft / mtp
 };
 const Spec kNoSpec{};
 const Spec kNgram{"ngram", "", 0.0};
@@ -102,7 +103,9 @@ EngineConfig config(const std::string& model, const Spec& spec) {
     c.speculative_ngram_max_match_window_size = 4;
   } else if (spec.algorithm == "draft") {
     c.speculative_draft_model = spec.draft_model;
-    c.speculative_num_steps = 4;
+    c.speculative_num_steps = spec.num_steps;
+  } else if (!spec.algorithm.empty()) {
+    c.speculative_num_steps = spec.num_steps;
   }
   return c;
 }
@@ -232,11 +235,23 @@ TEST(EngineSpeculative, SmolLM2GreedyIdenticalWithItselfAsDraft) {
   check_model(testing::smollm2_path(), kSmolTexts, 40, 48, {"draft", testing::smollm2_path(), 0.9});
 }
 
+// DeepSeek-V3's MTP layer (trained by scripts/gen_mtp_goldens.py to predict the target's greedy continuations) as the
+// draft head: one step (the study's setting) and three chained steps, SGLang's spelling EAGLE for the latter. The
+// step loop hands it the target's hidden states through chunked prefill, verification rollbacks, preemption and
+// prefix-cache hits.
+const std::string kMtpModel = "hf_models/deepseek_v3_mtp_tiny";
+TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalOneStep) {
+  check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"mtp", "", 0.3, 1});
+}
+TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalThreeStepsAsEagle) {
+  check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"EAGLE", "", 0.2, 3});
+}
+
 // Sampling with the engine: the per-position token distributions over many seeds match with and without ngram
 // speculation (two-sample chi-square, sparse cells pooled, critical value at p = 1e-6 per position).
-std::vector<std::vector<int32_t>> sample_many(const Spec& spec, int n, int len) {
+std::vector<std::vector<int32_t>> sample_many(const std::string& model, const Spec& spec, int n, int len) {
   const bool speculate = !spec.algorithm.empty();
-  Engine engine(config(testing::stories_path(), spec));
+  Engine engine(config(model, spec));
   const std::string text = "Lily had a red ball. Lily had a blue ball. Lily had a";
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < n; ++i) {
@@ -269,10 +284,10 @@ std::vector<std::vector<int32_t>> sample_many(const Spec& spec, int n, int len) 
   return outs;
 }
 
-void check_sampled_distribution(const Spec& speculation) {
+void check_sampled_distribution(const Spec& speculation, const std::string& model = testing::stories_path()) {
   constexpr int kRuns = 3000, kLen = 6;
-  const auto plain = sample_many(kNoSpec, kRuns, kLen);
-  const auto spec = sample_many(speculation, kRuns, kLen);
+  const auto plain = sample_many(model, kNoSpec, kRuns, kLen);
+  const auto spec = sample_many(model, speculation, kRuns, kLen);
   for (int pos = 1; pos < kLen; ++pos) {
     std::map<int32_t, std::pair<int64_t, int64_t>> cells;
     for (const auto& o : plain) ++cells[o[static_cast<size_t>(pos)]].first;
@@ -309,6 +324,11 @@ TEST(EngineSpeculative, Stories260KSampledDistributionUnchangedWithDraftModel) {
   const std::string draft = perturbed_stories(0.05);
   check_sampled_distribution({"draft", draft, 0.0});
   std::filesystem::remove(draft);
+}
+
+// MTP drafts drawn from the head's q, chained over two steps.
+TEST(EngineSpeculative, DeepSeekV3MtpSampledDistributionUnchanged) {
+  check_sampled_distribution({"mtp", "", 0.0, 2}, testing::data_path(kMtpModel));
 }
 
 // Draft KV rollback, property test on the draft speculator alone: random requests, drafts, verifications (a random
@@ -426,6 +446,8 @@ TEST(EngineSpeculative, DraftModelAbortsLeakNoBlocks) {
   EXPECT_GT(s.spec_accepted_tokens, 0);
 }
 
+// EAGLE / MTP on a model without a multi-token-prediction layer (EAGLE heads for llama-family models are not
+// implemented), with a draft model, or with tree drafts: clear "not implemented yet" errors.
 TEST(EngineSpeculative, UnimplementedAlgorithmsAreClearErrors) {
   for (const char* algo : {"eagle", "mtp", "EAGLE"}) {
     EngineConfig c = config(testing::stories_path(), kNoSpec);
@@ -435,6 +457,18 @@ TEST(EngineSpeculative, UnimplementedAlgorithmsAreClearErrors) {
       ADD_FAILURE() << algo << " was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << algo;
+      EXPECT_NE(std::string(e.what()).find("not implemented yet"), std::string::npos) << e.what();
+    }
+  }
+  for (const auto& [topk, draft] : {std::pair<int, std::string>{2, ""}, {1, testing::stories_path()}}) {
+    EngineConfig c = config(testing::data_path(kMtpModel), {"mtp", "", 0.0, 2});
+    c.speculative_eagle_topk = topk;
+    c.speculative_draft_model = draft;
+    try {
+      c.validate();
+      ADD_FAILURE() << "topk " << topk << ", draft '" << draft << "' was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
       EXPECT_NE(std::string(e.what()).find("not implemented yet"), std::string::npos) << e.what();
     }
   }

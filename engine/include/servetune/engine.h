@@ -88,6 +88,8 @@ struct EngineStats {
   int64_t spec_accepted_tokens = 0;
   std::vector<int64_t> spec_accepted_per_position;  // [i]: drafts whose token at position i was accepted
   int64_t spec_draft_kv_blocks_used = 0;            // KV blocks the draft model's own cache has in use (draft)
+  double spec_draft_seconds = 0.0;  // time proposing drafts (the draft head's forwards): speculation's overhead
+  int64_t spec_disabled_steps = 0;  // steps that drafted nothing: speculative_disable_by_batch_size
   int64_t kv_bytes_per_token = 0;  // KV cache bytes one token takes over all layers (per-head K and V, or MLA's latent)
   // Mixture-of-experts load: routed experts (0: a dense model), token-expert assignments over all MoE layers and
   // steps, and per layer and step the most tokens one expert got, summed.

@@ -1,0 +1,81 @@
+// Multi-token-prediction speculation (DeepSeek-V3's next-n layer as SGLang's EAGLE runs it, topk 1): the draft head is
+// the target checkpoint's own MTP layer (model/moe_decoder.h's next-n mode) with its own one-layer latent cache.
+// Its input at position i is the request's token t_{i+1} and the target's final hidden state h_i, which the step loop
+// hands over after every target forward (target_hidden); it predicts t_{i+2}. Per step it catches up on the positions
+// the target computed since (prompt on the first step, accepted tokens later; batched, chunked to the token budget):
+// the forward that reaches position n-2 of an n-token request yields its first draft; each further draft step feeds
+// the last draft and the head's own (shared-head-normalised) hidden state at the next position, as SGLang chains
+// num_steps. Greedy requests get argmax drafts, sampled ones drafts drawn from q (draft_speculator.h).
+// Invariants: a tracked sequence's MTP cache holds exactly positions [0, num_computed) computed from the target's
+// hidden states and emitted tokens (the draft-step positions past them are truncated after each propose); hidden
+// rows are kept only for target positions the cache has not consumed and that verification has not rejected.
+// Positions the target did not compute here (a prefix-cache hit) have no hidden state: their MTP rows are computed
+// with h = 0 (lossless; fewer acceptances on long cached prefixes) and counted in positions_without_hidden().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "model/batch.h"
+#include "runtime/block_manager.h"
+#include "runtime/speculator.h"
+
+namespace servetune {
+
+class KvStorage;
+class Model;
+
+class MtpSpeculator final : public Speculator {
+ public:
+  // Loads `target`'s first next-n layer on context.backend; `num_steps` draft tokens per request and step.
+  MtpSpeculator(const Checkpoint& target, const SpeculatorContext& context, int64_t num_steps);
+  ~MtpSpeculator() override;
+
+  void propose(std::span<const DraftSlot> slots) override;
+  void rollback(int64_t seq_id, std::span<const int32_t> tokens) override;
+  void release(int64_t seq_id) override;
+  int64_t kv_blocks_used() const override { return blocks_->num_used_blocks(); }
+  bool wants_hidden() const override { return true; }
+  void target_hidden(int64_t seq_id, int64_t first_position, std::span<const float> rows) override;
+  const char* name() const override { return "mtp"; }
+
+  // For tests: the MTP cache's bookkeeping, the requests holding state, positions run without a hidden state.
+  const BlockManager& blocks() const { return *blocks_; }
+  size_t num_tracked() const { return states_.size(); }
+  int64_t positions_without_hidden() const { return missing_hidden_; }
+
+ private:
+  struct State {
+    Sequence seq;                // tokens[i] = the request's token i + 1; num_computed: positions in the MTP cache
+    std::vector<float> hidden;   // the target's hidden states at positions [hidden_from, hidden_from + rows)
+    int64_t hidden_from = 0;
+    std::mt19937_64 rng;
+    bool seeded = false;
+  };
+  struct Active;
+  int64_t hidden_rows(const State& st) const;
+  // Appends position p's input hidden state (zeros when the target gave none) to batch_.input_hidden.
+  void append_input(State& st, int64_t p);
+  void catch_up(std::vector<Active>& active);
+  void draft_steps(std::vector<Active>& active);
+  void forward(bool return_hidden);
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvStorage> kv_;
+  std::unique_ptr<BlockManager> blocks_;
+  int64_t hidden_ = 0;
+  int64_t num_steps_ = 1;
+  int64_t page_size_ = 16;
+  int64_t context_length_ = 0;
+  int64_t max_batch_tokens_ = 0;
+  int64_t missing_hidden_ = 0;
+  std::unordered_map<int64_t, State> states_;
+  Batch batch_;
+  std::vector<float> logits_, q_;  // scratch
+};
+
+}  // namespace servetune
