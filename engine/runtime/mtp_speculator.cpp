@@ -18,6 +18,7 @@ struct MtpSpeculator::Active {
   int64_t want = 0;          // draft tokens to propose
   int64_t real = 0;          // MTP positions from the target's states: the request's tokens - 1
   std::vector<float> last;   // the head's hidden state at its last position (a draft step's input)
+  bool caught_up = false;    // the cache holds every position the target's states give
   bool stopped = false;      // the MTP cache ran out of blocks: keep what was proposed
 };
 
@@ -80,9 +81,10 @@ void MtpSpeculator::propose(std::span<const DraftSlot> slots) {
     slot.draft->clear();
     slot.draft_probs->clear();
     const auto n = static_cast<int64_t>(slot.tokens.size());
-    // MTP positions n-2 .. n-3+want run; the head must hold them in its context.
-    const int64_t want = std::min({slot.max_tokens, num_steps_, context_length_ - n + 2});
-    if (want <= 0 || n < 2) continue;
+    // MTP positions n-2 .. n-3+want run; the head must hold them in its context. With want 0 (no drafts this step)
+    // the cache still catches up, so the target's states do not pile up.
+    if (n < 2) continue;
+    const int64_t want = std::max<int64_t>(0, std::min({slot.max_tokens, num_steps_, context_length_ - n + 2}));
     State& st = states_[slot.seq_id];
     if (!st.seeded) {
       st.seq.id = slot.seq_id;
@@ -94,7 +96,7 @@ void MtpSpeculator::propose(std::span<const DraftSlot> slots) {
       st.seq.num_computed = n - 1;
       blocks_->truncate(st.seq, n - 1);
     }
-    active.push_back({&slot, &st, want, n - 1, {}, false});
+    active.push_back({&slot, &st, want, n - 1, {}, false, false});
   }
   catch_up(active);
   draft_steps(active);
@@ -117,7 +119,7 @@ void MtpSpeculator::catch_up(std::vector<Active>& active) {
     int64_t budget = max_batch_tokens_;
     for (Active& a : active) {
       Sequence& seq = a.state->seq;
-      if (a.stopped || !a.slot->draft->empty() || budget <= 0) continue;
+      if (a.stopped || a.caught_up || budget <= 0) continue;
       const int64_t take = std::min(seq.num_uncomputed(), budget);
       if (!blocks_->allocate(seq, seq.num_computed + take)) {
         a.stopped = true;
@@ -139,7 +141,7 @@ void MtpSpeculator::catch_up(std::vector<Active>& active) {
       row += s.num_tokens;
       last_token.push_back(row - 1);
     }
-    forward(num_steps_ > 1);
+    forward(num_steps_ > 1);  // a draft step's input: the head's state at the last position
     size_t sample = 0;
     for (size_t i = 0; i < step.seqs.size(); ++i) {
       Sequence& seq = *step.seqs[i].seq;
@@ -150,6 +152,11 @@ void MtpSpeculator::catch_up(std::vector<Active>& active) {
       st.hidden_from += consumed;
       if (!step.seqs[i].samples) continue;
       Active& a = *sampling[sample];
+      a.caught_up = true;
+      if (a.want == 0) {
+        ++sample;
+        continue;
+      }
       const auto vocab = static_cast<size_t>(model_->config().vocab);
       const std::span<const float> logits(logits_.data() + sample * vocab, vocab);
       a.slot->draft->push_back(draw_draft_token(logits, *a.slot->sampling, st.rng, q_, *a.slot->draft_probs));

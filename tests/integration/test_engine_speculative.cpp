@@ -86,6 +86,7 @@ struct Spec {
   std::string draft_model;
   double min_acceptance = 0.0;  // asserted acceptance rate (draft model = target: near 1)
   int num_steps = 4;            // draft / mtp
+  int disable_by_batch_size = 0;
 };
 const Spec kNoSpec{};
 const Spec kNgram{"ngram", "", 0.0};
@@ -98,6 +99,7 @@ EngineConfig config(const std::string& model, const Spec& spec) {
   c.chunked_prefill_size = 64;  // chunked prefill and prefix caching (on by default) both in play
   c.max_prefill_tokens = 256;
   c.speculative_algorithm = parse_speculative_algorithm(spec.algorithm);
+  c.speculative_disable_by_batch_size = spec.disable_by_batch_size;
   if (spec.algorithm == "ngram") {
     c.speculative_num_draft_tokens = 4;
     c.speculative_ngram_max_match_window_size = 4;
@@ -193,6 +195,10 @@ void check_model(const std::string& model, const std::vector<std::string>& texts
   ASSERT_FALSE(s.spec_accepted_per_position.empty());
   EXPECT_LE(s.spec_accepted_per_position[0], s.spec_num_drafts);
   EXPECT_GT(s.prefix_cache_hit_rate(), 0.0);
+  if (spec.disable_by_batch_size > 0) {
+    EXPECT_GT(s.spec_disabled_steps, 0);
+  }
+  EXPECT_GT(s.spec_draft_seconds, 0.0);
   std::printf("%s, %s: %lld drafts, %lld draft tokens, %lld accepted (%.1f%%), mean accepted length %.2f\n", model.c_str(),
               spec.algorithm.c_str(), static_cast<long long>(s.spec_num_drafts), static_cast<long long>(s.spec_draft_tokens),
               static_cast<long long>(s.spec_accepted_tokens), 100.0 * s.spec_acceptance_rate(), s.spec_mean_accepted_length());
@@ -245,6 +251,10 @@ TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalOneStep) {
 }
 TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalThreeStepsAsEagle) {
   check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"EAGLE", "", 0.2, 3});
+}
+// Steps with 8 or more decoding requests draft nothing, while the head keeps catching up on the target's states.
+TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalWhenDisabledByBatchSize) {
+  check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"mtp", "", 0.2, 2, 8});
 }
 
 // Sampling with the engine: the per-position token distributions over many seeds match with and without ngram
