@@ -29,8 +29,6 @@
 namespace servetune::cli {
 namespace {
 
-constexpr const char* kEngineGroup = "Engine settings";
-
 struct BenchOptions {
   EngineConfig engine;  // --model and, for --backend builtin, the engine settings
   std::string backend = "openai";
@@ -83,15 +81,6 @@ std::string py_float(double v) {
   return loadgen::percentile_word(v);
 }
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::string& flag) {
-  namespace fs = std::filesystem;
-  if (!fs::exists(path)) {
-    throw_usage(flag + " " + path + ": no such file or directory (a .gguf file or an HF directory with tokenizer.json;"
-                " give --tokenizer PATH when --model is a served model name)");
-  }
-  return Tokenizer::from_path(path);
-}
-
 void check_flag_use(const BenchOptions& o) {
   const bool builtin = o.backend == "builtin";
   if (!builtin && !loadgen::is_http_backend(o.backend)) {
@@ -104,11 +93,7 @@ void check_flag_use(const BenchOptions& o) {
     }
   } else {
     if (!o.expert_distribution_out.empty()) throw_usage("--expert-distribution-out reads the built-in engine's counters; use --backend builtin");
-    for (const CLI::Option* opt : o.cmd->get_options()) {
-      if (opt->get_group() == kEngineGroup && opt->count() > 0) {
-        throw_usage(opt->get_name() + " is an engine setting; it applies only to --backend builtin");
-      }
-    }
+    reject_engine_flags(o.cmd, "it applies only to --backend builtin");
   }
   if (o.max_concurrency && *o.max_concurrency <= 0) throw_usage("--max-concurrency must be > 0");
   if (o.num_warmups < 0) throw_usage("--num-warmups must be >= 0");
@@ -206,7 +191,7 @@ void run_bench(BenchOptions& o) {
     h.request_timeout_s = o.request_timeout;
     client = std::make_unique<loadgen::HttpClient>(h);
   }
-  if (!builtin || !o.tokenizer.empty()) own_tokenizer = load_tokenizer(tokenizer_id, o.tokenizer.empty() ? "--model" : "--tokenizer");
+  if (!builtin || !o.tokenizer.empty()) own_tokenizer = load_client_tokenizer(tokenizer_id, o.tokenizer.empty() ? "--model" : "--tokenizer");
   const Tokenizer& tokenizer = own_tokenizer ? *own_tokenizer : engine->tokenizer();
 
   const datasets::Workload workload = datasets::load_workload(o.data, tokenizer);

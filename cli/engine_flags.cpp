@@ -1,9 +1,13 @@
 // Engine setting flags (see engine_flags.h): one CLI11 option per line of the settings table, typed by its member.
 #include "engine_flags.h"
 
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <type_traits>
+
+#include "servetune/error.h"
+#include "servetune/tokenizer.h"
 
 namespace servetune::cli {
 namespace {
@@ -43,9 +47,23 @@ void add_engine_flags(CLI::App* cmd, EngineConfig& c) {
     if (s.key == "model") {
       option->required();
     } else {
-      option->group("Engine settings");
+      option->group(kEngineGroup);
     }
   });
+}
+
+void reject_engine_flags(const CLI::App* cmd, const std::string& why) {
+  for (const CLI::Option* opt : cmd->get_options()) {
+    if (opt->get_group() == kEngineGroup && opt->count() > 0) throw_usage(opt->get_name() + " is an engine setting; " + why);
+  }
+}
+
+std::unique_ptr<Tokenizer> load_client_tokenizer(const std::string& path, const std::string& flag) {
+  if (!std::filesystem::exists(path)) {
+    throw_usage(flag + " " + path + ": no such file or directory (a .gguf file or an HF directory with tokenizer.json;"
+                " give --tokenizer PATH when --model is a served model name)");
+  }
+  return Tokenizer::from_path(path);
 }
 
 }  // namespace servetune::cli

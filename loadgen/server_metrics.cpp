@@ -1,19 +1,12 @@
 // Speculative-decoding and prefix-cache counters from a server's /metrics (see server_metrics.h).
 #include "loadgen/server_metrics.h"
 
-#include <curl/curl.h>
-
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 
 namespace servetune::loadgen {
 namespace {
-
-size_t append_body(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
-  return size * n;
-}
 
 // The value of label `key` in a `{k="v",...}` label set (escapes \" \\ \n undone); nullopt when absent.
 std::optional<std::string> label_value(std::string_view labels, std::string_view key) {
@@ -39,44 +32,6 @@ std::optional<std::string> label_value(std::string_view labels, std::string_view
   }
   return std::nullopt;
 }
-
-}  // namespace
-
-namespace {
-
-std::optional<std::string> http_call(const std::string& url, long timeout_ms, const std::string& api_key, bool post) {
-  CURL* h = curl_easy_init();
-  if (h == nullptr) return std::nullopt;
-  std::string body;
-  curl_slist* headers = nullptr;
-  if (!api_key.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + api_key).c_str());
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, append_body);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
-  if (post) curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-  long code = 0;
-  const bool ok = curl_easy_perform(h) == CURLE_OK && curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK &&
-                  code == 200;
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(h);
-  if (!ok) return std::nullopt;
-  return body;
-}
-
-}  // namespace
-
-std::optional<std::string> http_get(const std::string& url, long timeout_ms, const std::string& api_key) {
-  return http_call(url, timeout_ms, api_key, false);
-}
-
-std::optional<std::string> http_post(const std::string& url, long timeout_ms, const std::string& api_key) {
-  return http_call(url, timeout_ms, api_key, true);
-}
-
-namespace {
 
 // Calls f(name, labels, value) for each sample line of a Prometheus text exposition; malformed lines are skipped.
 template <class F>

@@ -8,14 +8,10 @@
 #include <string>
 #include <string_view>
 
+#include "loadgen/http_request.h"  // http_get, which the scrapes use
 #include "loadgen/report.h"
 
 namespace servetune::loadgen {
-
-// One GET of `url` (timeout in ms, optional bearer key); the body on HTTP 200, nullopt on any failure.
-std::optional<std::string> http_get(const std::string& url, long timeout_ms, const std::string& api_key = "");
-// The same as a POST with an empty body (an admin call such as SGLang's /flush_cache).
-std::optional<std::string> http_post(const std::string& url, long timeout_ms, const std::string& api_key = "");
 
 // The vllm:spec_decode_* counters of a Prometheus text exposition, summed over label sets (per position for the
 // per-position counter); nullopt when the server exposes no vllm:spec_decode_num_drafts_total (no speculation).

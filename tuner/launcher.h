@@ -69,6 +69,10 @@ class Session {
   // The server's Prometheus endpoint and the bearer key the client sends (external), or "" (built-in).
   virtual std::string metrics_url() const { return ""; }
   virtual std::string api_key() const { return ""; }
+  // The server's base URL (http://host:port) and the "model" name its client sends (external), or "" (built-in):
+  // the accuracy guard scores the server through /v1/completions.
+  virtual std::string base_url() const { return ""; }
+  virtual std::string served_model() const { return ""; }
   // The server log, relative to the run folder; "" when there is none.
   virtual std::string log() const { return ""; }
   // Empties the prefix cache (the built-in engine's, or through the server's flush_cache path); false when the

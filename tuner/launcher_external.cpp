@@ -15,7 +15,7 @@
 
 #include "loadgen/backends.h"
 #include "loadgen/http_client.h"
-#include "loadgen/server_metrics.h"
+#include "loadgen/http_request.h"
 #include "servetune/error.h"
 #include "tuner/interrupt.h"
 #include "tuner/launch_records.h"
@@ -128,6 +128,8 @@ class ExternalSession : public Session {
     h.backend = server.backend;
     h.api_url = base + (server.endpoint.empty() ? loadgen::default_endpoint(server.backend) : server.endpoint);
     h.model = server.served_model_name.empty() ? spec.target.model : server.served_model_name;
+    base_url_ = base;
+    served_model_ = h.model;
     if (const char* k = std::getenv("OPENAI_API_KEY")) h.api_key = k;
     api_key_ = h.api_key;
     metrics_url_ = base + "/metrics";
@@ -147,6 +149,8 @@ class ExternalSession : public Session {
   std::string command() const override { return command_; }
   std::string metrics_url() const override { return metrics_url_; }
   std::string api_key() const override { return api_key_; }
+  std::string base_url() const override { return base_url_; }
+  std::string served_model() const override { return served_model_; }
   std::string log() const override { return log_rel_; }
   bool flush_cache() override {
     if (flush_url_.empty()) return false;
@@ -217,6 +221,8 @@ class ExternalSession : public Session {
   std::string metrics_url_;
   std::string flush_url_;  // "" without the server's flush_cache path
   std::string api_key_;
+  std::string base_url_;
+  std::string served_model_;
   LaunchRegistration registration_;
   std::unique_ptr<ServerProcess> process_;
   std::unique_ptr<loadgen::HttpClient> client_;

@@ -422,8 +422,11 @@ SweepSpec parse_sweep(const SpecFile& f) {
     acc.seed = static_cast<uint64_t>(as.int_in("seed", 0, 0, INT64_MAX));
     acc.ctx = static_cast<int>(as.int_in("ctx", 256, 4, 1 << 20));
     acc.chunks = static_cast<int>(as.int_in("chunks", 4, 1, 1'000'000));
+    if (spec.builtin() && as.has("prompt_logprobs")) {
+      as.fail("prompt_logprobs", "applies to external servers (their top-K); the built-in engine's KL uses whole rows");
+    }
+    acc.prompt_logprobs = static_cast<int>(as.int_in("prompt_logprobs", 20, 1, 1'000'000));
     as.done();
-    if (!spec.builtin()) f.fail("accuracy", "scores the built-in engine's prompt logits; an external server's are not read (yet)");
     spec.accuracy = acc;  // its file is checked when the sweep runs (relative paths are from where it runs)
   }
   parse_repeat(f, top, spec);

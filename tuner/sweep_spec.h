@@ -107,13 +107,15 @@ struct StrategySpec {
   uint64_t seed = 0;                       // bayes: the draws (same seed and results, same candidates)
 };
 
-// `accuracy:` — the text every built-in candidate is scored on (perplexity, KL against the baseline candidate).
+// `accuracy:` — the text every candidate is scored on (perplexity, KL against the baseline candidate): the built-in
+// engine's whole logits rows, or an external server's top-K prompt_logprobs.
 struct AccuracySpec {
   std::string dataset;  // a plain text file, sharegpt, or a ShareGPT .json (loadgen::perplexity_text)
   int64_t num_texts = 200;
   uint64_t seed = 0;
   int ctx = 256;
   int chunks = 4;
+  int prompt_logprobs = 20;  // external servers: K, the top log-probabilities per position (vLLM's default maximum)
 };
 
 struct ObjectiveSpec {

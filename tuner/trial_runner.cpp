@@ -243,6 +243,7 @@ bool TrialRunner::run_here(const Trial& t) {
   store_.discard_partial(t.candidate.id, names);
   // Datasets first: a bad dataset is the sweep's error, not the candidate's.
   load_workloads(t);
+  if (spec_.accuracy) check_accuracy_text(spec_);
   const size_t runs = max_runs(t.workloads, spec_.repeat);
   progress_.trial_started(t.candidate.id, t.candidate.label, runs);
   size_t done = 0;
@@ -261,15 +262,15 @@ bool TrialRunner::run_here(const Trial& t) {
   };
   try {
     if (interrupted_by() != 0) throw LaunchFailure(TrialFailure::kInterrupted, "");
-    // The baseline's log-probabilities first (once per run folder), while no candidate holds the memory.
-    const double baseline_ppl = spec_.accuracy ? ensure_accuracy_baseline(spec_, space_, store_.dir()) : 0.0;
+    // The baseline's log-probabilities first (once per run folder), while no candidate holds the memory (or the port).
+    const double baseline_ppl = spec_.accuracy ? ensure_accuracy_baseline(spec_, space_, store_.dir(), launcher_, tokenizer_) : 0.0;
     std::unique_ptr<Session> session = launcher_.start(t.candidate, store_.dir(), t.tag);
     marker.log = session->log();
     accuracy_ = nlohmann::ordered_json::object();
-    if (spec_.accuracy && session->engine() != nullptr) {
+    if (spec_.accuracy) {
       progress_.note(t.candidate.id + ": accuracy on " + spec_.accuracy->dataset);
       try {
-        accuracy_ = measure_accuracy(*session->engine(), spec_, store_.dir(), baseline_ppl);
+        accuracy_ = measure_accuracy(*session, tokenizer_, spec_, store_.dir(), baseline_ppl);
       } catch (const Error& e) {  // e.g. a KV cache too small for accuracy.ctx: this candidate's failure
         throw LaunchFailure(TrialFailure::kRequestsFailed, std::string("the accuracy run failed: ") + e.what());
       }

@@ -35,6 +35,15 @@ SampleRow filters(const SamplingParams& p) {
 
 }  // namespace
 
+void log_softmax(std::span<const float> logits, std::vector<double>& out) {
+  const double top = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - top);
+  const double norm = top + std::log(sum);
+  out.resize(logits.size());
+  for (size_t v = 0; v < logits.size(); ++v) out[v] = static_cast<double>(logits[v]) - norm;
+}
+
 void validate_sampling_params(const SamplingParams& p) {
   auto bad = [](const std::string& what) { throw Error(ErrorKind::kInvalidRequest, what); };
   if (!(p.temperature >= 0.0f) || p.temperature > 100.0f) bad("temperature must be in [0, 100]");

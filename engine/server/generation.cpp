@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <random>
 
 #include "server/api_error.h"
 #include "server/openai_response.h"
 #include "server/prometheus.h"
+#include "server/prompt_logprobs.h"
 #include "servetune/engine.h"
 #include "servetune/error.h"
 
@@ -58,6 +60,12 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
                                                             std::chrono::system_clock::now().time_since_epoch()).count(),
                  model_name, ctx.engine.tokenizer()),
         choices_(static_cast<size_t>(std::max(request.n, 1))) {}
+
+  // prompt_logprobs: choice 0's engine request returns the prompt's logits rows (start_generation), scored here as
+  // they arrive so no more than one event's rows are held.
+  void score_prompt(std::vector<int32_t> prompt, int32_t top_k) {
+    prompt_logprobs_.emplace(std::move(prompt), top_k, ctx_.engine.model_info().vocab, ctx_.engine.tokenizer());
+  }
 
   ~GenerationTask() { settle_all(); }
 
@@ -123,6 +131,7 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
       if (c.settled) continue;
       for (TokenEvent& e : c.stream->drain()) {
         observe(c, e);
+        if (prompt_logprobs_ && !e.prompt_logits.empty()) prompt_logprobs_->add_rows(e.prompt_logits);
         if (e.finish == FinishReason::kError) return fail(e, out);
         if (streaming_) {
           out += builder_.stream_event(static_cast<int>(i), e);
@@ -169,8 +178,12 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
     if (aborted) {
       r.status = 503;
       r.body = ApiError(503, "the request was aborted: the server is shutting down").body();
+    } else if (prompt_logprobs_ && !prompt_logprobs_->complete()) {
+      r.status = 500;
+      r.body = ApiError(500, "the engine's prompt logits rows do not match the prompt's positions").body();
     } else {
-      r.body = builder_.response(reasons, total);
+      const std::string prompt_json = prompt_logprobs_ ? prompt_logprobs_->json() : std::string();
+      r.body = builder_.response(reasons, total, prompt_logprobs_ ? &prompt_json : nullptr);
     }
     exchange_->reply(std::move(r));
   }
@@ -227,6 +240,7 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   ResponseBuilder builder_;
   std::shared_ptr<Wake> wake_ = std::make_shared<Wake>();
   std::vector<Choice> choices_;
+  std::optional<PromptLogprobs> prompt_logprobs_;
   size_t unfinished_ = choices_.size();
   bool done_ = false;
 };
@@ -247,7 +261,10 @@ void start_generation(GenerationContext& ctx, GenerateRequest request, std::vect
     // Choice i of a seeded request draws with seed + i, as vLLM's parallel sampling does: distinct, reproducible.
     if (request.sampling.seed) r.sampling.seed = *request.sampling.seed + i;
   }
+  // The prompt's log-probabilities are the same for every choice: choice 0 alone computes them.
+  if (request.prompt_logprobs >= 0) requests[0].prompt_logits = true;
   auto task = std::make_shared<GenerationTask>(ctx, request, model_name, arrival, std::move(exchange));
+  if (request.prompt_logprobs >= 0) task->score_prompt(requests[0].prompt_ids, request.prompt_logprobs);
   task->start(requests);
 }
 

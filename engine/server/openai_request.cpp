@@ -186,10 +186,12 @@ void parse_sampling(const Fields& f, GenerateRequest& r) {
     if (!v->is_object()) bad_type("logit_bias", "an object", *v);
     reject_if(!v->empty(), "logit_bias", "is not supported");
   }
-  if (auto v = f.boolean("echo")) reject_if(*v, "echo", "is not supported");
+  if (auto v = f.boolean("echo")) {
+    reject_if(*v, "echo", "is not supported; for the prompt's log-probabilities send vLLM's 'prompt_logprobs' (/v1/completions)");
+  }
   if (auto v = f.boolean("skip_special_tokens")) reject_if(!*v, "skip_special_tokens", "must be true: special tokens are always skipped");
   if (auto v = f.boolean("include_stop_str_in_output")) reject_if(*v, "include_stop_str_in_output", "is not supported");
-  for (const char* name : {"prompt_logprobs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+  for (const char* name : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
                            "structured_outputs", "bad_words", "allowed_token_ids", "logits_processors"}) {
     reject_if(f.find(name) != nullptr, name, "is not supported");
   }
@@ -295,6 +297,10 @@ GenerateRequest parse_completion_request(std::string_view body) {
     r.logprobs = true;
     r.sampling.logprobs = static_cast<int32_t>(*v);
   }
+  if (auto v = f.integer("prompt_logprobs", 0, kMaxLogprobs)) {
+    reject_if(r.stream, "prompt_logprobs", "is not available when 'stream' is true (as in vLLM)");
+    r.prompt_logprobs = static_cast<int32_t>(*v);
+  }
   if (auto v = f.string("suffix")) reject_if(!v->empty(), "suffix", "is not supported");
   if (auto v = f.boolean("add_special_tokens")) r.add_special_tokens = *v;
   validate_sampling(r);
@@ -336,6 +342,7 @@ GenerateRequest parse_chat_request(std::string_view body) {
   for (const char* name : {"functions", "function_call", "audio", "prediction", "chat_template", "documents"}) {
     reject_if(f.find(name) != nullptr, name, "is not supported");
   }
+  reject_if(f.find("prompt_logprobs") != nullptr, "prompt_logprobs", "is supported on /v1/completions only");
   if (const json* v = f.find("modalities")) {
     reject_if(*v != json::array({"text"}), "modalities", "only [\"text\"] is supported");
   }

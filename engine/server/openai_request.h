@@ -33,6 +33,7 @@ struct GenerateRequest {
   bool include_usage = false;     // stream_options.include_usage
   bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM): usage on every chunk
   bool logprobs = false;          // chat: logprobs=true; completions: logprobs=N given
+  int32_t prompt_logprobs = -1;   // completions, vLLM's extension: K >= 0 returns the prompt's log-probabilities
 };
 
 // Throw ApiError(400) for malformed JSON or invalid fields.

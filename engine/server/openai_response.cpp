@@ -206,7 +206,8 @@ void ResponseBuilder::add(int choice, const TokenEvent& e) {
   if (logprobs_) c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
 }
 
-std::string ResponseBuilder::response(const std::vector<FinishReason>& finish, const Usage& total) const {
+std::string ResponseBuilder::response(const std::vector<FinishReason>& finish, const Usage& total,
+                                      const std::string* prompt_logprobs) const {
   std::string out = prefix_;
   out += '[';
   for (size_t i = 0; i < choices_.size(); ++i) {
@@ -230,6 +231,7 @@ std::string ResponseBuilder::response(const std::vector<FinishReason>& finish, c
     out += ",\"finish_reason\":";
     const char* reason = i < finish.size() ? finish_reason_text(finish[i]) : nullptr;
     append_json_string(out, reason ? reason : "stop");
+    if (prompt_logprobs) out += ",\"prompt_logprobs\":" + *prompt_logprobs;
     out += '}';
   }
   out += "],\"usage\":" + usage_json(total) + "}";

@@ -31,9 +31,11 @@ class ResponseBuilder {
   std::string stream_usage(const Usage& total) const;  // after every choice's final event: the usage chunk, if asked for
   static std::string stream_error(const std::string& message, int status);
 
-  // Non-streaming: add every event of every choice, then render the whole response once all have finished.
+  // Non-streaming: add every event of every choice, then render the whole response once all have finished;
+  // `prompt_logprobs` (completions, vLLM's extension: the JSON list) goes into every choice, as the prompt is theirs.
   void add(int choice, const TokenEvent& e);
-  std::string response(const std::vector<FinishReason>& finish, const Usage& total) const;
+  std::string response(const std::vector<FinishReason>& finish, const Usage& total,
+                       const std::string* prompt_logprobs = nullptr) const;
 
   const std::string& id() const { return id_; }
 

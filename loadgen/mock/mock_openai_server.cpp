@@ -1,7 +1,9 @@
 // A small OpenAI-compatible streaming server for tests and the client benchmark: one epoll loop, HTTP/1.1
 // keep-alive, chunked SSE for /v1/completions and /v1/chat/completions. It emits max_tokens chunks of " tok"
 // (one every --itl-us, the first after --ttft-us plus --ttft-us-per-word per prompt word) and reports
-// usage.prompt_tokens as the prompt's whitespace-separated word count (chat: of all messages). Each event
+// usage.prompt_tokens as the prompt's whitespace-separated word count (chat: of all messages; a token-id prompt: its
+// length). A request without "stream": true gets the same text as one JSON body at once; like llama.cpp's server it
+// ignores fields it does not know, vLLM's prompt_logprobs among them. Each event
 // carries a "sent-ns:" line before its data (CLOCK_MONOTONIC nanoseconds when it was written to the socket buffer,
 // see loadgen/sse_parser.h) unless --no-timestamps; the data payload is the same bytes either way.
 // A prompt starting with "mock:MODE[:K]" injects a failure after K content chunks:
@@ -282,6 +284,20 @@ void respond_status(Conn& c, int code, const std::string& message) {
            std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
+// A non-streaming answer: every token at once, in one completion (or chat completion) body.
+void respond_whole(Conn& c, const Stream& s) {
+  std::string text;
+  for (int64_t i = 0; i < s.total; ++i) text += " tok";
+  const std::string choice = s.chat ? R"({"index":0,"message":{"role":"assistant","content":")" + text + R"("},)"
+                                    : R"({"index":0,"text":")" + text + R"(",)";
+  const std::string body = std::string(R"({"id":"cmpl-mock-)") + std::to_string(s.id) + R"(","object":")" +
+                           (s.chat ? "chat.completion" : "text_completion") + R"(","created":0,"model":"mock","choices":[)" + choice +
+                           R"("logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":)" + std::to_string(s.prompt_tokens) +
+                           R"(,"completion_tokens":)" + std::to_string(s.total) + R"(,"total_tokens":)" +
+                           std::to_string(s.prompt_tokens + s.total) + "}}";
+  c.out += "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
 std::string metrics_text() {
   std::string t = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"mock\"} 0\n";
   if (g_prefix_cache) {
@@ -333,11 +349,11 @@ void handle_request(Conn& c, const std::string& method, const std::string& path,
     }
     s.total = j.value("max_completion_tokens", j.value("max_tokens", 16));
   } else {
-    prompt = j.value("prompt", "");
+    if (j.contains("prompt") && j["prompt"].is_string()) prompt = j["prompt"].get<std::string>();
     s.total = j.value("max_tokens", 16);
   }
   s.include_usage = j.contains("stream_options") && j["stream_options"].value("include_usage", false);
-  s.prompt_tokens = word_count(prompt);
+  s.prompt_tokens = !chat && j.contains("prompt") && j["prompt"].is_array() ? static_cast<int64_t>(j["prompt"].size()) : word_count(prompt);
   if (g_prefix_cache) {
     s.cached_tokens = 0;
     for (const std::string& p : g_prompts_seen) {
@@ -362,8 +378,8 @@ void handle_request(Conn& c, const std::string& method, const std::string& path,
     if (mode == "quirky") s.mode = Mode::kQuirky;
     if (mode == "status") return respond_status(c, arg, "mock status " + std::to_string(arg));
   }
-  if (!j.value("stream", false)) return respond_status(c, 400, "the mock only streams");
   if (s.total < 1) return respond_status(c, 400, "max_tokens must be >= 1");
+  if (!j.value("stream", false)) return respond_whole(c, s);
   c.out += "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
            "Transfer-Encoding: chunked\r\n\r\n";
   s.active = true;

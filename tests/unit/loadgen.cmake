@@ -1,5 +1,6 @@
 # Datasets and load generator tests: datasets (tokenizer only), metrics / SSE / report, the libcurl client against
-# the mock server, the in-process client on stories260K, and `servetune bench` end to end.
+# the mock server, the in-process client on stories260K, the pieces of perplexity against a server (top-K KL,
+# prompt_logprobs responses, the log-probability file), and `servetune bench` end to end.
 if(TARGET servetune_datasets)
   servetune_test(test_datasets LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_datasets.cpp ${CMAKE_CURRENT_LIST_DIR}/test_datasets_sharegpt.cpp
@@ -19,6 +20,9 @@ if(TARGET servetune_loadgen)
   add_dependencies(test_loadgen_http servetune_mock_openai)
   servetune_test(test_loadgen_inprocess LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_inprocess.cpp
+    LIBS servetune_loadgen)
+  servetune_test(test_loadgen_perplexity_server LABEL unit
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_perplexity_server.cpp
     LIBS servetune_loadgen)
   if(TARGET servetune)
     servetune_test(test_loadgen_cli LABEL unit

@@ -10,13 +10,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
+#include <span>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "server/server.h"
 #include "servetune/engine.h"
+#include "servetune/sampling.h"
+#include "servetune/tokenizer.h"
 #include "test_paths.h"
 
 namespace servetune::server {
@@ -385,6 +389,68 @@ TEST_F(ServerHttp, SeveralChoicesStreamingAndNot) {
   r = request(post("/v1/completions", base + R"(,"n":2,"best_of":3})"));
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(json::parse(r.body)["error"]["param"], "best_of");
+  EXPECT_TRUE(engine_idle());
+}
+
+// prompt_logprobs (vLLM's extension) over HTTP: one entry per prompt token, each position's values those of the
+// engine's own teacher-forced logits rows (Request::prompt_logits, log-softmax), the same list in every choice, and
+// the generation itself unchanged; a long prompt computed in several chunks gives every position.
+TEST_F(ServerHttp, PromptLogprobsEqualTheEnginesPromptLogits) {
+  start();
+  const std::vector<int32_t> prompt = engine_->tokenizer().encode(
+      "Once upon a time, there was a little girl named Lily. She liked to play outside in the park with her friends.", true);
+  constexpr int kTop = 5;
+  const std::string body = R"({"prompt":)" + json(prompt).dump() + R"(,"max_tokens":3,"temperature":0,"n":2,"prompt_logprobs":5})";
+  const Response r = request(post("/v1/completions", body));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  const json& lists = j["choices"][0]["prompt_logprobs"];
+  EXPECT_EQ(j["choices"][1]["prompt_logprobs"], lists);
+  ASSERT_EQ(lists.size(), prompt.size());
+  EXPECT_TRUE(lists[0].is_null());
+
+  Request direct;
+  direct.prompt_ids = prompt;
+  direct.prompt_logits = true;
+  direct.sampling.temperature = 0.0f;
+  direct.sampling.max_tokens = 3;
+  auto stream = engine_->submit(direct);
+  std::vector<float> rows;
+  std::string text;
+  while (auto e = stream->next()) {
+    rows.insert(rows.end(), e->prompt_logits.begin(), e->prompt_logits.end());
+    text += e->text;
+    if (e->finish != FinishReason::kNone) break;
+  }
+  EXPECT_EQ(j["choices"][0]["text"], text);  // greedy: asking for the prompt's log-probabilities changes nothing else
+  const auto vocab = static_cast<size_t>(engine_->model_info().vocab);
+  ASSERT_EQ(rows.size(), (prompt.size() - 1) * vocab);
+  std::vector<double> lp;
+  for (size_t p = 1; p < prompt.size(); ++p) {
+    SCOPED_TRACE("position " + std::to_string(p));
+    log_softmax(std::span<const float>(rows.data() + (p - 1) * vocab, vocab), lp);
+    const json& entry = lists[p];
+    const std::string key = std::to_string(prompt[p]);
+    ASSERT_TRUE(entry.contains(key)) << entry.dump();
+    EXPECT_NEAR(entry[key]["logprob"].get<double>(), lp[static_cast<size_t>(prompt[p])], 1e-6);
+    const double target = lp[static_cast<size_t>(prompt[p])];
+    EXPECT_EQ(entry[key]["rank"].get<int64_t>(), std::count_if(lp.begin(), lp.end(), [&](double x) { return x >= target; }));
+    std::vector<double> sorted = lp;
+    std::sort(sorted.rbegin(), sorted.rend());
+    EXPECT_GE(entry.size(), static_cast<size_t>(kTop));
+    EXPECT_LE(entry.size(), static_cast<size_t>(kTop) + 1);
+    for (const auto& [id, v] : entry.items()) {
+      EXPECT_NEAR(v["logprob"].get<double>(), lp[std::stoul(id)], 1e-6) << id;
+      EXPECT_EQ(v["decoded_token"], engine_->tokenizer().token_to_piece(std::stoi(id)));
+      if (id != key) {  // a top-K entry: its rank is its place in the sorted row
+        EXPECT_NEAR(v["logprob"].get<double>(), sorted[v["rank"].get<size_t>() - 1], 1e-6) << id;
+      }
+    }
+  }
+  const Response bad = request(post("/v1/completions", R"({"prompt":[1,2],"prompt_logprobs":21})"));
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(json::parse(bad.body)["error"]["param"], "prompt_logprobs");
   EXPECT_TRUE(engine_idle());
 }
 

@@ -2,6 +2,8 @@
 // another kind), error bodies, JSON text helpers, response/chunk shapes (OpenAI schema) and the Prometheus text.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "formats/gguf.h"
@@ -10,6 +12,8 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/prometheus.h"
+#include "server/prompt_logprobs.h"
+#include "servetune/sampling.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 
@@ -176,6 +180,21 @@ TEST(ServerRequest, OptionsThatWouldChangeTheOutputAreRejected) {
   EXPECT_NO_THROW(parse_chat_request(
       R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}],"tool_choice":"none",
           "response_format":{"type":"text"},"logit_bias":{},"n":1,"modalities":["text"],"parallel_tool_calls":true})"));
+}
+
+// vLLM's prompt_logprobs: K in [0, 20] on /v1/completions, not with stream (as vLLM), not on chat; the legacy echo
+// is refused with a pointer to it.
+TEST(ServerRequest, PromptLogprobs) {
+  EXPECT_EQ(parse_completion_request(R"({"prompt":[1,2]})").prompt_logprobs, -1);
+  EXPECT_EQ(parse_completion_request(R"({"prompt":[1,2],"prompt_logprobs":0})").prompt_logprobs, 0);
+  EXPECT_EQ(parse_completion_request(R"({"prompt":[1,2],"prompt_logprobs":20,"max_tokens":1})").prompt_logprobs, 20);
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"p","prompt_logprobs":null})").prompt_logprobs, -1);
+  bad_completion(R"({"prompt":"p","prompt_logprobs":21})", "prompt_logprobs", "must be in [0, 20], got 21");
+  bad_completion(R"({"prompt":"p","prompt_logprobs":-1})", "prompt_logprobs", "must be in [0, 20], got -1");
+  bad_completion(R"({"prompt":"p","prompt_logprobs":"5"})", "prompt_logprobs", "must be an integer");
+  bad_completion(R"({"prompt":"p","prompt_logprobs":1,"stream":true})", "prompt_logprobs", "not available when 'stream' is true");
+  bad_chat(R"({"messages":[{"role":"user","content":"x"}],"prompt_logprobs":1})", "prompt_logprobs", "/v1/completions only");
+  bad_completion(R"({"prompt":"p","echo":true,"logprobs":1})", "echo", "send vLLM's 'prompt_logprobs'");
 }
 
 TEST(ServerRequest, ChatMessages) {
@@ -457,6 +476,70 @@ TEST(ServerMetricsText, PrometheusFormat) {
     if (line.rfind("# ", 0) == 0) continue;
     EXPECT_NE(line.find("} "), std::string::npos) << line;
   }
+}
+
+// The log-softmax of `row` at `token`, computed here the long way.
+double reference_logprob(const std::vector<float>& row, int32_t token) {
+  double sum = 0.0;
+  for (float x : row) sum += std::exp(static_cast<double>(x));
+  return static_cast<double>(row[static_cast<size_t>(token)]) - std::log(sum);
+}
+
+// vLLM's shape: null for the first prompt token, then per position a dict keyed by token id whose first entry is the
+// prompt token (its rank counts the tokens at least as likely), then the top K not already there, ranked 1..K with
+// ties by token id; rows may arrive in pieces, and rows that do not fit the prompt leave it incomplete.
+TEST_F(ServerResponse, PromptLogprobsShape) {
+  const int64_t vocab = tok_->vocab_size();
+  std::vector<float> row0(static_cast<size_t>(vocab), 0.0f), row1(static_cast<size_t>(vocab), 0.0f);
+  row0[403] = 2.0f;  // the prompt token, second most likely
+  row0[10] = 3.0f;
+  row1[407] = -1.0f;  // the prompt token, less likely than every other token
+  PromptLogprobs p({1, 403, 407}, 2, vocab, *tok_);
+  EXPECT_FALSE(p.complete());
+  p.add_rows(row0);
+  EXPECT_FALSE(p.complete());
+  p.add_rows(row1);
+  ASSERT_TRUE(p.complete());
+  const auto j = nlohmann::ordered_json::parse(p.json());
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_TRUE(j[0].is_null());
+  ASSERT_EQ(j[1].size(), 2u);  // the prompt token is among the top 2
+  EXPECT_EQ(j[1].begin().key(), "403");
+  EXPECT_EQ(j[1]["403"]["rank"], 2);
+  EXPECT_EQ(j[1]["403"]["decoded_token"], tok_->token_to_piece(403));
+  EXPECT_NEAR(j[1]["403"]["logprob"].get<double>(), reference_logprob(row0, 403), 1e-12);
+  EXPECT_EQ(j[1]["10"]["rank"], 1);
+  EXPECT_NEAR(j[1]["10"]["logprob"].get<double>(), reference_logprob(row0, 10), 1e-12);
+  ASSERT_EQ(j[2].size(), 3u);  // K + 1: the prompt token is not among them
+  EXPECT_EQ(j[2].begin().key(), "407");
+  EXPECT_EQ(j[2]["407"]["rank"], vocab);
+  EXPECT_EQ(j[2]["0"]["rank"], 1);
+  EXPECT_EQ(j[2]["1"]["rank"], 2);
+  EXPECT_NEAR(j[2]["0"]["logprob"].get<double>(), reference_logprob(row1, 0), 1e-12);
+
+  PromptLogprobs zero({1, 403}, 0, vocab, *tok_);
+  zero.add_rows(row0);
+  EXPECT_EQ(nlohmann::json::parse(zero.json())[1].size(), 1u);  // K = 0: the prompt token alone
+  PromptLogprobs extra({1, 403}, 1, vocab, *tok_);
+  extra.add_rows(std::vector<float>(2 * static_cast<size_t>(vocab), 0.0f));  // a row for a position it does not have
+  EXPECT_FALSE(extra.complete());
+  PromptLogprobs partial({1, 403}, 1, vocab, *tok_);
+  partial.add_rows(std::vector<float>(static_cast<size_t>(vocab) - 1, 0.0f));
+  EXPECT_FALSE(partial.complete());
+}
+
+// Every choice of a request gets the prompt's list; without prompt_logprobs there is no such field.
+TEST_F(ServerResponse, PromptLogprobsInEveryChoice) {
+  auto req = parse_completion_request(R"({"prompt":[1,403],"n":2,"prompt_logprobs":1})");
+  ResponseBuilder b(req, "cmpl-3", 1, "m", *tok_);
+  const TokenEvent e = event({407}, " upon", FinishReason::kLength);
+  b.add(0, e);
+  b.add(1, e);
+  const std::string list = R"([null,{"403":{"logprob":-0.5,"rank":1,"decoded_token":" Once"}}])";
+  const json r = json::parse(b.response({e.finish, e.finish}, e.usage, &list));
+  EXPECT_EQ(r["choices"][0]["prompt_logprobs"], json::parse(list));
+  EXPECT_EQ(r["choices"][1]["prompt_logprobs"], json::parse(list));
+  EXPECT_FALSE(json::parse(b.response({e.finish, e.finish}, e.usage))["choices"][0].contains("prompt_logprobs"));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,5 +42,9 @@ struct SampleResult {
   float logprob = 0.0f;             // of the sampled token under the raw distribution (when logprobs >= 0)
   std::vector<TokenLogprob> top;    // top-n of the raw distribution, best first
 };
+
+// The log-softmax of one raw logits row, in double: the teacher-forced scores of `servetune perplexity` and of the
+// server's prompt_logprobs, one function so the two paths give the same numbers.
+void log_softmax(std::span<const float> logits, std::vector<double>& out);
 
 }  // namespace servetune

@@ -1,7 +1,7 @@
 // External targets end to end: the mock OpenAI server swept over a flag, its /metrics speculative-decoding
 // counters in the records, and servers that fail in each way a trial is classified (did not start, out of memory,
 // timed out at startup or per request, crashed, every request failed); logs land in raw/, the sweep goes on, and
-// no server process outlives its candidate.
+// no server process outlives its candidate; and the accuracy guard on `servetune serve` candidates.
 #include <chrono>
 #include <map>
 #include <thread>
@@ -115,6 +115,63 @@ workloads:
     const std::string cmd = by_server[key]["candidate_info"]["command"];
     EXPECT_FALSE(process_running(cmd)) << cmd;
   }
+  fs::remove_all(dir);
+}
+
+// The accuracy guard on external servers: `servetune serve` candidates scored through prompt_logprobs against the
+// baseline candidate's server (launched once on its own, tag "accuracy"); an FP8 KV cache's perplexity rise keeps it
+// from winning. A server that ignores prompt_logprobs (the mock) stops the sweep with the URL and the field named.
+TEST(TunerExternal, AccuracyGuardOnServeCandidates) {
+  const fs::path dir = scratch("external_accuracy");
+  const std::string head = R"(name: served
+target:
+  engine: external
+  model: stories
+  tokenizer: )" + stories_path() + R"(
+  servers:
+    serve:
+      command: ")" + std::string(SERVETUNE_BIN) + " serve --model " + stories_path() +
+                           R"( --served-model-name stories --threads 1 --port {port} {flags}"
+      health: /health
+      startup_timeout_s: 60
+)";
+  const std::string rest = R"(workloads:
+  - {name: w, dataset: random, input_len: 16, output_len: 4, num_prompts: 4, seed: 1}
+accuracy: {dataset: )" + data_path("perplexity/text.txt") + R"(, ctx: 128, chunks: 3, prompt_logprobs: 10}
+slo: {perplexity_increase: 0.000001}
+)";
+  write_text(dir / "s.yaml", head + "space:\n  kv-cache-dtype: [f32, fp8_e4m3]\n" + rest);
+  const fs::path run = dir / "run";
+  const CliResult r = servetune("sweep " + (dir / "s.yaml").string() + " --output " + run.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto base = read_json(run / "records" / "c0" / "w.r0.json")["metrics"];
+  const auto fp8 = read_json(run / "records" / "c1" / "w.r0.json")["metrics"];
+  EXPECT_EQ(base["kl_vs_baseline"], 0.0);
+  EXPECT_EQ(base["perplexity_increase"], 0.0);
+  EXPECT_GT(fp8["kl_vs_baseline"].get<double>(), 0.0);
+  EXPECT_GT(fp8["perplexity_increase"].get<double>(), 0.000001);
+  const auto baseline = read_json(run / "accuracy" / "baseline.json");
+  EXPECT_EQ(baseline["prompt_logprobs"], 10);
+  EXPECT_NEAR(baseline["perplexity"].get<double>(), base["perplexity"].get<double>(), 1e-9);
+  EXPECT_TRUE(fs::exists(run / "raw" / "c0" / "server.accuracy.log"));  // the baseline's own launch
+  EXPECT_NE(read_text(run / "report.md").find("**Best: `c0`**"), std::string::npos) << read_text(run / "report.md");
+
+  write_text(dir / "mock.yaml", R"(name: mock
+target:
+  engine: external
+  model: mock
+  tokenizer: )" + stories_path() + R"(
+  servers:
+    mock:
+      command: ")" + std::string(SERVETUNE_MOCK_SERVER) + R"( --port {port} {flags}"
+      health: /v1/models
+      startup_timeout_s: 20
+space:
+  itl-us: [0]
+)" + rest);
+  const CliResult bad = servetune("sweep " + (dir / "mock.yaml").string() + " --output " + (dir / "bad").string());
+  EXPECT_NE(bad.code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("/v1/completions: the response has no 'prompt_logprobs'"), std::string::npos) << bad.output;
   fs::remove_all(dir);
 }
 
