@@ -79,12 +79,13 @@ class EagleHead(torch.nn.Module):
         self.layers = torch.nn.ModuleList([EagleLayer(cfg)])
         self.rotary = ll.LlamaRotaryEmbedding(cfg)
 
-    def forward(self, emb, hidden, lm_head_weight):
-        """emb [B, T, d] (embed(t_{i+1})), hidden [B, T, d] (H_i) at positions 0..T-1 -> (logits, g)."""
+    def forward(self, emb, hidden, lm_head_weight, pos=None, mask=None):
+        """emb [B, T, d] (embed(t_{i+1})), hidden [B, T, d] (H_i) at positions 0..T-1 (or pos [B, T], with an additive
+        mask [1, 1, T, T]; default causal) -> (logits, g)."""
         b, t, _ = emb.shape
         x = self.fc(torch.cat([emb, hidden], dim=-1))
-        pos = torch.arange(t).unsqueeze(0).expand(b, t)
-        mask = torch.full((t, t), float("-inf")).triu(1).view(1, 1, t, t)
+        pos = torch.arange(t).unsqueeze(0).expand(b, t) if pos is None else pos
+        mask = torch.full((t, t), float("-inf")).triu(1).view(1, 1, t, t) if mask is None else mask
         layer = self.layers[0]
         a = layer.self_attn(x, position_embeddings=self.rotary(x, pos), attention_mask=mask)[0]
         r = x + a
@@ -115,14 +116,14 @@ def save_head(head, cfg, out, dtype):
         f.write("\n")
 
 
-def load_target(directory, filename):
-    """transformers' GGUF loader, dequantised to f32, eager attention. pad_token_id (2^32-1 in some GGUFs) dropped."""
+def load_target(directory, filename, attn="eager"):
+    """transformers' GGUF loader, dequantised to f32. pad_token_id (2^32-1 in some GGUFs) dropped."""
     cfg = transformers.AutoConfig.from_pretrained(directory, gguf_file=filename)
     if cfg.pad_token_id is not None and not 0 <= cfg.pad_token_id < cfg.vocab_size:
         cfg.pad_token_id = None
     model = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=filename, config=cfg,
-                                                              dtype=torch.float32, attn_implementation="eager")
-    model.config._attn_implementation = "eager"
+                                                              dtype=torch.float32, attn_implementation=attn)
+    model.config._attn_implementation = attn
     return model.eval()
 
 
