@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# N-gram and draft-model speculative decoding vs none on the built-in engine: single-stream decode tokens/s on a
+# N-gram, draft-model and EAGLE-head speculative decoding vs none on the built-in engine: single-stream decode tokens/s on a
 # repetitive prompt (`servetune generate`, greedy), then ShareGPT at concurrency 1 and 32 (`servetune bench
 # --backend builtin`, in-process) with output throughput, TPOT and vLLM's acceptance rate / length. Numbers are
 # whatever this machine gives; speculation is expected to lose where the batch is already large (it adds verify
@@ -8,7 +8,8 @@
 # target.
 # Usage: scripts/bench_speculative.sh [MODEL] [THREADS] [NUM_PROMPTS] [DRAFT_TOKENS] [OUTPUT_LEN]
 #        (env: BUILD=build/cpu, MIN_N=1 / MAX_N=12 the n-gram match window, SGLang's defaults;
-#         DRAFT=PATH the draft model, MODES="off ngram draft")
+#         DRAFT=PATH the draft model, EAGLE=DIR an EAGLE head (default tests/data/eagle/smollm2_head) drafting K
+#         steps, MODES="off ngram draft" or e.g. "off ngram eagle")
 # (ShareGPT requests get max_tokens OUTPUT_LEN, default 128, and EOS is ignored so every run decodes the same amount.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,10 +25,13 @@ MODES=${MODES:-off ngram draft}
 NGRAM=(--speculative-algorithm ngram --speculative-num-draft-tokens "$K"
        --speculative-ngram-min-match-window-size "${MIN_N:-1}" --speculative-ngram-max-match-window-size "${MAX_N:-12}")
 DRAFTING=(--speculative-algorithm draft --speculative-draft-model "$DRAFT" --speculative-num-steps "$K")
+EAGLING=(--speculative-algorithm EAGLE --speculative-draft-model "${EAGLE:-tests/data/eagle/smollm2_head}"
+         --speculative-num-steps "$K")
 flags_for() {
   case "$1" in
     ngram) flags=("${NGRAM[@]}") ;;
     draft) flags=("${DRAFTING[@]}") ;;
+    eagle) flags=("${EAGLING[@]}") ;;
     *) flags=() ;;
   esac
 }

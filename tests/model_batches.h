@@ -28,6 +28,13 @@ inline Batch one_sequence(const std::vector<int32_t>& tokens, int begin, int end
   return b;
 }
 
+// Golden rows (one vector per position) as one flat [rows x width] vector, as Batch::input_hidden holds them.
+inline std::vector<float> flat_rows(const std::vector<std::vector<float>>& rows) {
+  std::vector<float> out;
+  for (const auto& r : rows) out.insert(out.end(), r.begin(), r.end());
+  return out;
+}
+
 // Logits rows [n, vocab] against golden rows from `first_row` on, each within 1e-4 of that golden row's largest
 // magnitude.
 inline void expect_rows_close(const std::vector<float>& ours, const std::vector<std::vector<float>>& expected,

@@ -136,6 +136,7 @@ const ArchDefaults& find_arch(const json& config, const std::string& file) {
       throw_format(file, "key 'architectures' must be a non-empty list of strings, got " + describe(*archs));
     }
     const std::string name = (*archs)[0].get<std::string>();
+    if (name == kEagleHeadArchitecture) return kArchs[0];  // a llama-family EAGLE draft head (eagle_head set below)
     for (const ArchDefaults& a : kArchs) {
       if (a.architecture == name) return a;
     }
@@ -347,6 +348,9 @@ HfModelConfig parse_hf_config(std::string_view json_text, const std::string& nam
   HfModelConfig c;
   c.architecture = arch.architecture;
   c.model_type = arch.model_type;
+  if (const auto archs = config.find("architectures"); archs != config.end() && archs->is_array()) {
+    c.eagle_head = (*archs)[0].is_string() && (*archs)[0].get<std::string>() == kEagleHeadArchitecture;
+  }
 
   c.hidden_size = r.req_int("hidden_size", 1, int64_t{1} << 20);
   c.intermediate_size = r.req_int("intermediate_size", 1, int64_t{1} << 24);

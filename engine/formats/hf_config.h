@@ -89,6 +89,7 @@ struct HfModelConfig {
   HfMoeConfig moe;
   HfMlaConfig mla;
   int64_t num_nextn_predict_layers = 0;   // deepseek_v3: multi-token-prediction layers stored after the decoder's
+  bool eagle_head = false;                // architectures [LlamaForCausalLMEagle]: a draft head (model/eagle_head.h)
   std::optional<int64_t> sliding_window;  // mistral's window; qwen2's only when use_sliding_window is true
   std::string torch_dtype;                // "bfloat16", "float16", "float32" or "" when absent
   std::vector<int64_t> bos_token_id;      // empty when absent or null; a list when the file has one
@@ -107,6 +108,8 @@ const std::vector<std::string>& supported_hf_architectures();
 HfModelConfig parse_hf_config(std::string_view json_text, const std::string& name);
 // Reads and parses `path` (a config.json file, or a directory holding one). Error(kIo) if it cannot be read.
 HfModelConfig read_hf_config(const std::string& path);
+// EAGLE-2 draft heads' architecture name (SGLang's): a llama-family config with one layer.
+inline constexpr std::string_view kEagleHeadArchitecture = "LlamaForCausalLMEagle";
 
 // config.json text (2-space indented, keys in transformers' order) that parse_hf_config and transformers'
 // AutoConfig read back to the same values.

@@ -20,6 +20,15 @@
 namespace servetune {
 namespace {
 
+void refuse_draft_head(const HfModelConfig& hf, const std::string& path) {
+  if (!hf.eagle_head) return;
+  throw_usage(path + " is an EAGLE draft head (" + std::string(kEagleHeadArchitecture) + "), not a model: give it as "
+              "--speculative-draft-model with --speculative-algorithm EAGLE and its target as --model");
+}
+
+}  // namespace
+namespace {
+
 // MemAvailable of /proc/meminfo in bytes, or 0 when it cannot be read.
 int64_t available_host_memory() {
   std::ifstream meminfo("/proc/meminfo");
@@ -52,6 +61,7 @@ Checkpoint::Checkpoint(const std::string& path, LoadFormat format, uint64_t seed
       break;
     case LoadFormat::kSafetensors: {
       HfModelConfig hf = read_hf_config(dir_);
+      refuse_draft_head(hf, dir_);
       config_ = model_config_from_hf(hf, dir_ + "/config.json");
       safetensors_ = std::make_unique<SafetensorsSet>(path);
       source_ = std::make_unique<SafetensorsWeightSource>(*safetensors_, path, hf.tie_word_embeddings, hf.model_type);
@@ -62,6 +72,7 @@ Checkpoint::Checkpoint(const std::string& path, LoadFormat format, uint64_t seed
     }
     case LoadFormat::kDummy: {
       HfModelConfig hf = read_hf_config(is_dir ? path : path);
+      refuse_draft_head(hf, path);
       config_ = model_config_from_hf(hf, path);
       DType dtype = DType::kF32;
       if (hf.torch_dtype == "bfloat16") dtype = DType::kBF16;

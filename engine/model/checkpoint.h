@@ -39,6 +39,8 @@ class Checkpoint {
   // `backend` (model/moe_decoder.h). Error(kUsage) naming the file when the model has none.
   std::unique_ptr<Model> load_next_n(Backend& backend, int64_t nextn = 0) const;
   std::unique_ptr<Tokenizer> load_tokenizer() const;
+  // The checkpoint's tensors (an EAGLE head shares the target's embedding and output head).
+  const WeightSource& weights() const { return *source_; }
 
  private:
   // Dummy weights that would not fit in the backend's free memory: Error(kUsage) saying how much they need.

@@ -212,12 +212,16 @@ std::optional<TensorRef> SafetensorsWeightSource::find(const std::string& name) 
   if (is_scale) hf = block_scale_name(hf);
   const SafetensorsTensor* t = set_.tensor(hf);
   if (t == nullptr) return std::nullopt;
+  return tensor_ref(hf, *t);
+}
+
+TensorRef tensor_ref(const std::string& file_name, const SafetensorsTensor& t) {
   TensorRef ref;
-  ref.name = hf;
-  ref.type = t->dtype;
-  ref.shape = t->shape;
-  ref.data = t->data.data();
-  ref.n_bytes = static_cast<int64_t>(t->data.size());
+  ref.name = file_name;
+  ref.type = t.dtype;
+  ref.shape = t.shape;
+  ref.data = t.data.data();
+  ref.n_bytes = static_cast<int64_t>(t.data.size());
   return ref;
 }
 

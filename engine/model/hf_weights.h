@@ -17,6 +17,8 @@ ModelConfig model_config_from_hf(const HfModelConfig& hf, const std::string& sou
 // The HF tensor name in a checkpoint of `model_type` for a GGUF-style name (blk.N.ffn_gate.E.weight: routed expert E),
 // or "" when there is none.
 std::string hf_tensor_name(const std::string& gguf_name, const std::string& model_type);
+// A safetensors tensor as a WeightSource's TensorRef, under the name the file gives it.
+TensorRef tensor_ref(const std::string& file_name, const SafetensorsTensor& t);
 
 class SafetensorsWeightSource final : public WeightSource {
  public:

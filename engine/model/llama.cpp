@@ -130,9 +130,17 @@ void LlamaModel::run_batch(const Batch& batch, KvStorage& kv) {
   for (const int32_t row : batch.logits_indices) {
     if (row < 0 || row >= n) throw Error(ErrorKind::kInternal, "logits index out of range");
   }
-  if (forward_graph(batch, kv)) return;
+  hidden_.clear();
+  if (!batch.return_hidden && forward_graph(batch, kv)) return;
   reserve(n, n_out);
   compute(n, n_out, batch.max_blocks_per_seq, place_indices(batch), kv);
+  if (!batch.return_hidden) return;
+  // Every token's final normalised hidden state (the logits' input), for a draft head.
+  const int64_t d = config_.hidden;
+  float* normed = buf(ws_.h);  // free once the layers are done
+  backend_.rms_norm(buf(ws_.x), output_norm_, normed, n, d, config_.rms_eps);
+  hidden_.resize(static_cast<size_t>(n * d));
+  backend_.download(hidden_.data(), *ws_.h, 0, hidden_.size() * sizeof(float));
 }
 
 void LlamaModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) {

@@ -28,6 +28,8 @@ class LlamaModel final : public Model {
   void forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) override;
   bool device_sampling() const override { return parallel_.tp_size == 1 && backend_.device_sampling(); }
   void forward_sampled(const Batch& batch, KvStorage& kv, std::span<const SampleRow> rows, std::vector<int32_t>& tokens) override;
+  std::span<const float> hidden_rows() const override { return hidden_; }
+  bool supports_hidden() const override { return true; }
 
  private:
   struct Layer {
@@ -99,6 +101,7 @@ class LlamaModel final : public Model {
   std::unique_ptr<Buffer> logits_out_;
   int64_t logits_capacity_ = 0;
   std::vector<float> gathered_;  // all ranks' logits before interleaving (tp_size > 1)
+  std::vector<float> hidden_;    // hidden_rows(): the last return_hidden batch's final normalised states
 };
 
 }  // namespace servetune

@@ -25,7 +25,7 @@ enum Slot : size_t {
 
 MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend,
                                  ParallelContext parallel, CompileOptions compile)
-    : MoeDecoderModel(config, loader, backend, parallel, compile, -1) {}
+    : MoeDecoderModel(config, loader, backend, parallel, compile, -1, false) {}
 
 std::unique_ptr<MoeDecoderModel> MoeDecoderModel::next_n(const ModelConfig& target, int64_t nextn, WeightLoader& loader,
                                                          Backend& backend) {
@@ -39,12 +39,20 @@ std::unique_ptr<MoeDecoderModel> MoeDecoderModel::next_n(const ModelConfig& targ
   c.nextn_layers = 0;
   // MoE or dense by the family's rule for its block index, which the checkpoint shows by the router's presence.
   if (c.is_moe()) c.moe.moe_layer = {loader.has(blk(block, "ffn_gate_inp.weight"))};
-  return std::unique_ptr<MoeDecoderModel>(new MoeDecoderModel(c, loader, backend, ParallelContext{}, CompileOptions{}, block));
+  return std::unique_ptr<MoeDecoderModel>(new MoeDecoderModel(c, loader, backend, ParallelContext{}, CompileOptions{}, block, false));
+}
+
+std::unique_ptr<MoeDecoderModel> MoeDecoderModel::eagle_head(const ModelConfig& head, WeightLoader& loader, Backend& backend) {
+  if (head.n_layers != 1 || head.is_moe() || head.is_mla()) {
+    throw_unsupported("EAGLE heads with one dense decoder layer are supported; this one has " + std::to_string(head.n_layers) +
+                      " layers" + (head.is_moe() || head.is_mla() ? " and mixture-of-experts or latent attention" : ""));
+  }
+  return std::unique_ptr<MoeDecoderModel>(new MoeDecoderModel(head, loader, backend, ParallelContext{}, CompileOptions{}, -1, true));
 }
 
 MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend,
-                                 ParallelContext parallel, CompileOptions compile, int64_t nextn_block)
-    : nextn_block_(nextn_block), config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused),
+                                 ParallelContext parallel, CompileOptions compile, int64_t nextn_block, bool eagle)
+    : nextn_block_(nextn_block), eagle_(eagle), config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused),
       share_(tensor_parallel_share(config, parallel.tp_size, parallel.tp_rank)),
       expert_share_(parallel.dp_attention()
                         ? expert_parallel_share(config, parallel.moe_comm->size(), parallel.ep_size, parallel.moe_comm->rank(),
@@ -83,7 +91,9 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
   }
   const int64_t d = config.hidden;
   rotary_ = ModelRotary(config, loader, backend_);
-  if (nextn_block_ >= 0) {
+  if (eagle_) {
+    load_eagle_inputs(loader);
+  } else if (nextn_block_ >= 0) {
     load_next_n_inputs(loader, nextn_block_);
   } else {
     tok_embd_ = loader.matrix("token_embd.weight", config.vocab, d);
@@ -101,7 +111,9 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
       if (!placements_.empty()) L.placement = &placements_[static_cast<size_t>(L.moe_index)];
     }
     const int64_t block = nextn_block_ >= 0 ? nextn_block_ : l;  // the layer's index in the checkpoint's names
-    L.attn_norm = loader.vector(blk(block, "attn_norm.weight"), d);
+    // EAGLE heads drop their first layer's input norm (EAGLE-2's checkpoints have none).
+    const bool optional_norm = eagle_ && !loader.has(blk(block, "attn_norm.weight"));
+    L.attn_norm = optional_norm ? nullptr : loader.vector(blk(block, "attn_norm.weight"), d);
     load_attention(L, block, loader);
     L.ffn_norm = loader.vector(blk(block, "ffn_norm.weight"), d);
     load_ffn(L, block, loader);
@@ -130,20 +142,29 @@ void MoeDecoderModel::load_next_n_inputs(WeightLoader& loader, int64_t block) {
   eh_hidden_ = loader.matrix_cols(eh, d, 2 * d, {d, d});
 }
 
-void MoeDecoderModel::embed_next_n(const Batch& batch, float* x) {
+void MoeDecoderModel::load_eagle_inputs(WeightLoader& loader) {
+  const int64_t d = config_.hidden, vocab = config_.vocab;
+  tok_embd_ = loader.matrix("token_embd.weight", vocab, d);
+  output_ = loader.matrix(loader.has("output.weight") ? "output.weight" : "token_embd.weight", vocab, d);
+  eh_embed_ = loader.matrix_cols("eagle_fc.weight", d, 2 * d, {0, d});
+  eh_hidden_ = loader.matrix_cols("eagle_fc.weight", d, 2 * d, {d, d});
+  if (loader.has("eagle_fc.bias")) fc_bias_ = loader.vector("eagle_fc.bias", d);
+}
+
+void MoeDecoderModel::embed_head_input(const Batch& batch, float* x) {
   const int64_t n = batch.n_tokens(), d = config_.hidden;
   if (static_cast<int64_t>(batch.input_hidden.size()) != n * d) {
-    throw Error(ErrorKind::kInternal, "a next-n layer's batch needs one input hidden state per token");
+    throw Error(ErrorKind::kInternal, "a draft head's batch needs one input hidden state per token");
   }
   const float eps = config_.rms_eps;
   float* e = scratch(kH, n * d);
   float* h = scratch(kOut, n * d);
   float* part = scratch(kAttn, n * d);
   backend_.embed(tok_embd_, batch.tokens.data(), n, e);
-  backend_.rms_norm(e, enorm_, e, n, d, eps);
+  if (enorm_ != nullptr) backend_.rms_norm(e, enorm_, e, n, d, eps);
   std::copy(batch.input_hidden.begin(), batch.input_hidden.end(), h);  // host memory (checked at construction)
-  backend_.rms_norm(h, hnorm_, h, n, d, eps);
-  backend_.matmul(eh_embed_, nullptr, e, n, x);
+  if (hnorm_ != nullptr) backend_.rms_norm(h, hnorm_, h, n, d, eps);
+  backend_.matmul(eh_embed_, fc_bias_, e, n, x);
   backend_.matmul(eh_hidden_, nullptr, h, n, part);
   backend_.add(x, part, n * d);
 }
@@ -339,7 +360,7 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   float* x = scratch(kX, n * d);
   float* h = scratch(kH, n * d);
   float* out = scratch(kOut, n * d);
-  if (nextn_block_ >= 0) embed_next_n(batch, x);
+  if (nextn_block_ >= 0 || eagle_) embed_head_input(batch, x);
   else backend_.embed(tok_embd_, batch.tokens.data(), n, x);
   if (moe_comm_ != nullptr && !parallel_.moe_all_to_all) exchange_replica_sizes(n);
   const AttentionBatch ab{n, batch.positions.data(), batch.seq_of_token.data(), batch.block_tables.data(),
@@ -349,7 +370,8 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
     const Layer& L = layers_[l];
     const KvLayerView& cache = kv.layer(static_cast<int64_t>(l));
     // compile = fused: each residual add joins the RMSNorm after it (the same arithmetic in one pass).
-    if (!fused_ || l == 0) backend_.rms_norm(x, L.attn_norm, h, n, d, eps);
+    if (L.attn_norm == nullptr) std::copy(x, x + n * d, h);  // an EAGLE head's first layer (host memory)
+    else if (!fused_ || l == 0) backend_.rms_norm(x, L.attn_norm, h, n, d, eps);
     else backend_.add_rms_norm(x, out, L.attn_norm, h, n, d, eps);
     if (config_.is_mla()) attention_mla(L, n, h, cache, ab, batch.slot_mapping.data(), out);
     else attention_gqa(L, n, h, cache, ab, batch.slot_mapping.data(), out);
@@ -370,7 +392,9 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   if (fused_) backend_.add(x, out, n * d);
   if (batch.return_hidden) {
     hidden_.resize(static_cast<size_t>(n * d));
-    backend_.rms_norm(x, output_norm_, hidden_.data(), n, d, eps);  // host memory (checked at construction)
+    // Host memory (checked at construction). An EAGLE head's output has no final norm.
+    if (output_norm_ != nullptr) backend_.rms_norm(x, output_norm_, hidden_.data(), n, d, eps);
+    else std::copy(x, x + n * d, hidden_.begin());
   } else {
     hidden_.clear();
   }
@@ -379,7 +403,7 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   float* xs = scratch(kLogitsIn, n_out * d);
   const WeightMatrix hidden{x, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
   backend_.embed(hidden, batch.logits_indices.data(), n_out, xs);
-  backend_.rms_norm(xs, output_norm_, xs, n_out, d, eps);
+  if (output_norm_ != nullptr) backend_.rms_norm(xs, output_norm_, xs, n_out, d, eps);
   backend_.matmul(output_, nullptr, xs, n_out, scratch(kLogits, n_out * output_.rows));
 }
 

@@ -34,6 +34,10 @@ namespace servetune {
 // target's final hidden state h_i (Batch::input_hidden) at position i: x = eh_proj([enorm(embed(t)); hnorm(h)]), then
 // the decoder layer, then its shared head (shared_head.norm, shared_head.head) predicts t_{i+2}. Its hidden_rows() are
 // the shared-head-normalised states, which a chained draft step feeds back as h.
+//
+// EAGLE mode (EAGLE-2's head, SGLang's LlamaForCausalLMEagle; model/eagle_head.h loads it): the same input pair
+// through fc([embed(t); h]) (+ bias) without norms, one dense decoder layer whose input norm is optional, and the
+// target's head applied to the layer's output without a final norm; hidden_rows() are that output.
 class MoeDecoderModel final : public Model {
  public:
   MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel,
@@ -41,6 +45,9 @@ class MoeDecoderModel final : public Model {
   // Next-n layer `nextn` of the target model `target` (Error(kUsage) naming the tensor when the checkpoint lacks it).
   static std::unique_ptr<MoeDecoderModel> next_n(const ModelConfig& target, int64_t nextn, WeightLoader& loader,
                                                  Backend& backend);
+  // An EAGLE head of config `head` (one layer) whose loader finds eagle_fc.weight [d, 2d] (and eagle_fc.bias), the
+  // layer as blk.0.*, and the target's token_embd / output.
+  static std::unique_ptr<MoeDecoderModel> eagle_head(const ModelConfig& head, WeightLoader& loader, Backend& backend);
 
   const ModelConfig& config() const override { return config_; }
   const ParallelContext& parallel() const override { return parallel_; }
@@ -56,7 +63,7 @@ class MoeDecoderModel final : public Model {
 
  private:
   MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel,
-                  CompileOptions compile, int64_t nextn_block);
+                  CompileOptions compile, int64_t nextn_block, bool eagle);
 
   struct Mlp {
     WeightMatrix gate, up, down;
@@ -128,16 +135,20 @@ class MoeDecoderModel final : public Model {
   void shared_experts(const Layer& L, int64_t n, const float* h, size_t out_slot);
   void place_experts();
   void load_next_n_inputs(WeightLoader& loader, int64_t block);
-  void embed_next_n(const Batch& batch, float* x);  // x = eh_proj([enorm(embed(tokens)); hnorm(input_hidden)])
+  void load_eagle_inputs(WeightLoader& loader);
+  // A draft head's input: x = eh_proj([enorm(embed(tokens)); hnorm(input_hidden)]) (EAGLE: no norms, fc's bias).
+  void embed_head_input(const Batch& batch, float* x);
   void run(const Batch& batch, KvStorage& kv);
   void exchange_replica_sizes(int64_t n);  // DP attention: every replica's token count this step
   void run_idle();  // DP attention, no tokens here: only the MoE layers' collectives and this rank's expert share
 
   // Next-n mode: the checkpoint block of the layer (-1: a whole decoder) and its input norms and projection halves.
   int64_t nextn_block_ = -1;
+  bool eagle_ = false;
   const float* enorm_ = nullptr;
   const float* hnorm_ = nullptr;
-  WeightMatrix eh_embed_, eh_hidden_;  // eh_proj's columns [0, d) (embedding) and [d, 2d) (hidden)
+  WeightMatrix eh_embed_, eh_hidden_;  // eh_proj's (EAGLE: fc's) columns [0, d) (embedding) and [d, 2d) (hidden)
+  const float* fc_bias_ = nullptr;     // EAGLE's fc bias, when the head has one
   std::vector<float> hidden_;          // hidden_rows()
 
   ModelConfig config_;

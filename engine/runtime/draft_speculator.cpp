@@ -100,6 +100,18 @@ void DraftModelSpeculator::sync(State& st, std::span<const int32_t> tokens) {
   blocks_->truncate(seq, seq.num_computed);
 }
 
+bool schedule_catch_up(Sequence& seq, BlockManager& blocks, int64_t& budget, SchedulerOutput& step, bool& stopped) {
+  const int64_t take = std::min(seq.num_uncomputed(), budget);
+  if (!blocks.allocate(seq, seq.num_computed + take)) {
+    stopped = true;
+    return false;
+  }
+  const bool samples = take == seq.num_uncomputed();
+  step.seqs.push_back({&seq, take, samples, 0});
+  budget -= take;
+  return samples;
+}
+
 int32_t draw_draft_token(std::span<const float> logits, const SamplingParams& params, std::mt19937_64& rng,
                          std::vector<float>& q, std::vector<float>& draft_probs) {
   if (params.greedy()) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -142,17 +154,8 @@ void DraftModelSpeculator::propose(std::span<const DraftSlot> slots) {
     std::vector<Active*> sampling;
     int64_t budget = max_batch_tokens_;
     for (Active& a : active) {
-      Sequence& seq = a.state->seq;
       if (a.stopped || !a.slot->draft->empty() || budget <= 0) continue;
-      const int64_t take = std::min(seq.num_uncomputed(), budget);
-      if (!blocks_->allocate(seq, seq.num_computed + take)) {
-        a.stopped = true;
-        continue;
-      }
-      const bool samples = take == seq.num_uncomputed();
-      step.seqs.push_back({&seq, take, samples, 0});
-      if (samples) sampling.push_back(&a);
-      budget -= take;
+      if (schedule_catch_up(a.state->seq, *blocks_, budget, step, a.stopped)) sampling.push_back(&a);
     }
     if (step.seqs.empty()) break;
     runner_->run(step);

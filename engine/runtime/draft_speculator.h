@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/block_manager.h"
+#include "runtime/scheduler.h"
 #include "runtime/speculator.h"
 
 namespace servetune {
@@ -68,6 +69,10 @@ class DraftModelSpeculator final : public Speculator {
 void draft_distribution(std::span<const float> logits, const SamplingParams& params, std::vector<float>& q);
 // A draft head's next token from its `logits`: the argmax for a greedy request; for a sampled one drawn with `rng` from
 // q (draft_distribution, in scratch `q`), whose row is appended to `draft_probs` for verification.
+// A draft cache's catch-up forward, one sequence: schedules as many of `seq`'s uncomputed tokens as `budget` leaves
+// (taken from it) into `step`, its blocks allocated, or sets `stopped` when the cache has no blocks for them.
+// Returns whether the step reaches the sequence's last token (its logits give the first draft).
+bool schedule_catch_up(Sequence& seq, BlockManager& blocks, int64_t& budget, SchedulerOutput& step, bool& stopped);
 int32_t draw_draft_token(std::span<const float> logits, const SamplingParams& params, std::mt19937_64& rng,
                          std::vector<float>& q, std::vector<float>& draft_probs);
 

@@ -224,10 +224,10 @@ void EngineConfig::validate() const {
   if (algo == SpeculativeAlgorithm::kDraft) {
     usage(!speculative_draft_model.empty(), "speculative_algorithm draft needs a draft model (--speculative-draft-model PATH)");
   }
-  if (algo == SpeculativeAlgorithm::kEagle || algo == SpeculativeAlgorithm::kMtp) {
-    unsupported(speculative_draft_model.empty(),
-                "speculative_algorithm " + to_string(algo) + " with a draft model (an EAGLE head checkpoint) is not "
-                "implemented yet; without one, a DeepSeek-V3 model's own multi-token-prediction layer drafts");
+  if (algo == SpeculativeAlgorithm::kMtp) {
+    usage(speculative_draft_model.empty(),
+          "speculative_algorithm mtp drafts with the model's own multi-token-prediction layer and takes no draft model; "
+          "an EAGLE head is --speculative-algorithm EAGLE --speculative-draft-model DIR");
   }
   if (algo == SpeculativeAlgorithm::kDraft || algo == SpeculativeAlgorithm::kEagle || algo == SpeculativeAlgorithm::kMtp) {
     const std::string name = to_string(algo);

@@ -5,8 +5,9 @@
 
 #include "core/error.h"
 #include "model/checkpoint.h"
+#include "model/eagle_head.h"
 #include "runtime/draft_speculator.h"
-#include "runtime/mtp_speculator.h"
+#include "runtime/draft_head_speculator.h"
 #include "servetune/engine_config.h"
 
 namespace servetune {
@@ -58,12 +59,25 @@ std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const Sp
     }
     return std::make_unique<DraftModelSpeculator>(config.speculative_draft_model, config.model, context);
   }
-  if (context.target == nullptr || context.target->config().nextn_layers == 0) {
-    throw_unsupported("speculative_algorithm " + to_string(algo) + " runs the model's own multi-token-prediction layer "
-                      "(DeepSeek-V3's num_nextn_predict_layers); " + config.model + " has none, and EAGLE draft heads for "
-                      "other models are not implemented yet (available there: ngram, draft)");
+  // eagle / mtp: a draft head reading the target's hidden states.
+  if (context.target == nullptr) throw Error(ErrorKind::kInternal, "a draft head needs the target's checkpoint");
+  if (!context.target_hidden) {
+    throw_unsupported("speculative_algorithm " + to_string(algo) + " needs the target's hidden states, which a "
+                      "DP-attention replica in a worker process does not send back yet; use DP attention within one "
+                      "process, or another algorithm");
   }
-  return std::make_unique<MtpSpeculator>(*context.target, context, speculative_draft_tokens(config));
+  const int64_t steps = speculative_draft_tokens(config);
+  if (algo == SpeculativeAlgorithm::kEagle && !config.speculative_draft_model.empty()) {
+    auto head = std::make_shared<EagleHead>(config.speculative_draft_model, *context.target, *context.backend);
+    return std::make_unique<DraftHeadSpeculator>(std::shared_ptr<Model>(head, &head->model()), context, steps, "eagle");
+  }
+  if (context.target->config().nextn_layers == 0) {
+    throw_unsupported("speculative_algorithm " + to_string(algo) + " without a draft model runs the model's own "
+                      "multi-token-prediction layer (DeepSeek-V3's num_nextn_predict_layers); " + config.model +
+                      " has none: give an EAGLE head (--speculative-draft-model DIR with --speculative-algorithm EAGLE)");
+  }
+  return std::make_unique<DraftHeadSpeculator>(std::shared_ptr<Model>(context.target->load_next_n(*context.backend)),
+                                               context, steps, "mtp");
 }
 
 int64_t speculative_draft_tokens(const EngineConfig& config) {

@@ -84,7 +84,7 @@ struct SpeculatorContext {
 
 // The speculator a (validated) config asks for; nullptr without speculation. `draft` loads
 // config.speculative_draft_model (Error naming both files when its vocabulary differs from the target's).
-// `mtp` (or `eagle` without a draft model) runs the target's own multi-token-prediction layer (MtpSpeculator);
+// `mtp` (or `eagle` without a draft model) runs the target's own multi-token-prediction layer (DraftHeadSpeculator);
 // Error(kUnsupported) for EAGLE draft heads of other models, which are not implemented yet.
 std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const SpeculatorContext& context);
 // Draft tokens per step the config asks for: ngram: speculative_num_draft_tokens (default 4); draft:

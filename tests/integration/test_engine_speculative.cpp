@@ -84,7 +84,7 @@ std::vector<Result> run(Engine& engine, const std::vector<Job>& jobs, size_t con
 struct Spec {
   std::string algorithm;
   std::string draft_model;
-  double min_acceptance = 0.0;  // asserted acceptance rate (draft model = target: near 1)
+  double min_acceptance = 0.0;  // asserted acceptance rate (draft model = target: near 1; < 0: a random head, none)
   int num_steps = 4;            // draft / mtp
   int disable_by_batch_size = 0;
 };
@@ -108,6 +108,7 @@ EngineConfig config(const std::string& model, const Spec& spec) {
     c.speculative_num_steps = spec.num_steps;
   } else if (!spec.algorithm.empty()) {
     c.speculative_num_steps = spec.num_steps;
+    c.speculative_draft_model = spec.draft_model;  // EAGLE's head, or none (MTP)
   }
   return c;
 }
@@ -180,18 +181,22 @@ void check_model(const std::string& model, const std::vector<std::string>& texts
       EXPECT_EQ(outs[i].text, reference[i].text) << "concurrency " << concurrency << ", request " << i;
       EXPECT_EQ(outs[i].finish, reference[i].finish) << "concurrency " << concurrency << ", request " << i;
     }
-    EXPECT_GT(rs.bursts, 0) << "accepted drafts arrive as multi-token events";
+    if (spec.min_acceptance >= 0) {
+      EXPECT_GT(rs.bursts, 0) << "accepted drafts arrive as multi-token events";
+    }
   }
   const EngineStats s = engine.stats();
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_EQ(s.spec_draft_kv_blocks_used, 0);
   EXPECT_EQ(s.running, 0);
-  EXPECT_GE(s.spec_acceptance_rate(), spec.min_acceptance);
   EXPECT_GT(s.spec_num_drafts, 0);
-  EXPECT_GT(s.spec_accepted_tokens, 0);
   EXPECT_LE(s.spec_accepted_tokens, s.spec_draft_tokens);
-  EXPECT_GT(s.spec_acceptance_rate(), 0.0);
-  EXPECT_GT(s.spec_mean_accepted_length(), 1.0);
+  if (spec.min_acceptance >= 0) {
+    EXPECT_GE(s.spec_acceptance_rate(), spec.min_acceptance);
+    EXPECT_GT(s.spec_accepted_tokens, 0);
+    EXPECT_GT(s.spec_acceptance_rate(), 0.0);
+    EXPECT_GT(s.spec_mean_accepted_length(), 1.0);
+  }
   ASSERT_FALSE(s.spec_accepted_per_position.empty());
   EXPECT_LE(s.spec_accepted_per_position[0], s.spec_num_drafts);
   EXPECT_GT(s.prefix_cache_hit_rate(), 0.0);
@@ -252,6 +257,13 @@ TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalOneStep) {
 TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalThreeStepsAsEagle) {
   check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"EAGLE", "", 0.2, 3});
 }
+// An EAGLE head (random weights, scripts/gen_eagle_goldens.py) on a llama-family target: it rarely agrees with the
+// target, so this checks identity through rejections and the hidden-state hand-over of a dense model, chained 3 deep.
+const std::string kStoriesHead = "eagle/stories260K_head";
+TEST(EngineSpeculative, Stories260KGreedyIdenticalWithRandomEagleHead) {
+  check_model(testing::stories_path(), kStoriesTexts, 64, 80, {"EAGLE", testing::data_path(kStoriesHead), -1.0, 3});
+}
+
 // Steps with 8 or more decoding requests draft nothing, while the head keeps catching up on the target's states.
 TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalWhenDisabledByBatchSize) {
   check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"mtp", "", 0.2, 2, 8});
@@ -334,6 +346,11 @@ TEST(EngineSpeculative, Stories260KSampledDistributionUnchangedWithDraftModel) {
   const std::string draft = perturbed_stories(0.05);
   check_sampled_distribution({"draft", draft, 0.0});
   std::filesystem::remove(draft);
+}
+
+// EAGLE drafts drawn from a random head's q, chained over two steps.
+TEST(EngineSpeculative, Stories260KSampledDistributionUnchangedWithEagleHead) {
+  check_sampled_distribution({"EAGLE", testing::data_path(kStoriesHead), 0.0, 2});
 }
 
 // MTP drafts drawn from the head's q, chained over two steps.
@@ -456,8 +473,8 @@ TEST(EngineSpeculative, DraftModelAbortsLeakNoBlocks) {
   EXPECT_GT(s.spec_accepted_tokens, 0);
 }
 
-// EAGLE / MTP on a model without a multi-token-prediction layer (EAGLE heads for llama-family models are not
-// implemented), with a draft model, or with tree drafts: clear "not implemented yet" errors.
+// EAGLE / MTP without a head on a model without a multi-token-prediction layer, MTP with a draft model, and tree
+// drafts (not implemented yet): clear errors naming what to do.
 TEST(EngineSpeculative, UnimplementedAlgorithmsAreClearErrors) {
   for (const char* algo : {"eagle", "mtp", "EAGLE"}) {
     EngineConfig c = config(testing::stories_path(), kNoSpec);
@@ -467,19 +484,27 @@ TEST(EngineSpeculative, UnimplementedAlgorithmsAreClearErrors) {
       ADD_FAILURE() << algo << " was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << algo;
-      EXPECT_NE(std::string(e.what()).find("not implemented yet"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--speculative-draft-model DIR"), std::string::npos) << e.what();
     }
   }
-  for (const auto& [topk, draft] : {std::pair<int, std::string>{2, ""}, {1, testing::stories_path()}}) {
-    EngineConfig c = config(testing::data_path(kMtpModel), {"mtp", "", 0.0, 2});
-    c.speculative_eagle_topk = topk;
-    c.speculative_draft_model = draft;
+  struct Bad {
+    std::string algorithm, draft;
+    int topk;
+    ErrorKind kind;
+    std::string says;
+  };
+  for (const Bad& b : {Bad{"mtp", "", 2, ErrorKind::kUnsupported, "not implemented yet"},
+                       Bad{"EAGLE", testing::data_path(kStoriesHead), 3, ErrorKind::kUnsupported, "not implemented yet"},
+                       Bad{"mtp", testing::stories_path(), 1, ErrorKind::kUsage, "takes no draft model"}}) {
+    EngineConfig c = config(testing::data_path(kMtpModel), {b.algorithm, "", 0.0, 2});
+    c.speculative_eagle_topk = b.topk;
+    c.speculative_draft_model = b.draft;
     try {
       c.validate();
-      ADD_FAILURE() << "topk " << topk << ", draft '" << draft << "' was accepted";
+      ADD_FAILURE() << b.algorithm << " topk " << b.topk << ", draft '" << b.draft << "' was accepted";
     } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
-      EXPECT_NE(std::string(e.what()).find("not implemented yet"), std::string::npos) << e.what();
+      EXPECT_EQ(e.kind(), b.kind) << e.what();
+      EXPECT_NE(std::string(e.what()).find(b.says), std::string::npos) << e.what();
     }
   }
   EngineConfig c = config(testing::stories_path(), kNoSpec);

@@ -14,13 +14,14 @@
 #include "model/checkpoint.h"
 #include "model/kv_storage.h"
 #include "model_batches.h"
-#include "runtime/mtp_speculator.h"
+#include "runtime/draft_head_speculator.h"
 #include "test_paths.h"
 
 namespace servetune {
 namespace {
 
 using testing::expect_rows_close;
+using testing::flat_rows;
 using testing::one_sequence;
 
 const std::string kModel = "hf_models/deepseek_v3_mtp_tiny";
@@ -31,12 +32,6 @@ const nlohmann::json& goldens() {
     return nlohmann::json::parse(in);
   }();
   return doc;
-}
-
-std::vector<float> flat(const std::vector<std::vector<float>>& rows) {
-  std::vector<float> out;
-  for (const auto& r : rows) out.insert(out.end(), r.begin(), r.end());
-  return out;
 }
 
 TEST(MtpLayer, LogitsAndHiddenMatchTransformers) {
@@ -69,7 +64,7 @@ TEST(MtpLayer, LogitsAndHiddenMatchTransformers) {
     const auto expected = c.at("logits").get<std::vector<std::vector<float>>>();
     const auto expected_hidden = c.at("mtp_hidden").get<std::vector<std::vector<float>>>();
     const int m = n - 1;
-    const std::vector<float> h = flat(hidden);
+    const std::vector<float> h = flat_rows(hidden);
     {
       KvStorage kv(*backend, mtp->config(), mtp->local_kv_heads(), blocks, page, DType::kF32);
       Batch b = one_sequence(next, 0, m, page, blocks);
@@ -131,7 +126,7 @@ std::vector<float> fake_rows(const std::vector<int32_t>& tokens, int64_t begin, 
   return out;
 }
 
-TEST(MtpSpeculatorRollback, DraftsEqualAFreshSpeculatorsUnderRandomSteps) {
+TEST(DraftHeadSpeculatorRollback, DraftsEqualAFreshSpeculatorsUnderRandomSteps) {
   SERVETUNE_REQUIRE_FILE(testing::data_path(kModel + "/model.safetensors"));
   Checkpoint ck(testing::data_path(kModel), LoadFormat::kSafetensors);
   auto backend = make_backend("cpu", 2);
@@ -143,7 +138,7 @@ TEST(MtpSpeculatorRollback, DraftsEqualAFreshSpeculatorsUnderRandomSteps) {
   ctx.target = &ck;
   ctx.target_hidden = true;
   const int64_t width = ck.config().hidden, vocab = ck.config().vocab;
-  MtpSpeculator spec(ck, ctx, 3);
+  DraftHeadSpeculator spec(ck.load_next_n(*backend), ctx, 3, "mtp");
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   std::mt19937_64 rng(7);
@@ -176,7 +171,7 @@ TEST(MtpSpeculatorRollback, DraftsEqualAFreshSpeculatorsUnderRandomSteps) {
       const std::vector<int32_t>& d = drafts[i];
       ASSERT_FALSE(d.empty());
       {  // a fresh speculator given the whole history drafts the same
-        MtpSpeculator fresh(ck, ctx, 3);
+        DraftHeadSpeculator fresh(ck.load_next_n(*backend), ctx, 3, "mtp");
         const auto n = static_cast<int64_t>(tokens.size());
         fresh.target_hidden(ids[i], 0, fake_rows(tokens, 0, n - 1, width));
         std::vector<int32_t> fd;

@@ -1,10 +1,9 @@
-// Multi-token-prediction speculation (see mtp_speculator.h).
-#include "runtime/mtp_speculator.h"
+// Multi-token-prediction speculation (see draft_head_speculator.h).
+#include "runtime/draft_head_speculator.h"
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/checkpoint.h"
 #include "model/kv_storage.h"
 #include "model/model.h"
 #include "runtime/draft_speculator.h"
@@ -12,7 +11,7 @@
 
 namespace servetune {
 
-struct MtpSpeculator::Active {
+struct DraftHeadSpeculator::Active {
   const DraftSlot* slot = nullptr;
   State* state = nullptr;
   int64_t want = 0;          // draft tokens to propose
@@ -22,15 +21,11 @@ struct MtpSpeculator::Active {
   bool stopped = false;      // the MTP cache ran out of blocks: keep what was proposed
 };
 
-MtpSpeculator::MtpSpeculator(const Checkpoint& target, const SpeculatorContext& context, int64_t num_steps)
-    : num_steps_(std::max<int64_t>(1, num_steps)), page_size_(context.page_size),
+DraftHeadSpeculator::DraftHeadSpeculator(std::shared_ptr<Model> head, const SpeculatorContext& context, int64_t num_steps,
+                                         const char* name)
+    : model_(std::move(head)), name_(name), num_steps_(std::max<int64_t>(1, num_steps)), page_size_(context.page_size),
       max_batch_tokens_(std::max<int64_t>(1, context.max_batch_tokens)) {
-  if (context.backend == nullptr) throw Error(ErrorKind::kInternal, "MtpSpeculator needs the target's backend");
-  if (!context.target_hidden) {
-    throw_unsupported("speculative_algorithm mtp needs the target's hidden states, which a DP-attention replica in a "
-                      "worker process does not send back yet; use DP attention within one process or no MTP");
-  }
-  model_ = target.load_next_n(*context.backend);
+  if (context.backend == nullptr || !model_) throw Error(ErrorKind::kInternal, "DraftHeadSpeculator needs a head and a backend");
   hidden_ = model_->config().hidden;
   context_length_ = model_->config().context_length;
   const int64_t num_blocks = std::max<int64_t>(1, (context.kv_tokens + page_size_ - 1) / page_size_);
@@ -39,11 +34,11 @@ MtpSpeculator::MtpSpeculator(const Checkpoint& target, const SpeculatorContext& 
   blocks_ = std::make_unique<BlockManager>(num_blocks, page_size_, /*enable_prefix_caching=*/false);
 }
 
-MtpSpeculator::~MtpSpeculator() = default;
+DraftHeadSpeculator::~DraftHeadSpeculator() = default;
 
-int64_t MtpSpeculator::hidden_rows(const State& st) const { return static_cast<int64_t>(st.hidden.size()) / hidden_; }
+int64_t DraftHeadSpeculator::hidden_rows(const State& st) const { return static_cast<int64_t>(st.hidden.size()) / hidden_; }
 
-void MtpSpeculator::target_hidden(int64_t seq_id, int64_t first_position, std::span<const float> rows) {
+void DraftHeadSpeculator::target_hidden(int64_t seq_id, int64_t first_position, std::span<const float> rows) {
   if (rows.size() % static_cast<size_t>(hidden_) != 0) {
     throw Error(ErrorKind::kInternal, "target hidden rows are not whole rows of the model's hidden size");
   }
@@ -58,7 +53,7 @@ void MtpSpeculator::target_hidden(int64_t seq_id, int64_t first_position, std::s
   st.hidden.insert(st.hidden.end(), rows.begin(), rows.end());
 }
 
-void MtpSpeculator::append_input(State& st, int64_t p) {
+void DraftHeadSpeculator::append_input(State& st, int64_t p) {
   const int64_t row = p - st.hidden_from;
   if (row >= 0 && row < hidden_rows(st)) {
     const auto from = st.hidden.begin() + static_cast<long>(row * hidden_);
@@ -69,12 +64,12 @@ void MtpSpeculator::append_input(State& st, int64_t p) {
   batch_.input_hidden.insert(batch_.input_hidden.end(), static_cast<size_t>(hidden_), 0.0f);
 }
 
-void MtpSpeculator::forward(bool return_hidden) {
+void DraftHeadSpeculator::forward(bool return_hidden) {
   batch_.return_hidden = return_hidden;
   model_->forward(batch_, *kv_, logits_);
 }
 
-void MtpSpeculator::propose(std::span<const DraftSlot> slots) {
+void DraftHeadSpeculator::propose(std::span<const DraftSlot> slots) {
   std::vector<Active> active;
   active.reserve(slots.size());
   for (const DraftSlot& slot : slots) {
@@ -112,23 +107,14 @@ void MtpSpeculator::propose(std::span<const DraftSlot> slots) {
 
 // Feeds every position the MTP cache lacks; the forward that reaches a request's position n-2 yields its first draft.
 // Requests share forwards of at most max_batch_tokens_ tokens.
-void MtpSpeculator::catch_up(std::vector<Active>& active) {
+void DraftHeadSpeculator::catch_up(std::vector<Active>& active) {
   for (;;) {
     SchedulerOutput step;
     std::vector<Active*> sampling;
     int64_t budget = max_batch_tokens_;
     for (Active& a : active) {
-      Sequence& seq = a.state->seq;
       if (a.stopped || a.caught_up || budget <= 0) continue;
-      const int64_t take = std::min(seq.num_uncomputed(), budget);
-      if (!blocks_->allocate(seq, seq.num_computed + take)) {
-        a.stopped = true;
-        continue;
-      }
-      const bool samples = take == seq.num_uncomputed();
-      step.seqs.push_back({&seq, take, samples, 0});
-      if (samples) sampling.push_back(&a);
-      budget -= take;
+      if (schedule_catch_up(a.state->seq, *blocks_, budget, step, a.stopped)) sampling.push_back(&a);
     }
     if (step.seqs.empty()) return;
     ModelRunner::build_batch(step, page_size_, batch_);
@@ -170,7 +156,7 @@ void MtpSpeculator::catch_up(std::vector<Active>& active) {
 }
 
 // Each step feeds the last draft of every request that wants more, with the head's own hidden state before it.
-void MtpSpeculator::draft_steps(std::vector<Active>& active) {
+void DraftHeadSpeculator::draft_steps(std::vector<Active>& active) {
   for (;;) {
     SchedulerOutput step;
     std::vector<Active*> stepping;
@@ -205,7 +191,7 @@ void MtpSpeculator::draft_steps(std::vector<Active>& active) {
   }
 }
 
-void MtpSpeculator::rollback(int64_t seq_id, std::span<const int32_t> tokens) {
+void DraftHeadSpeculator::rollback(int64_t seq_id, std::span<const int32_t> tokens) {
   auto it = states_.find(seq_id);
   if (it == states_.end()) return;
   State& st = it->second;
@@ -214,7 +200,7 @@ void MtpSpeculator::rollback(int64_t seq_id, std::span<const int32_t> tokens) {
   st.hidden.resize(static_cast<size_t>(keep * hidden_));
 }
 
-void MtpSpeculator::release(int64_t seq_id) {
+void DraftHeadSpeculator::release(int64_t seq_id) {
   auto it = states_.find(seq_id);
   if (it == states_.end()) return;
   blocks_->release(it->second.seq);

@@ -1,10 +1,10 @@
-// Multi-token-prediction speculation (DeepSeek-V3's next-n layer as SGLang's EAGLE runs it, topk 1): the draft head is
-// the target checkpoint's own MTP layer (model/moe_decoder.h's next-n mode) with its own one-layer latent cache.
+// Draft-head speculation (SGLang's EAGLE, topk 1): the draft head is DeepSeek-V3's own multi-token-prediction layer
+// (model/moe_decoder.h's next-n mode) or an EAGLE head (model/eagle_head.h), each with its own one-layer cache.
 // Its input at position i is the request's token t_{i+1} and the target's final hidden state h_i, which the step loop
 // hands over after every target forward (target_hidden); it predicts t_{i+2}. Per step it catches up on the positions
 // the target computed since (prompt on the first step, accepted tokens later; batched, chunked to the token budget):
 // the forward that reaches position n-2 of an n-token request yields its first draft; each further draft step feeds
-// the last draft and the head's own (shared-head-normalised) hidden state at the next position, as SGLang chains
+// the last draft and the head's own output hidden state at the next position, as SGLang chains
 // num_steps. Greedy requests get argmax drafts, sampled ones drafts drawn from q (draft_speculator.h).
 // Invariants: a tracked sequence's MTP cache holds exactly positions [0, num_computed) computed from the target's
 // hidden states and emitted tokens (the draft-step positions past them are truncated after each propose); hidden
@@ -29,11 +29,12 @@ namespace servetune {
 class KvStorage;
 class Model;
 
-class MtpSpeculator final : public Speculator {
+class DraftHeadSpeculator final : public Speculator {
  public:
-  // Loads `target`'s first next-n layer on context.backend; `num_steps` draft tokens per request and step.
-  MtpSpeculator(const Checkpoint& target, const SpeculatorContext& context, int64_t num_steps);
-  ~MtpSpeculator() override;
+  // `head` (a Model reading Batch::input_hidden, on context.backend; shared so that it can keep the files it was
+  // loaded from alive) drafts `num_steps` tokens per request and step; `name` is the algorithm's ("mtp", "eagle").
+  DraftHeadSpeculator(std::shared_ptr<Model> head, const SpeculatorContext& context, int64_t num_steps, const char* name);
+  ~DraftHeadSpeculator() override;
 
   void propose(std::span<const DraftSlot> slots) override;
   void rollback(int64_t seq_id, std::span<const int32_t> tokens) override;
@@ -41,7 +42,7 @@ class MtpSpeculator final : public Speculator {
   int64_t kv_blocks_used() const override { return blocks_->num_used_blocks(); }
   bool wants_hidden() const override { return true; }
   void target_hidden(int64_t seq_id, int64_t first_position, std::span<const float> rows) override;
-  const char* name() const override { return "mtp"; }
+  const char* name() const override { return name_; }
 
   // For tests: the MTP cache's bookkeeping, the requests holding state, positions run without a hidden state.
   const BlockManager& blocks() const { return *blocks_; }
@@ -64,7 +65,8 @@ class MtpSpeculator final : public Speculator {
   void draft_steps(std::vector<Active>& active);
   void forward(bool return_hidden);
 
-  std::unique_ptr<Model> model_;
+  std::shared_ptr<Model> model_;
+  const char* name_;
   std::unique_ptr<KvStorage> kv_;
   std::unique_ptr<BlockManager> blocks_;
   int64_t hidden_ = 0;

@@ -1,0 +1,148 @@
+// EAGLE draft heads (EAGLE-2's layout): a random head for stories260K (scripts/gen_eagle_goldens.py) gives
+// transformers' logits and hidden states given the target's hidden states, in one pass and token by token; the
+// target's returned hidden states match transformers'; the draft-head speculator chains its drafts as the reference
+// does; heads that do not fit their target, and heads given as models, are clear errors.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "model/checkpoint.h"
+#include "model/eagle_head.h"
+#include "model/kv_storage.h"
+#include "model_batches.h"
+#include "runtime/draft_head_speculator.h"
+#include "test_paths.h"
+
+namespace servetune {
+namespace {
+
+using testing::expect_rows_close;
+using testing::flat_rows;
+using testing::one_sequence;
+
+const nlohmann::json& goldens() {
+  static const nlohmann::json doc = [] {
+    std::ifstream in(testing::data_path("eagle/eagle_logits.json"));
+    return nlohmann::json::parse(in);
+  }();
+  return doc;
+}
+
+const std::string kHead = "eagle/stories260K_head";
+
+TEST(EagleHead, LogitsAndHiddenMatchTransformers) {
+  SERVETUNE_REQUIRE_FILE(testing::data_path(kHead + "/model.safetensors"));
+  Checkpoint ck(testing::stories_path(), LoadFormat::kAuto);
+  auto backend = make_backend("cpu", 2);
+  auto target = ck.load(*backend, ParallelContext{});
+  EagleHead head(testing::data_path(kHead), ck, *backend);
+  Model& m = head.model();
+  ASSERT_EQ(m.config().n_layers, 1);
+  const int64_t page = 4, blocks = 8;
+  for (const auto& c : goldens().at("cases")) {
+    const auto tokens = c.at("tokens").get<std::vector<int32_t>>();
+    const auto hidden = c.at("hidden").get<std::vector<std::vector<float>>>();
+    const int n = static_cast<int>(tokens.size());
+    const size_t d = hidden[0].size();
+    {  // the target's final normalised hidden states at positions 0 .. n-2
+      KvStorage kv(*backend, target->config(), target->local_kv_heads(), blocks, page, DType::kF32);
+      Batch b = one_sequence(tokens, 0, n, page, blocks);
+      b.return_hidden = true;
+      std::vector<float> logits;
+      target->forward(b, kv, logits);
+      const auto rows = target->hidden_rows();
+      ASSERT_EQ(rows.size(), static_cast<size_t>(n) * d);
+      expect_rows_close(std::vector<float>(rows.begin(), rows.end() - static_cast<long>(d)), hidden, 0, "target hidden");
+    }
+    const std::vector<int32_t> next(tokens.begin() + 1, tokens.end());
+    const auto expected = c.at("logits").get<std::vector<std::vector<float>>>();
+    const std::vector<float> h = flat_rows(hidden);
+    {
+      KvStorage kv(*backend, m.config(), m.local_kv_heads(), blocks, page, DType::kF32);
+      Batch b = one_sequence(next, 0, n - 1, page, blocks);
+      b.input_hidden = h;
+      b.return_hidden = true;
+      std::vector<float> logits;
+      m.forward(b, kv, logits);
+      expect_rows_close(logits, expected, 0, "EAGLE head one pass");
+      const auto g = m.hidden_rows();
+      expect_rows_close(std::vector<float>(g.begin(), g.end()), c.at("head_hidden").get<std::vector<std::vector<float>>>(), 0,
+                        "EAGLE head hidden");
+    }
+    {
+      KvStorage kv(*backend, m.config(), m.local_kv_heads(), blocks, page, DType::kF32);
+      for (int i = 0; i + 1 < n; ++i) {
+        Batch b = one_sequence(next, i, i + 1, page, blocks);
+        b.input_hidden.assign(h.begin() + static_cast<long>(i * d), h.begin() + static_cast<long>((i + 1) * d));
+        std::vector<float> logits;
+        m.forward(b, kv, logits);
+        expect_rows_close(logits, expected, static_cast<size_t>(i), "EAGLE head decode");
+      }
+    }
+  }
+}
+
+// Three chained drafts through the speculator (its cache, the head's own hidden state fed back) are the reference's.
+TEST(EagleHead, ChainedDraftsMatchTransformers) {
+  SERVETUNE_REQUIRE_FILE(testing::data_path(kHead + "/model.safetensors"));
+  Checkpoint ck(testing::stories_path(), LoadFormat::kAuto);
+  auto backend = make_backend("cpu", 2);
+  auto head = std::make_shared<EagleHead>(testing::data_path(kHead), ck, *backend);
+  SpeculatorContext ctx;
+  ctx.backend = backend.get();
+  ctx.kv_tokens = 256;
+  ctx.page_size = 4;
+  ctx.max_batch_tokens = 5;  // catch-up in chunks
+  DraftHeadSpeculator spec(std::shared_ptr<Model>(head, &head->model()), ctx, 3, "eagle");
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  int64_t id = 1;
+  for (const auto& c : goldens().at("cases")) {
+    const auto tokens = c.at("tokens").get<std::vector<int32_t>>();
+    spec.target_hidden(id, 0, flat_rows(c.at("hidden").get<std::vector<std::vector<float>>>()));
+    std::vector<int32_t> draft;
+    std::vector<float> q;
+    const DraftSlot slot{id, tokens, 3, &greedy, 0, &draft, &q};
+    spec.propose(std::span<const DraftSlot>(&slot, 1));
+    EXPECT_EQ(draft, c.at("chain").at("tokens").get<std::vector<int32_t>>()) << "case " << id;
+    spec.release(id++);
+  }
+  EXPECT_EQ(spec.blocks().num_used_blocks(), 0);
+}
+
+std::string error_of(const std::string& head_dir, const std::string& target) {
+  Checkpoint ck(target, LoadFormat::kAuto);
+  auto backend = make_backend("cpu", 1);
+  try {
+    EagleHead head(head_dir, ck, *backend);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(EagleHead, BadHeadsAreClearErrors) {
+  SERVETUNE_REQUIRE_FILE(testing::data_path(kHead + "/model.safetensors"));
+  const std::string missing = testing::data_path("eagle/no_such_head");
+  EXPECT_NE(error_of(missing, testing::stories_path()).find("no_such_head"), std::string::npos);
+  // A whole model is not a head.
+  const std::string model = testing::data_path("hf_models/llama_tiny");
+  EXPECT_NE(error_of(model, testing::stories_path()).find("is not an EAGLE head"), std::string::npos);
+  // A head trained for another target (stories260K's width 64, vocabulary 512 against DeepSeek's 320).
+  const std::string other = error_of(testing::data_path(kHead), testing::data_path("hf_models/deepseek_v3_mtp_tiny"));
+  EXPECT_NE(other.find("must be trained for this target"), std::string::npos) << other;
+  // A head given as the model.
+  try {
+    Checkpoint ck(testing::data_path(kHead), LoadFormat::kAuto);
+    ADD_FAILURE() << "an EAGLE head loaded as a model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--speculative-draft-model"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace servetune
