@@ -6,15 +6,15 @@ LlamaRotaryEmbedding glued the way SGLang's LlamaForCausalLMEagle glues them (Ea
 scripts/train_eagle_head.py):
 
   position i (0-based) of a sequence t_0..t_{L-1}, H_i = the target's final hidden state (after model.norm):
-    x_i      = fc( concat( embed_target(t_{i+1}), H_i ) )        # embedding first; no norm on either input
-    r        = x + self_attn(x)                                  # no input_layernorm; HF (rotate-half) rotary at i, causal
-    g_i      = r + mlp(post_attention_layernorm(r))              # the head's hidden state; no final norm
-    logits_i = lm_head_target(g_i)                               # predicts t_{i+2}
+    x_i      = fc( concat( embed_target(t_{i+1}), H_i ) )  # embedding first; no norm on either input
+    r        = x + self_attn(x)                            # no input_layernorm; HF (rotate-half) rotary at i, causal
+    g_i      = r + mlp(post_attention_layernorm(r))        # the head's hidden state; no final norm
+    logits_i = lm_head_target(g_i)                         # predicts t_{i+2}
   A chained step at i+1 feeds (draft token, g_i) in place of (t_{i+2}, H_{i+1}).
 
 The target is tests/data/stories260K.gguf loaded by transformers (gguf_file=..., dequantised to f32; its config says
 pad_token_id 2^32-1, which transformers 5 rejects, so it is set to None). transformers un-permutes the GGUF's q/k
-rows back to the HF layout, so the head's q_proj/k_proj are in HF layout: rotary is the rotate-half (NeoX) kind.
+rows back to the HF layout, and the head's q_proj/k_proj are in HF layout: its rotary is the rotate-half (NeoX) kind.
 The load is checked against llama.cpp (tests/data/model/stories260K.greedy.json: same greedy tokens, top-5
 log-probabilities within 1e-3). stories260K does NOT tie its embeddings: the head uses token_embd for the embedding
 and output.weight for lm_head.
@@ -23,8 +23,9 @@ The head is seeded (SEED): Linear weights N(0, 1/fan_in), fc's embedding half x6
 its embeddings ~2.6: both inputs then weigh alike), no biases, post_attention_layernorm N(1, 0.1).
 
 Writes tests/data/eagle/stories260K_head/ (config.json: the target's LlamaConfig with num_hidden_layers 1 and
-architectures ["LlamaForCausalLMEagle"]; model.safetensors, f32: fc.weight [d, 2d], layers.0.self_attn.{q,k,v,o}_proj.weight,
-layers.0.post_attention_layernorm.weight, layers.0.mlp.{gate,up,down}_proj.weight) and tests/data/eagle/eagle_logits.json:
+architectures ["LlamaForCausalLMEagle"]; model.safetensors, f32: fc.weight [d, 2d],
+layers.0.self_attn.{q,k,v,o}_proj.weight, layers.0.post_attention_layernorm.weight,
+layers.0.mlp.{gate,up,down}_proj.weight) and tests/data/eagle/eagle_logits.json:
   {"reference", "versions", "script", "target": {"gguf", "tokens": CASES[0], "logits": [[vocab] per position]},
    "cases": [{"tokens": [...], "hidden": [[d] per position 0..L-2] (H_i), "logits": [[vocab] per position 0..L-2],
               "head_hidden": [[d] per position 0..L-2] (g_i), "argmax": [...],

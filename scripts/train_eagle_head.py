@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Trains a real EAGLE(-2) draft head for SmolLM2-135M-Instruct on its own greedy answers to ShareGPT prompts.
+
+The head and its forward are scripts/gen_eagle_goldens.py's EagleHead (SGLang's LlamaForCausalLMEagle: fc over
+concat(embed(t_{i+1}), H_i), one llama layer without input_layernorm, no final norm, the target's tied
+embedding / lm_head, frozen). The EAGLE recipe on a CPU budget:
+
+  data     the first human turn of a seeded slice of datasets/cache/ShareGPT_V3_unfiltered_cleaned_split.json (turns
+           of 16..MAX_PROMPT_CHARS characters), as `<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n`,
+           answered greedily (up to MAX_NEW tokens) by SmolLM2 itself through the C++ engine:
+           `servetune generate --json --temperature 0 -t 1` on models/SmolLM2-135M-Instruct.Q4_1.gguf, two at a time
+           (exact token ids; cached in models/eagle-smollm2/answers.json and reused when the slice is the same).
+  features H_i for every position of prompt + answer from transformers' f32 dequantisation of the same GGUF
+           (teacher forcing, frozen).
+  training every position i predicts t_{i+2}: loss = W_REG * smooth_l1(g_i, H_{i+1}) + W_CE * cross_entropy(
+           lm_head(g_i), t_{i+2}) (EAGLE's weights), AdamW, cosine schedule, EPOCHS over the training slice, seeded.
+  held-out N_HELD further conversations: top-1 acceptance of the first draft (argmax logits_i == t_{i+2}, answer
+           positions), and of chained drafts 2 and 3 (step k feeds (draft k-1, g of step k-1) at the next position,
+           tree-masked so it sees the real prefix and its own chain only): P(drafts 1..k all == the greedy answer).
+
+Writes models/eagle-smollm2/ (config.json, model.safetensors in float16, train.json with settings, token counts,
+times and acceptance; models/ is not committed) and, when model.safetensors is <= 9 MB, copies all three to
+tests/data/eagle/smollm2_head/. Deterministic on CPU for a given torch build (fixed seeds and thread count).
+
+Needs: pip install torch transformers accelerate gguf safetensors; the built engine (build/cpu/servetune, or
+SERVETUNE=path). Usage: python3 scripts/train_eagle_head.py   (about 20 minutes on two cores)
+"""
+import concurrent.futures
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_eagle_goldens import EagleHead, head_config, load_target, save_head  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SHAREGPT = os.path.join(ROOT, "datasets/cache/ShareGPT_V3_unfiltered_cleaned_split.json")
+OUT = os.path.join(ROOT, "models/eagle-smollm2")
+COMMIT = os.path.join(ROOT, "tests/data/eagle/smollm2_head")
+SERVETUNE = os.environ.get("SERVETUNE", os.path.join(ROOT, "build/cpu/servetune"))
+SLICE = dict(seed=0, n_train=320, n_held=40, min_prompt_chars=16, max_prompt_chars=300, max_new=160)
+TRAIN = dict(seed=0, epochs=3, batch=4, lr=1e-3, warmup=10, w_reg=1.0, w_ce=0.1, clip=0.5, threads=2)
+MAX_BYTES = 9 * 1024 * 1024
+CHAIN = 3
+
+
+def log(msg, t0=[time.time()]):
+    print(f"[{time.time() - t0[0]:7.1f}s] {msg}", flush=True)
+
+
+def pick_prompts():
+    with open(SHAREGPT, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        convs = json.loads(text)
+    except json.JSONDecodeError:  # PyPI's copy is truncated: keep the complete entries (as gen_sharegpt_slice.py)
+        convs = json.loads(text[:text.rfind("\n  },\n  {")] + "\n  }\n]")
+    ok = [c["conversations"][0]["value"] for c in convs if c.get("conversations")
+          and c["conversations"][0].get("from") == "human"
+          and SLICE["min_prompt_chars"] <= len(c["conversations"][0]["value"]) <= SLICE["max_prompt_chars"]]
+    rng = random.Random(SLICE["seed"])
+    return rng.sample(ok, SLICE["n_train"] + SLICE["n_held"]), len(convs), len(ok)
+
+
+def answer(prompt):
+    text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+    out = subprocess.run([SERVETUNE, "generate", "--model", os.path.join(ROOT, "models", GGUF), "--json",
+                          "--temperature", "0", "-n", str(SLICE["max_new"]), "-t", "1", "--max-total-tokens", "2048",
+                          "-p", text], capture_output=True, text=True, check=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    return {"prompt_ids": r["prompt_ids"], "output_ids": r["output_ids"]}
+
+
+def answers(prompts):
+    cache = os.path.join(OUT, "answers.json")
+    if os.path.exists(cache):
+        with open(cache) as f:
+            c = json.load(f)
+        if c["slice"] == SLICE and c["prompts"] == prompts:
+            log(f"reusing {cache}")
+            return c["answers"], True
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        res = []
+        for k, r in enumerate(pool.map(answer, prompts)):
+            res.append(r)
+            if k % 40 == 39:
+                log(f"  answered {k + 1}/{len(prompts)}")
+    os.makedirs(OUT, exist_ok=True)
+    with open(cache, "w") as f:
+        json.dump({"slice": SLICE, "prompts": prompts, "answers": res}, f)
+    return res, False
+
+
+def hidden_states(model, seqs, batch=8):
+    """H (after model.norm) for every position of each sequence; right padding, so the causal mask suffices."""
+    out = [None] * len(seqs)
+    order = sorted(range(len(seqs)), key=lambda k: len(seqs[k]))
+    with torch.no_grad():
+        for s in range(0, len(order), batch):
+            idx = order[s:s + batch]
+            n = max(len(seqs[k]) for k in idx)
+            ids = torch.tensor([seqs[k] + [2] * (n - len(seqs[k])) for k in idx])
+            h = model.model(ids).last_hidden_state
+            for j, k in enumerate(idx):
+                out[k] = h[j, :len(seqs[k])].clone()
+    return out
+
+
+def batches(seqs, hs, order, size):
+    """(emb ids t_{i+1}, H_i, targets t_{i+2}, H_{i+1}, mask) padded to the longest sequence of each batch."""
+    for s in range(0, len(order), size):
+        idx = order[s:s + size]
+        n = max(len(seqs[k]) for k in idx) - 2
+        d = hs[idx[0]].shape[1]
+        tok, tgt, mask = torch.zeros(len(idx), n, dtype=torch.long), torch.zeros(len(idx), n, dtype=torch.long), \
+            torch.zeros(len(idx), n, dtype=torch.bool)
+        h_in, h_out = torch.zeros(len(idx), n, d), torch.zeros(len(idx), n, d)
+        for j, k in enumerate(idx):
+            m, t = len(seqs[k]) - 2, torch.tensor(seqs[k])
+            tok[j, :m], tgt[j, :m], mask[j, :m] = t[1:-1], t[2:], True
+            h_in[j, :m], h_out[j, :m] = hs[k][:-2], hs[k][1:-1]
+        yield tok, h_in, tgt, h_out, mask
+
+
+def chained(head, embed, lm_head, seq, h):
+    """Drafts of CHAIN chained steps from every position i (real input t_{i+1}, H_i): [CHAIN, L-1] token ids."""
+    t = torch.tensor(seq)
+    n = len(seq) - 1
+    emb, hid, pos = embed[t[1:]], h[:-1], torch.arange(n)
+    drafts, parts = [], []
+    with torch.no_grad():
+        for step in range(CHAIN):
+            q = n * (step + 1)
+            mask = torch.full((q, q), float("-inf"))
+            ar = torch.arange(n)
+            for a in range(step + 1):  # block a (chain step a) of query i sees real 0..i, chain steps 1..a of i
+                rows = a * n + ar
+                mask[rows.unsqueeze(1), ar.unsqueeze(0)] = torch.where(ar.unsqueeze(0) <= ar.unsqueeze(1), 0.0,
+                                                                       float("-inf"))
+                for c in range(1, a + 1):
+                    mask[rows, c * n + ar] = 0.0
+            logits, g = head(emb.unsqueeze(0), hid.unsqueeze(0), lm_head, pos=pos.unsqueeze(0),
+                             mask=mask.view(1, 1, q, q))
+            d = logits[0, step * n:].argmax(-1)
+            drafts.append(d)
+            parts.append(g[0, step * n:])
+            emb, hid = torch.cat([embed[t[1:]]] + [embed[x] for x in drafts]), torch.cat([h[:-1]] + parts)
+            pos = torch.cat([torch.arange(n) + a for a in range(step + 2)])
+    return torch.stack(drafts)
+
+
+def acceptance(head, model, held, hs):
+    embed, lm_head = model.model.embed_tokens.weight, model.lm_head.weight
+    first = [0, 0]
+    chain = [[0, 0] for _ in range(CHAIN)]
+    agree = [0, 0]
+    for a, seq, h in zip(held, [x["prompt_ids"] + x["output_ids"] for x in held], hs):
+        p, L = len(a["prompt_ids"]), len(seq)
+        d = chained(head, embed, lm_head, seq, h)
+        t = torch.tensor(seq)
+        with torch.no_grad():
+            f32 = (h @ lm_head.T).argmax(-1)  # the f32 target's own greedy next token at every position
+        for i in range(max(p - 2, 0), L - 2):
+            first[0] += int(d[0, i] == t[i + 2])
+            first[1] += 1
+            agree[0] += int(f32[i + 1] == t[i + 2])
+            agree[1] += 1
+            if i + 1 + CHAIN < L:
+                ok = True
+                for k in range(CHAIN):
+                    ok = ok and bool(d[k, i] == t[i + 2 + k])
+                    chain[k][0] += int(ok)
+                    chain[k][1] += 1
+    res = {"first_draft": first[0] / first[1], "positions": first[1],
+           "chain_all_correct": [c[0] / c[1] for c in chain], "chain_positions": chain[0][1],
+           "f32_target_agrees_with_engine_answer": agree[0] / agree[1]}
+    res["mean_accepted_of_3"] = sum(res["chain_all_correct"])
+    return res
+
+
+def main():
+    torch.set_num_threads(TRAIN["threads"])
+    torch.manual_seed(TRAIN["seed"])
+    t_start = time.time()
+    prompts, n_all, n_ok = pick_prompts()
+    log(f"ShareGPT: {n_all} conversations, {n_ok} with a first human turn of {SLICE['min_prompt_chars']}.."
+        f"{SLICE['max_prompt_chars']} chars; sampled {len(prompts)} (seed {SLICE['seed']})")
+    ans, cached = answers(prompts)
+    t_data = time.time() - t_start
+    seqs = [a["prompt_ids"] + a["output_ids"] for a in ans]
+    n_tr = SLICE["n_train"]
+    counts = {"train_tokens": sum(map(len, seqs[:n_tr])),
+              "train_answer_tokens": sum(len(a["output_ids"]) for a in ans[:n_tr]),
+              "held_tokens": sum(map(len, seqs[n_tr:])),
+              "held_answer_tokens": sum(len(a["output_ids"]) for a in ans[n_tr:])}
+    log(f"answers ready in {t_data:.0f}s: {counts}")
+
+    model = load_target(os.path.join(ROOT, "models"), GGUF, attn="sdpa")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    cfg = model.config
+    hs = hidden_states(model, seqs)
+    t_feat = time.time() - t_start - t_data
+    log(f"H for {sum(map(len, seqs))} positions in {t_feat:.0f}s")
+
+    hcfg = type(cfg)(**head_config(cfg))
+    hcfg._attn_implementation = "sdpa"
+    head = EagleHead(hcfg)
+    embed, lm_head = model.model.embed_tokens.weight, model.lm_head.weight
+    opt = torch.optim.AdamW([p for p in head.parameters()], lr=TRAIN["lr"], betas=(0.9, 0.95), weight_decay=0.0)
+    steps = TRAIN["epochs"] * math.ceil(n_tr / TRAIN["batch"])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / TRAIN["warmup"]) * 0.5 * (
+        1 + math.cos(math.pi * min(s, steps) / steps)))
+    g = torch.Generator().manual_seed(TRAIN["seed"])
+    head.train()
+    step = 0
+    for epoch in range(TRAIN["epochs"]):
+        order = torch.randperm(n_tr, generator=g).tolist()
+        tot = [0.0, 0.0, 0, 0]
+        for tok, h_in, tgt, h_out, mask in batches(seqs, hs, order, TRAIN["batch"]):
+            logits, gh = head(embed[tok], h_in, lm_head)
+            ce = F.cross_entropy(logits[mask], tgt[mask])
+            reg = F.smooth_l1_loss(gh[mask], h_out[mask])
+            loss = TRAIN["w_reg"] * reg + TRAIN["w_ce"] * ce
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(head.parameters(), TRAIN["clip"])
+            opt.step()
+            sched.step()
+            step += 1
+            tot[0] += ce.item()
+            tot[1] += reg.item()
+            tot[2] += int((logits[mask].argmax(-1) == tgt[mask]).sum())
+            tot[3] += int(mask.sum())
+            if step % 20 == 0:
+                log(f"  epoch {epoch} step {step}/{steps}: ce {ce.item():.3f} reg {reg.item():.3f}")
+        log(f"epoch {epoch}: mean ce {tot[0] * TRAIN['batch'] / n_tr:.3f}, reg {tot[1] * TRAIN['batch'] / n_tr:.3f}, "
+            f"train top-1 {tot[2] / tot[3]:.3f}")
+    t_train = time.time() - t_start - t_data - t_feat
+    head.eval()
+    held = acceptance(head, model, ans[n_tr:], hs[n_tr:])
+    log(f"held-out acceptance: first draft {held['first_draft']:.3f} over {held['positions']} answer positions; "
+        f"chained all-correct {[round(x, 3) for x in held['chain_all_correct']]} -> {held['mean_accepted_of_3']:.2f} "
+        f"tokens accepted of 3; f32 target == engine answer {held['f32_target_agrees_with_engine_answer']:.3f}")
+
+    save_head(head, hcfg, OUT, torch.float16)
+    size = os.path.getsize(os.path.join(OUT, "model.safetensors"))
+    record = {"script": "scripts/train_eagle_head.py", "command": "python3 scripts/train_eagle_head.py",
+              "target": "models/" + GGUF, "slice": SLICE, "train": TRAIN, "counts": counts,
+              "answers_cached": cached,
+              "seconds": {"answers": round(t_data), "features": round(t_feat), "training": round(t_train),
+                          "total": round(time.time() - t_start)},
+              "acceptance": held, "safetensors_bytes": size,
+              "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}}
+    with open(os.path.join(OUT, "train.json"), "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    if size <= MAX_BYTES:
+        os.makedirs(COMMIT, exist_ok=True)
+        for name in ("config.json", "model.safetensors", "train.json"):
+            shutil.copy(os.path.join(OUT, name), os.path.join(COMMIT, name))
+    log(f"wrote {OUT} (model.safetensors {size} bytes, f16)" + (f", copied to {COMMIT}" if size <= MAX_BYTES else ""))
+
+
+if __name__ == "__main__":
+    main()
