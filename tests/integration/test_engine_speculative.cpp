@@ -263,6 +263,11 @@ const std::string kStoriesHead = "eagle/stories260K_head";
 TEST(EngineSpeculative, Stories260KGreedyIdenticalWithRandomEagleHead) {
   check_model(testing::stories_path(), kStoriesTexts, 64, 80, {"EAGLE", testing::data_path(kStoriesHead), -1.0, 3});
 }
+// The EAGLE head scripts/train_eagle_head.py trained on SmolLM2's own ShareGPT answers: drafts get accepted.
+TEST(EngineSpeculative, SmolLM2GreedyIdenticalWithTrainedEagleHead) {
+  SERVETUNE_REQUIRE_FILE(testing::data_path("eagle/smollm2_head/model.safetensors"));
+  check_model(testing::smollm2_path(), kSmolTexts, 40, 48, {"EAGLE", testing::data_path("eagle/smollm2_head"), 0.1, 2});
+}
 
 // Steps with 8 or more decoding requests draft nothing, while the head keeps catching up on the target's states.
 TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalWhenDisabledByBatchSize) {
