@@ -62,7 +62,7 @@ class EngineReplica::Impl {
     spec_context.kv_dtype = kv.dtype;
     spec_context.max_batch_tokens = config_.max_prefill_tokens;
     spec_context.target = checkpoint_.get();
-    spec_context.target_hidden = ranks_->local_model() != nullptr && ranks_->local_model()->supports_hidden();
+    spec_context.target_hidden = ranks_->supports_hidden();
     speculator_ = make_speculator(config_, spec_context);
     runner_->set_return_hidden(speculator_ && speculator_->wants_hidden());
 

@@ -71,11 +71,7 @@ void ModelRunner::run_sampled(const SchedulerOutput& step, std::span<const Sampl
   group_->forward_sampled(batch_, rows, tokens_);
 }
 
-std::span<const float> ModelRunner::hidden_rows() {
-  const Model* model = group_ ? group_->local_model() : model_;
-  if (model == nullptr) throw Error(ErrorKind::kInternal, "hidden states asked of a replica whose model is in another process");
-  return model->hidden_rows();
-}
+std::span<const float> ModelRunner::hidden_rows() { return group_ ? group_->hidden_rows() : model_->hidden_rows(); }
 
 std::span<float> ModelRunner::logits(size_t i) {
   const size_t vocab = static_cast<size_t>(group_ ? group_->config().vocab : model_->config().vocab);

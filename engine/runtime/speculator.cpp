@@ -62,9 +62,8 @@ std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const Sp
   // eagle / mtp: a draft head reading the target's hidden states.
   if (context.target == nullptr) throw Error(ErrorKind::kInternal, "a draft head needs the target's checkpoint");
   if (!context.target_hidden) {
-    throw_unsupported("speculative_algorithm " + to_string(algo) + " needs the target's hidden states, which a "
-                      "DP-attention replica in a worker process does not send back yet; use DP attention within one "
-                      "process, or another algorithm");
+    throw_unsupported("speculative_algorithm " + to_string(algo) + " needs the target's hidden states, which this "
+                      "model does not return; use another algorithm");
   }
   const int64_t steps = speculative_draft_tokens(config);
   if (algo == SpeculativeAlgorithm::kEagle && !config.speculative_draft_model.empty()) {

@@ -79,7 +79,7 @@ struct SpeculatorContext {
   DType kv_dtype = DType::kF32;  // the target's KV cache element type, which the draft's cache uses too
   int64_t max_batch_tokens = 8192;  // most tokens of one draft forward (prompt catch-up is chunked to it)
   const Checkpoint* target = nullptr;  // the target's checkpoint (its MTP layers are draft heads)
-  bool target_hidden = false;          // the target model runs here and can return its hidden states
+  bool target_hidden = false;          // the target model returns its hidden states (Model::supports_hidden)
 };
 
 // The speculator a (validated) config asks for; nullptr without speculation. `draft` loads

@@ -88,7 +88,7 @@ void StepChannel::send_handshake(const KvLayout& kv, int64_t fingerprint) {
 std::vector<std::vector<int64_t>> StepChannel::send_step(const Batch& b, size_t previous_collectives) {
   const std::vector<int64_t> header = {static_cast<int64_t>(RankMessage::kStep), b.n_tokens(),
                                        static_cast<int64_t>(b.block_tables.size()), b.max_blocks_per_seq,
-                                       static_cast<int64_t>(b.logits_indices.size()), 0};
+                                       static_cast<int64_t>(b.logits_indices.size()), b.return_hidden ? 1 : 0};
   auto durations = worker_values(exchange(header, previous_collectives), previous_collectives);
   payload_.clear();
   for (const auto* v : {&b.tokens, &b.positions, &b.seq_of_token, &b.slot_mapping, &b.block_tables, &b.logits_indices}) put(payload_, *v);
@@ -129,21 +129,26 @@ RankMessage StepChannel::receive(const std::vector<int64_t>& previous_durations,
   take(payload_, at, n_tables, b.block_tables);
   take(payload_, at, n_logits, b.logits_indices);
   b.max_blocks_per_seq = header[3];
+  b.return_hidden = header[5] != 0;
   return kind;
 }
 
-void StepChannel::send_reply(std::vector<float>& logits, const ExpertLoad& load) {
+void StepChannel::send_reply(std::vector<float>& logits, const ExpertLoad& load, std::vector<float>& hidden) {
   int64_t counters[] = {load.experts, load.routed, load.busiest, load.ep_groups, load.busiest_group};
   comm_.broadcast(counters, std::size(counters), 1);
   if (!logits.empty()) comm_.broadcast(logits.data(), logits.size(), 1);
+  if (!hidden.empty()) comm_.broadcast(hidden.data(), hidden.size(), 1);
 }
 
-void StepChannel::receive_reply(size_t rows, size_t vocab, std::vector<float>& logits, ExpertLoad& load) {
+void StepChannel::receive_reply(size_t rows, size_t vocab, std::vector<float>& logits, ExpertLoad& load,
+                                size_t hidden_floats, std::vector<float>& hidden) {
   int64_t counters[5] = {};
   comm_.broadcast(counters, std::size(counters), 1);
   load = ExpertLoad{counters[0], counters[1], counters[2], counters[3], counters[4]};
   logits.resize(rows * vocab);
   if (!logits.empty()) comm_.broadcast(logits.data(), logits.size(), 1);
+  hidden.resize(hidden_floats);
+  if (!hidden.empty()) comm_.broadcast(hidden.data(), hidden.size(), 1);
 }
 
 }  // namespace servetune

@@ -58,8 +58,10 @@ class StepChannel {
 
   // A DP-attention replica's channel, after each step: the worker sends, the engine receives `rows` x `vocab` logits
   // (none for a batch without logits rows) and the expert counters.
-  void send_reply(std::vector<float>& logits, const ExpertLoad& load);
-  void receive_reply(size_t rows, size_t vocab, std::vector<float>& logits, ExpertLoad& load);
+  // `hidden`: the step's final hidden states when its batch asked for them (Batch::return_hidden), else empty.
+  void send_reply(std::vector<float>& logits, const ExpertLoad& load, std::vector<float>& hidden);
+  void receive_reply(size_t rows, size_t vocab, std::vector<float>& logits, ExpertLoad& load, size_t hidden_floats,
+                     std::vector<float>& hidden);
 
  private:
   static constexpr size_t kHeader = 6;

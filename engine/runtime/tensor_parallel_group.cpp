@@ -196,9 +196,19 @@ void TensorParallelGroup::forward_idle() {
 
 // The step runs in the replica's worker process, its MoE layers with every other replica's; its logits come back.
 // The channel's time is the worker's whole step, not communication of the model, so it is not accounted.
+std::span<const float> TensorParallelGroup::hidden_rows() const {
+  if (remote_replica_) return remote_hidden_;
+  return ranks_[0].model->hidden_rows();
+}
+
+// A remote replica's worker runs the MoE decoder, which keeps them.
+bool TensorParallelGroup::supports_hidden() const { return remote_replica_ || ranks_[0].model->supports_hidden(); }
+
 void TensorParallelGroup::forward_remote_replica(const Batch& batch, std::vector<float>& logits) {
   channel_->send_step(batch, 0);
-  channel_->receive_reply(batch.logits_indices.size(), static_cast<size_t>(config_.vocab), logits, remote_load_);
+  const size_t hidden = batch.return_hidden ? static_cast<size_t>(batch.n_tokens() * config_.hidden) : 0;
+  channel_->receive_reply(batch.logits_indices.size(), static_cast<size_t>(config_.vocab), logits, remote_load_, hidden,
+                          remote_hidden_);
 }
 
 void TensorParallelGroup::forward_remote(const Batch& batch, std::vector<float>& logits) {

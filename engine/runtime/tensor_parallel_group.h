@@ -80,8 +80,10 @@ class TensorParallelGroup {
   Backend& backend(int rank) { return *ranks_[static_cast<size_t>(rank)].backend; }
   // A rank's model (none in a remote replica's group).
   Model& model(int rank) { return *ranks_[static_cast<size_t>(rank)].model; }
-  // Rank 0's model when it runs in this process (null in a remote replica's group): whose hidden states it keeps.
-  Model* local_model() { return ranks_.empty() ? nullptr : ranks_[0].model.get(); }
+  // The last forward's final hidden states when its batch asked (Batch::return_hidden): rank 0's model's, or those a
+  // remote replica's worker sent back; and whether this group's model keeps them.
+  std::span<const float> hidden_rows() const;
+  bool supports_hidden() const;
   const ModelConfig& config() const { return config_; }
   // The model's expert counters (a remote replica's as its worker last reported them).
   ExpertLoad expert_load() const;
@@ -157,6 +159,7 @@ class TensorParallelGroup {
   bool remote_replica_ = false;                  // DP attention: the model is in the worker behind `channel_`
   int64_t remote_fingerprint_ = 0;
   ExpertLoad remote_load_;
+  std::vector<float> remote_hidden_;  // a remote replica's last hidden states (Batch::return_hidden)
   int tp_size_ = 1;
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<StepChannel> channel_;  // worker processes only

@@ -32,7 +32,7 @@ void serve_attention_replica(const EngineConfig& config, const CommSpec& spec, i
   KvStorage kv(*backend, model->config(), model->local_kv_heads(), layout.num_blocks, layout.page_size, layout.dtype);
 
   Batch batch;
-  std::vector<float> logits;
+  std::vector<float> logits, hidden;
   for (;;) {
     const RankMessage message = channel.receive({}, batch);
     if (message == RankMessage::kShutdown) return;
@@ -45,7 +45,9 @@ void serve_attention_replica(const EngineConfig& config, const CommSpec& spec, i
       channel_comm->abort(reason);
       throw;
     }
-    channel.send_reply(logits, model->expert_load());
+    const auto rows = model->hidden_rows();  // for a draft head in the engine process
+    hidden.assign(batch.return_hidden ? rows.begin() : rows.end(), rows.end());
+    channel.send_reply(logits, model->expert_load(), hidden);
   }
 }
 
