@@ -345,6 +345,12 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--multi-turn-prefix-len", d.multi_turn_prefix_len,
                   "random: tokens of each session's own prefix in its first message (vLLM's prefix_num_tokens)")
       ->capture_default_str()->group(g);
+  cmd->add_option("--multi-turn-system-len", d.multi_turn_system_len,
+                  "random, agent-shaped: tokens of a system prompt (instructions, tool schema) every session shares")
+      ->capture_default_str()->group(g);
+  cmd->add_option("--multi-turn-tool-result-len", d.multi_turn_tool_result_len,
+                  "random, agent-shaped: turns after the first are tool results of this many tokens (0: user messages)")
+      ->capture_default_str()->group(g);
   cmd->add_option("--prefix-num-groups", d.prefix_num_groups)->capture_default_str()->group(g);
   cmd->add_option("--prefix-system-prompt-len", d.prefix_system_prompt_len)->capture_default_str()->group(g);
   cmd->add_option("--prefix-question-len", d.prefix_question_len)->capture_default_str()->group(g);

@@ -34,7 +34,7 @@ Workload load_workload(const DatasetOptions& o, const Tokenizer& tokenizer) {
     throw_usage("--multi-turn applies to --dataset-name sharegpt or random, not " + o.name);
   }
   if (!o.multi_turn && (o.multi_turn_history != "dataset" || o.multi_turn_max_turns != 0 || o.multi_turn_turns != 4 ||
-                        o.multi_turn_prefix_len != 0)) {
+                        o.multi_turn_prefix_len != 0 || o.multi_turn_system_len != 0 || o.multi_turn_tool_result_len != 0)) {
     throw_usage("--multi-turn-* options need --multi-turn");
   }
   Workload w;

@@ -76,6 +76,10 @@ struct DatasetOptions {
   int64_t multi_turn_max_turns = 0;            // sharegpt: at most this many turns (user messages) a session; 0: all
   int64_t multi_turn_turns = 4;                // random: turns (user messages) a session
   int64_t multi_turn_prefix_len = 0;           // random: tokens of a per-session prefix in the first user message
+  // random, agent-shaped sessions: a system prompt (instructions + tool schema) every session shares, and turns after
+  // the first that are short tool results instead of --random-input-len user messages (0: off).
+  int64_t multi_turn_system_len = 0;
+  int64_t multi_turn_tool_result_len = 0;
 
   // random
   int64_t random_input_len = 1024;

@@ -6,6 +6,10 @@
 // prefix_num_tokens). Differences from vLLM: turns count user messages (vLLM's num_turns counts both roles) and
 // both prefixes come on top of the first message's input length. All text is token-stable random ids; the
 // dataset's replies fill the history in the "dataset" mode.
+// Agent-shaped sessions (--multi-turn-system-len, --multi-turn-tool-result-len): a system message every session
+// shares (instructions and tool schema) before the first user message (the task), and each later turn a tool result
+// of the tool-result length instead of a user message of the input length: long histories growing by a short
+// reply and a short result per turn. Tool results are sent as user messages (chat templates disagree on tool roles).
 #include <algorithm>
 #include <cmath>
 
@@ -36,19 +40,24 @@ Workload sample_random_sessions(const DatasetOptions& o, const Tokenizer& tokeni
   if (o.multi_turn_turns < 1) throw_usage("--multi-turn-turns must be >= 1");
   if (o.multi_turn_prefix_len < 0) throw_usage("--multi-turn-prefix-len must be >= 0");
   if (o.multi_turn_max_turns != 0) throw_usage("--multi-turn-max-turns applies to sharegpt; use --multi-turn-turns");
+  if (o.multi_turn_system_len < 0) throw_usage("--multi-turn-system-len must be >= 0");
+  if (o.multi_turn_tool_result_len < 0) throw_usage("--multi-turn-tool-result-len must be >= 0");
   const std::vector<int32_t> allowed = allowed_token_ids(tokenizer);
   if (allowed.empty()) throw_usage(tokenizer.source() + ": the vocabulary has no non-special tokens");
 
   Rng rng(o.seed);
   // "\n" ends each part so that joining texts does not merge tokens across the join.
   const std::string common = o.random_prefix_len > 0 ? random_stable_text(tokenizer, o.random_prefix_len, allowed, rng) + "\n" : "";
+  const std::string system = o.multi_turn_system_len > 0 ? random_stable_text(tokenizer, o.multi_turn_system_len, allowed, rng) : "";
   Workload w;
   w.dataset_name = "random";
   for (int64_t s = 0; s < o.num_prompts; ++s) {
     const std::string own = o.multi_turn_prefix_len > 0 ? random_stable_text(tokenizer, o.multi_turn_prefix_len, allowed, rng) + "\n" : "";
     std::vector<ChatMessage> history;
+    if (!system.empty()) history.push_back({"system", system});
     for (int64_t t = 0; t < o.multi_turn_turns; ++t) {
-      const int64_t in_len = draw_len(o.random_input_len, o.random_range_ratio, rng);
+      const bool tool_result = t > 0 && o.multi_turn_tool_result_len > 0;
+      const int64_t in_len = draw_len(tool_result ? o.multi_turn_tool_result_len : o.random_input_len, o.random_range_ratio, rng);
       const int64_t out_len = draw_len(o.random_output_len, o.random_range_ratio, rng);
       history.push_back({"user", (t == 0 ? common + own : "") + random_stable_text(tokenizer, in_len, allowed, rng)});
       SampleRequest r;
@@ -67,7 +76,9 @@ Workload sample_random_sessions(const DatasetOptions& o, const Tokenizer& tokeni
             {"output_len_per_turn", o.random_output_len},
             {"range_ratio", o.random_range_ratio},
             {"common_prefix_len", o.random_prefix_len},
-            {"session_prefix_len", o.multi_turn_prefix_len}};
+            {"session_prefix_len", o.multi_turn_prefix_len},
+            {"system_len", o.multi_turn_system_len},
+            {"tool_result_len", o.multi_turn_tool_result_len}};
   finish_sessions(w, o, tokenizer);
   return w;
 }

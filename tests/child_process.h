@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,31 @@ extern char** environ;
 namespace servetune::testing {
 
 // A port that was free a moment ago (the OS may hand it out again; good enough on a test machine).
+// Whether a TCP listener could bind 127.0.0.1:`port` now.
+inline bool port_is_free(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return free;
+}
+
+// The first of `count` consecutive free ports (a DP-attention group listens on port + r for every replica r), drawn
+// below the kernel's ephemeral range, where free_port() and outgoing connections of concurrent tests take theirs.
+inline int free_port_run(int count) {
+  static std::mt19937 rng(static_cast<unsigned>(::getpid()) * 2654435761u ^
+                          static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  for (;;) {
+    const int base = 20000 + static_cast<int>(rng() % 10000);
+    bool all = true;
+    for (int p = base; p < base + count && all; ++p) all = port_is_free(p);
+    if (all) return base;
+  }
+}
+
 inline int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

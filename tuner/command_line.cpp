@@ -74,6 +74,8 @@ std::string bench_flags(const nlohmann::ordered_json& w) {
     mopt("max_turns", "--multi-turn-max-turns", 0);
     mopt("turns", "--multi-turn-turns", 4);
     mopt("prefix_len", "--multi-turn-prefix-len", 0);
+    mopt("system_len", "--multi-turn-system-len", 0);
+    mopt("tool_result_len", "--multi-turn-tool-result-len", 0);
     mopt("think_time", "--think-time", 0.0);
     mopt("think_time_dist", "--think-time-dist", "fixed");
   }

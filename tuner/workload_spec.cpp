@@ -33,7 +33,8 @@ double parse_rate(const Section& s, const nlohmann::ordered_json& v) {
   s.fail("request_rate", "must be a number > 0 or inf (or a list of them), got " + v.dump());
 }
 
-// `multi_turn: {history, max_turns (sharegpt), turns and prefix_len (random), think_time, think_time_dist}`: the
+// `multi_turn: {history, max_turns (sharegpt), turns, prefix_len, system_len and tool_result_len (random), think_time,
+// think_time_dist}`: the
 // dataset as sessions (bench --multi-turn); an empty mapping takes every default.
 void parse_multi_turn(const SpecFile& f, const nlohmann::ordered_json& j, const std::string& path, WorkloadSpec& w) {
   if (!j.is_object()) f.fail(path, "must be a mapping of multi-turn options ({} for the defaults)");
@@ -44,10 +45,14 @@ void parse_multi_turn(const SpecFile& f, const nlohmann::ordered_json& j, const 
   if (d.multi_turn_history != "dataset" && d.multi_turn_history != "server") s.fail("history", "must be dataset or server");
   if (d.name == "sharegpt") {
     d.multi_turn_max_turns = s.int_in("max_turns", 0, 0, 1'000'000);
-    if (s.has("turns") || s.has("prefix_len")) s.fail(s.has("turns") ? "turns" : "prefix_len", "applies to dataset random");
+    for (const char* key : {"turns", "prefix_len", "system_len", "tool_result_len"}) {
+      if (s.has(key)) s.fail(key, "applies to dataset random");
+    }
   } else {
     d.multi_turn_turns = s.int_in("turns", 4, 1, 1'000'000);
     d.multi_turn_prefix_len = s.int_in("prefix_len", 0, 0, 10'000'000);
+    d.multi_turn_system_len = s.int_in("system_len", 0, 0, 10'000'000);
+    d.multi_turn_tool_result_len = s.int_in("tool_result_len", 0, 0, 10'000'000);
     if (s.has("max_turns")) s.fail("max_turns", "applies to dataset sharegpt (random takes turns)");
   }
   w.think_time_s = s.dbl("think_time", 0.0);
@@ -229,6 +234,8 @@ nlohmann::ordered_json WorkloadSpec::to_json() const {
     } else {
       mt["turns"] = data.multi_turn_turns;
       mt["prefix_len"] = data.multi_turn_prefix_len;
+      mt["system_len"] = data.multi_turn_system_len;
+      mt["tool_result_len"] = data.multi_turn_tool_result_len;
     }
     mt["think_time"] = think_time_s;
     mt["think_time_dist"] = think_time_dist;

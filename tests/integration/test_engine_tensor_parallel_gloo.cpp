@@ -51,7 +51,8 @@ TEST(GlooWorker, ChildRank) {
   }
 }
 
-std::string fresh_addr() { return "127.0.0.1:" + std::to_string(testing::free_port()); }
+// The rendezvous address; DP attention also listens on its port + r for every replica r (up to dp 4 here).
+std::string fresh_addr() { return "127.0.0.1:" + std::to_string(testing::free_port_run(8)); }
 
 // tp 2 over gloo, one thread per process; node_rank 0 is the engine.
 EngineConfig gloo_config(const std::string& model, int node_rank, const std::string& addr) {

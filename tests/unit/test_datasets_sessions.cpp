@@ -183,6 +183,41 @@ TEST(RandomSessions, SeededTurnsWithPerTurnLengths) {
   EXPECT_NE(load_workload(other, chatml()).requests[0].prompt, a.requests[0].prompt);
 }
 
+// Agent-shaped sessions: every session starts with the same system prompt (instructions, tool schema), its first user
+// message is the task, and each later turn appends the reply and a short tool result; histories grow by both.
+TEST(RandomSessions, AgentShapedSessionsShareASystemPromptAndAppendToolResults) {
+  DatasetOptions o = random_sessions();
+  o.multi_turn_turns = 12;
+  o.random_range_ratio = 0.0;
+  o.random_prefix_len = 0;
+  o.multi_turn_prefix_len = 0;
+  o.multi_turn_system_len = 200;
+  o.multi_turn_tool_result_len = 7;
+  const Workload w = load_workload(o, chatml());
+  ASSERT_EQ(w.requests.size(), 48u);
+  EXPECT_TRUE(w.sessions);
+  EXPECT_EQ(w.info.at("system_len"), 200);
+  EXPECT_EQ(w.info.at("tool_result_len"), 7);
+  const std::string& system = w.requests[0].messages.front().content;
+  for (const SampleRequest& r : w.requests) {
+    ASSERT_EQ(r.messages.front().role, "system");
+    EXPECT_EQ(r.messages.front().content, system);  // shared by every session
+    EXPECT_EQ(r.messages.size(), static_cast<size_t>(2 + 2 * r.turn));  // system, task, (reply, result) per turn
+    const size_t user = chatml().encode(r.messages.back().content, false, false).size();
+    EXPECT_EQ(user, static_cast<size_t>(r.turn == 0 ? 24 : 7)) << "turn " << r.turn;
+    if (r.turn > 0) {  // the turn re-sends the previous turn's prompt and appends a reply and a tool result
+      const SampleRequest& before = w.requests[static_cast<size_t>(&r - w.requests.data()) - 1];
+      EXPECT_GT(r.prompt_len, before.prompt_len + 7);
+    }
+  }
+  EXPECT_EQ(chatml().encode(system, false, false).size(), 200u);
+  o.multi_turn_tool_result_len = -1;
+  EXPECT_THROW(load_workload(o, chatml()), Error);
+  o.multi_turn_tool_result_len = 7;
+  o.multi_turn = false;
+  EXPECT_THROW(load_workload(o, chatml()), Error);  // needs --multi-turn
+}
+
 TEST(RandomSessions, SharedAndPerSessionPrefixesMeasuredOnTheTokens) {
   const DatasetOptions o = random_sessions();
   const Workload w = load_workload(o, chatml());

@@ -106,7 +106,7 @@ target: {engine: builtin, model: m.gguf}
 workloads:
   - {name: chat, dataset: sharegpt, num_prompts: 4, multi_turn: {max_turns: 3, history: server, think_time: 0.5,
      think_time_dist: exponential}}
-  - {name: synth, dataset: random, multi_turn: {turns: 6, prefix_len: 100}}
+  - {name: synth, dataset: random, multi_turn: {turns: 6, prefix_len: 100, system_len: 300, tool_result_len: 20}}
   - {name: plain, dataset: random}
 objective: {workload: chat, metric: later_turns_p95_ttft_ms}
 slo: {p90_session_time_ms: 60000, first_turn_mean_ttft_ms: 5000}
@@ -124,6 +124,9 @@ slo: {p90_session_time_ms: 60000, first_turn_mean_ttft_ms: 5000}
   const WorkloadSpec& synth = s.workloads[1];
   EXPECT_EQ(synth.data.multi_turn_turns, 6);
   EXPECT_EQ(synth.data.multi_turn_prefix_len, 100);
+  EXPECT_EQ(synth.data.multi_turn_system_len, 300);
+  EXPECT_EQ(synth.data.multi_turn_tool_result_len, 20);
+  EXPECT_EQ(synth.to_json()["multi_turn"]["tool_result_len"], 20);
   EXPECT_EQ(synth.data.multi_turn_history, "dataset");
   EXPECT_FALSE(s.workloads[2].data.multi_turn);
   EXPECT_FALSE(s.workloads[2].to_json().contains("multi_turn"));
