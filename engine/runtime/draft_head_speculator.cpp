@@ -31,7 +31,7 @@ DraftHeadSpeculator::DraftHeadSpeculator(std::shared_ptr<Model> head, const Spec
   const int64_t num_blocks = std::max<int64_t>(1, (context.kv_tokens + page_size_ - 1) / page_size_);
   kv_ = std::make_unique<KvStorage>(*context.backend, model_->config(), model_->local_kv_heads(), num_blocks, page_size_,
                                     context.kv_dtype);
-  blocks_ = std::make_unique<BlockManager>(num_blocks, page_size_, /*enable_prefix_caching=*/false);
+  blocks_ = std::make_unique<BlockManager>(num_blocks, page_size_, context.prefix_caching);
 }
 
 DraftHeadSpeculator::~DraftHeadSpeculator() = default;
@@ -61,7 +61,17 @@ void DraftHeadSpeculator::append_input(State& st, int64_t p) {
     return;
   }
   ++missing_hidden_;
+  if (st.first_without_hidden < 0) st.first_without_hidden = p;
   batch_.input_hidden.insert(batch_.input_hidden.end(), static_cast<size_t>(hidden_), 0.0f);
+}
+
+// Registers the sequence's full blocks for other requests, but none holding a row computed without the target's state.
+void DraftHeadSpeculator::share_blocks(State& st) {
+  Sequence& seq = st.seq;
+  const int64_t computed = seq.num_computed;
+  if (st.first_without_hidden >= 0) seq.num_computed = std::min(computed, st.first_without_hidden);
+  blocks_->commit(seq);
+  seq.num_computed = computed;
 }
 
 void DraftHeadSpeculator::forward(bool return_hidden) {
@@ -87,6 +97,7 @@ void DraftHeadSpeculator::propose(std::span<const DraftSlot> slots) {
       st.seeded = true;
     }
     st.seq.tokens.assign(slot.tokens.begin() + 1, slot.tokens.end());
+    if (st.seq.block_table.empty()) blocks_->begin(st.seq);  // a new request: full blocks another one computed
     if (st.seq.num_computed > n - 1) {  // cannot happen: the cache only holds emitted tokens' positions
       st.seq.num_computed = n - 1;
       blocks_->truncate(st.seq, n - 1);
@@ -133,6 +144,7 @@ void DraftHeadSpeculator::catch_up(std::vector<Active>& active) {
       Sequence& seq = *step.seqs[i].seq;
       seq.num_computed += step.seqs[i].num_tokens;
       State& st = states_.at(seq.id);
+      share_blocks(st);
       const int64_t consumed = std::clamp<int64_t>(seq.num_computed - st.hidden_from, 0, hidden_rows(st));
       st.hidden.erase(st.hidden.begin(), st.hidden.begin() + static_cast<long>(consumed * hidden_));
       st.hidden_from += consumed;

@@ -9,8 +9,12 @@
 // Invariants: a tracked sequence's MTP cache holds exactly positions [0, num_computed) computed from the target's
 // hidden states and emitted tokens (the draft-step positions past them are truncated after each propose); hidden
 // rows are kept only for target positions the cache has not consumed and that verification has not rejected.
-// Positions the target did not compute here (a prefix-cache hit) have no hidden state: their MTP rows are computed
-// with h = 0 (lossless; fewer acceptances on long cached prefixes) and counted in positions_without_hidden().
+// With prefix caching (context.prefix_caching) the head's own cache shares full blocks between requests, keyed by
+// the head's input tokens t_1.. (t_0, BOS in chat prompts, is not in the key: a prompt differing only there could
+// reuse rows computed for another, which costs acceptances, not correctness): a prefix the target reuses from its
+// cache is usually in the head's too. Positions neither computed by the target here nor cached by the head have no
+// hidden state: their rows are computed with h = 0 (lossless; fewer acceptances), counted in
+// positions_without_hidden(), and never shared.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +44,7 @@ class DraftHeadSpeculator final : public Speculator {
   void rollback(int64_t seq_id, std::span<const int32_t> tokens) override;
   void release(int64_t seq_id) override;
   int64_t kv_blocks_used() const override { return blocks_->num_used_blocks(); }
+  void flush_cache() override { blocks_->flush_cached(); }
   bool wants_hidden() const override { return true; }
   void target_hidden(int64_t seq_id, int64_t first_position, std::span<const float> rows) override;
   const char* name() const override { return name_; }
@@ -56,12 +61,14 @@ class DraftHeadSpeculator final : public Speculator {
     int64_t hidden_from = 0;
     std::mt19937_64 rng;
     bool seeded = false;
+    int64_t first_without_hidden = -1;  // the first cache position computed with h = 0 (-1: none): not shared
   };
   struct Active;
   int64_t hidden_rows(const State& st) const;
   // Appends position p's input hidden state (zeros when the target gave none) to batch_.input_hidden.
   void append_input(State& st, int64_t p);
   void catch_up(std::vector<Active>& active);
+  void share_blocks(State& st);
   void draft_steps(std::vector<Active>& active);
   void forward(bool return_hidden);
 

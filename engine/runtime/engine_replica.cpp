@@ -63,6 +63,7 @@ class EngineReplica::Impl {
     spec_context.max_batch_tokens = config_.max_prefill_tokens;
     spec_context.target = checkpoint_.get();
     spec_context.target_hidden = ranks_->supports_hidden();
+    spec_context.prefix_caching = !config_.disable_radix_cache;
     speculator_ = make_speculator(config_, spec_context);
     runner_->set_return_hidden(speculator_ && speculator_->wants_hidden());
 

@@ -43,6 +43,8 @@ class Speculator {
   virtual void rollback(int64_t /*seq_id*/, std::span<const int32_t> /*tokens*/) {}
   // The request finished, was aborted or preempted: every resource held for it is released.
   virtual void release(int64_t /*seq_id*/) {}
+  // Forgets what its own cache shares between requests (with the engine's prefix-cache flush).
+  virtual void flush_cache() {}
   // KV blocks the speculator's own cache has in use (0 without one).
   virtual int64_t kv_blocks_used() const { return 0; }
   // Draft heads that continue from the target's hidden states (MTP) want them for every position the target
@@ -80,6 +82,7 @@ struct SpeculatorContext {
   int64_t max_batch_tokens = 8192;  // most tokens of one draft forward (prompt catch-up is chunked to it)
   const Checkpoint* target = nullptr;  // the target's checkpoint (its MTP layers are draft heads)
   bool target_hidden = false;          // the target model returns its hidden states (Model::supports_hidden)
+  bool prefix_caching = false;         // the target shares prefix blocks (a draft head's cache does too)
 };
 
 // The speculator a (validated) config asks for; nullptr without speculation. `draft` loads

@@ -96,6 +96,7 @@ void StepLoop::loop() {
       stopping = stopping_;
       if (flushes_asked_ > flushes_done_) {  // between steps: no sequence is being scheduled
         flushed_blocks_ = parts_.blocks->flush_cached();
+        if (parts_.speculator) parts_.speculator->flush_cache();
         flushes_done_ = flushes_asked_;
         flushed_cv_.notify_all();
       }

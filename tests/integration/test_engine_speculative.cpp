@@ -255,7 +255,7 @@ TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalOneStep) {
   check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"mtp", "", 0.3, 1});
 }
 TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalThreeStepsAsEagle) {
-  check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"EAGLE", "", 0.2, 3});
+  check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"EAGLE", "", 0.15, 3});
 }
 // An EAGLE head (random weights, scripts/gen_eagle_goldens.py) on a llama-family target: it rarely agrees with the
 // target, so this checks identity through rejections and the hidden-state hand-over of a dense model, chained 3 deep.

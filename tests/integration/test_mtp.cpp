@@ -210,5 +210,67 @@ TEST(DraftHeadSpeculatorRollback, DraftsEqualAFreshSpeculatorsUnderRandomSteps) 
   EXPECT_EQ(spec.positions_without_hidden(), 0);
 }
 
+// Prefix caching: a request whose target reused a cached prefix hands over states only from there on; the head's own
+// cache holds the rows an earlier request with that prefix computed, so nothing runs without a state and the drafts
+// are those of a head given every state. Rows computed without a state are never shared.
+TEST(DraftHeadSpeculatorPrefixCache, ACachedPrefixNeedsNoStatesItDidNotGet) {
+  SERVETUNE_REQUIRE_FILE(testing::data_path(kModel + "/model.safetensors"));
+  Checkpoint ck(testing::data_path(kModel), LoadFormat::kSafetensors);
+  auto backend = make_backend("cpu", 2);
+  SpeculatorContext ctx;
+  ctx.backend = backend.get();
+  ctx.kv_tokens = 512;
+  ctx.page_size = 8;
+  ctx.target = &ck;
+  ctx.target_hidden = true;
+  ctx.prefix_caching = true;
+  const int64_t width = ck.config().hidden;
+  DraftHeadSpeculator spec(ck.load_next_n(*backend), ctx, 2, "mtp");
+  DraftHeadSpeculator fresh(ck.load_next_n(*backend), ctx, 2, "mtp");
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::vector<int32_t> shared(40);
+  for (size_t i = 0; i < shared.size(); ++i) shared[i] = static_cast<int32_t>(3 + (i * 37) % 300);
+  const auto propose = [&](DraftHeadSpeculator& s, int64_t id, const std::vector<int32_t>& tokens) {
+    std::vector<int32_t> draft;
+    std::vector<float> q;
+    const DraftSlot slot{id, tokens, 2, &greedy, 0, &draft, &q};
+    s.propose(std::span<const DraftSlot>(&slot, 1));
+    return draft;
+  };
+  // Request 1 computes the whole prompt and finishes; its full blocks stay cached.
+  std::vector<int32_t> a = shared;
+  a.push_back(7);
+  spec.target_hidden(1, 0, fake_rows(a, 0, static_cast<int64_t>(a.size()) - 1, width));
+  propose(spec, 1, a);
+  spec.release(1);
+  // Request 2 shares 40 tokens; its target reused 32 of them (4 blocks) and computed the rest.
+  std::vector<int32_t> b = shared;
+  for (int32_t t : {11, 12, 13, 14}) b.push_back(t);
+  const auto n = static_cast<int64_t>(b.size());
+  spec.target_hidden(2, 32, fake_rows(b, 32, n - 1, width));
+  const std::vector<int32_t> got = propose(spec, 2, b);
+  EXPECT_EQ(spec.positions_without_hidden(), 0);
+  fresh.target_hidden(2, 0, fake_rows(b, 0, n - 1, width));
+  EXPECT_EQ(got, propose(fresh, 2, b));
+  spec.release(2);
+  // Request 3's target reused more than the head has: its first rows run without states and are not shared on.
+  std::vector<int32_t> c(shared.begin(), shared.begin() + 16);
+  for (int32_t t = 100; t < 140; ++t) c.push_back(t);
+  spec.flush_cache();
+  spec.target_hidden(3, 16, fake_rows(c, 16, static_cast<int64_t>(c.size()) - 1, width));
+  propose(spec, 3, c);
+  EXPECT_EQ(spec.positions_without_hidden(), 16);
+  spec.release(3);
+  spec.target_hidden(4, 0, fake_rows(c, 0, static_cast<int64_t>(c.size()) - 1, width));
+  const std::vector<int32_t> again = propose(spec, 4, c);
+  EXPECT_EQ(spec.positions_without_hidden(), 16);  // request 4 computed its own rows, none reused from request 3
+  fresh.release(2);
+  fresh.target_hidden(4, 0, fake_rows(c, 0, static_cast<int64_t>(c.size()) - 1, width));
+  EXPECT_EQ(again, propose(fresh, 4, c));
+  spec.release(4);
+  EXPECT_EQ(spec.blocks().num_used_blocks(), 0);
+}
+
 }  // namespace
 }  // namespace servetune
