@@ -1,5 +1,6 @@
 // Batches for tests that drive a Model directly: one sequence's positions [begin, end) with logits for each,
-// its KV blocks laid out in reverse so block tables are exercised; and the comparison of its logits with a golden.
+// its KV blocks laid out in reverse so block tables are exercised; and the comparison of its logits (and hidden
+// states) with a golden.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "model/batch.h"
+#include "model/kv_storage.h"
+#include "model/model.h"
 
 namespace servetune::testing {
 
@@ -49,6 +52,23 @@ inline void expect_rows_close(const std::vector<float>& ours, const std::vector<
       ASSERT_NEAR(ours[r * vocab + i], row[i], 1e-4f * scale) << what << " position " << first_row + r << " token " << i;
     }
   }
+}
+
+// Runs `tokens` through `model` in one pass asking for its final hidden states (Batch::return_hidden) and checks
+// those at positions 0 .. n-2 (a draft head's inputs) against `expected`, as expect_rows_close does.
+inline void expect_hidden_states(Model& model, Backend& backend, const std::vector<int32_t>& tokens,
+                                 const std::vector<std::vector<float>>& expected, int64_t page, int64_t blocks,
+                                 const std::string& what) {
+  const int n = static_cast<int>(tokens.size());
+  const size_t d = expected[0].size();
+  KvStorage kv(backend, model.config(), model.local_kv_heads(), blocks, page, DType::kF32);
+  Batch b = one_sequence(tokens, 0, n, page, blocks);
+  b.return_hidden = true;
+  std::vector<float> logits;
+  model.forward(b, kv, logits);
+  const auto rows = model.hidden_rows();
+  ASSERT_EQ(rows.size(), static_cast<size_t>(n) * d) << what;
+  expect_rows_close(std::vector<float>(rows.begin(), rows.end() - static_cast<long>(d)), expected, 0, what);
 }
 
 }  // namespace servetune::testing

@@ -1,4 +1,4 @@
-// Multi-token-prediction speculation (see draft_head_speculator.h).
+// Draft-head speculation: MTP layers and EAGLE heads (see draft_head_speculator.h).
 #include "runtime/draft_head_speculator.h"
 
 #include <algorithm>
@@ -139,7 +139,8 @@ void DraftHeadSpeculator::catch_up(std::vector<Active>& active) {
       last_token.push_back(row - 1);
     }
     forward(num_steps_ > 1);  // a draft step's input: the head's state at the last position
-    size_t sample = 0;
+    const auto vocab = static_cast<size_t>(model_->config().vocab);
+    size_t sample = 0;  // logits row of the next sampling sequence
     for (size_t i = 0; i < step.seqs.size(); ++i) {
       Sequence& seq = *step.seqs[i].seq;
       seq.num_computed += step.seqs[i].num_tokens;
@@ -150,19 +151,15 @@ void DraftHeadSpeculator::catch_up(std::vector<Active>& active) {
       st.hidden_from += consumed;
       if (!step.seqs[i].samples) continue;
       Active& a = *sampling[sample];
+      const size_t logits_row = sample++;
       a.caught_up = true;
-      if (a.want == 0) {
-        ++sample;
-        continue;
-      }
-      const auto vocab = static_cast<size_t>(model_->config().vocab);
-      const std::span<const float> logits(logits_.data() + sample * vocab, vocab);
+      if (a.want == 0) continue;
+      const std::span<const float> logits(logits_.data() + logits_row * vocab, vocab);
       a.slot->draft->push_back(draw_draft_token(logits, *a.slot->sampling, st.rng, q_, *a.slot->draft_probs));
       if (num_steps_ > 1) {
         const auto h = model_->hidden_rows().subspan(static_cast<size_t>(last_token[i] * hidden_), static_cast<size_t>(hidden_));
         a.last.assign(h.begin(), h.end());
       }
-      ++sample;
     }
   }
 }
@@ -172,7 +169,7 @@ void DraftHeadSpeculator::draft_steps(std::vector<Active>& active) {
   for (;;) {
     SchedulerOutput step;
     std::vector<Active*> stepping;
-    batch_.input_hidden.clear();
+    std::vector<float> inputs;  // the head's own states, one per stepping request
     for (Active& a : active) {
       Sequence& seq = a.state->seq;
       const auto drafted = static_cast<int64_t>(a.slot->draft->size());
@@ -184,10 +181,9 @@ void DraftHeadSpeculator::draft_steps(std::vector<Active>& active) {
       seq.tokens.push_back(a.slot->draft->back());
       step.seqs.push_back({&seq, 1, true, 0});
       stepping.push_back(&a);
-      batch_.input_hidden.insert(batch_.input_hidden.end(), a.last.begin(), a.last.end());
+      inputs.insert(inputs.end(), a.last.begin(), a.last.end());
     }
     if (step.seqs.empty()) return;
-    std::vector<float> inputs = std::move(batch_.input_hidden);
     ModelRunner::build_batch(step, page_size_, batch_);
     batch_.input_hidden = std::move(inputs);
     forward(true);

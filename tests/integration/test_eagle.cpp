@@ -19,6 +19,7 @@
 namespace servetune {
 namespace {
 
+using testing::expect_hidden_states;
 using testing::expect_rows_close;
 using testing::flat_rows;
 using testing::one_sequence;
@@ -47,16 +48,7 @@ TEST(EagleHead, LogitsAndHiddenMatchTransformers) {
     const auto hidden = c.at("hidden").get<std::vector<std::vector<float>>>();
     const int n = static_cast<int>(tokens.size());
     const size_t d = hidden[0].size();
-    {  // the target's final normalised hidden states at positions 0 .. n-2
-      KvStorage kv(*backend, target->config(), target->local_kv_heads(), blocks, page, DType::kF32);
-      Batch b = one_sequence(tokens, 0, n, page, blocks);
-      b.return_hidden = true;
-      std::vector<float> logits;
-      target->forward(b, kv, logits);
-      const auto rows = target->hidden_rows();
-      ASSERT_EQ(rows.size(), static_cast<size_t>(n) * d);
-      expect_rows_close(std::vector<float>(rows.begin(), rows.end() - static_cast<long>(d)), hidden, 0, "target hidden");
-    }
+    expect_hidden_states(*target, *backend, tokens, hidden, page, blocks, "target hidden");
     const std::vector<int32_t> next(tokens.begin() + 1, tokens.end());
     const auto expected = c.at("logits").get<std::vector<std::vector<float>>>();
     const std::vector<float> h = flat_rows(hidden);

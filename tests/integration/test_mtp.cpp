@@ -20,6 +20,7 @@
 namespace servetune {
 namespace {
 
+using testing::expect_hidden_states;
 using testing::expect_rows_close;
 using testing::flat_rows;
 using testing::one_sequence;
@@ -48,17 +49,7 @@ TEST(MtpLayer, LogitsAndHiddenMatchTransformers) {
     const auto hidden = c.at("hidden").get<std::vector<std::vector<float>>>();
     const int n = static_cast<int>(tokens.size());
     // The target's final hidden states at positions 0 .. n-2, which the golden's MTP inputs are.
-    {
-      KvStorage kv(*backend, target->config(), target->local_kv_heads(), blocks, page, DType::kF32);
-      Batch b = one_sequence(tokens, 0, n, page, blocks);
-      b.return_hidden = true;
-      std::vector<float> logits;
-      target->forward(b, kv, logits);
-      const auto rows = target->hidden_rows();
-      ASSERT_EQ(rows.size(), static_cast<size_t>(n) * hidden[0].size());
-      expect_rows_close(std::vector<float>(rows.begin(), rows.end() - static_cast<long>(hidden[0].size())), hidden, 0,
-                        "target hidden states");
-    }
+    expect_hidden_states(*target, *backend, tokens, hidden, page, blocks, "target hidden states");
     // The MTP layer: position i reads t_{i+1} and h_i.
     const std::vector<int32_t> next(tokens.begin() + 1, tokens.end());
     const auto expected = c.at("logits").get<std::vector<std::vector<float>>>();
@@ -126,17 +117,24 @@ std::vector<float> fake_rows(const std::vector<int32_t>& tokens, int64_t begin, 
   return out;
 }
 
+// A draft head's context on `backend` for the target `ck`, with pages of 8 tokens.
+SpeculatorContext head_context(const Checkpoint& ck, Backend& backend, int64_t kv_tokens, bool prefix_caching) {
+  SpeculatorContext ctx;
+  ctx.backend = &backend;
+  ctx.kv_tokens = kv_tokens;
+  ctx.page_size = 8;
+  ctx.target = &ck;
+  ctx.target_hidden = true;
+  ctx.prefix_caching = prefix_caching;
+  return ctx;
+}
+
 TEST(DraftHeadSpeculatorRollback, DraftsEqualAFreshSpeculatorsUnderRandomSteps) {
   SERVETUNE_REQUIRE_FILE(testing::data_path(kModel + "/model.safetensors"));
   Checkpoint ck(testing::data_path(kModel), LoadFormat::kSafetensors);
   auto backend = make_backend("cpu", 2);
-  SpeculatorContext ctx;
-  ctx.backend = backend.get();
-  ctx.kv_tokens = 2048;
-  ctx.page_size = 8;
+  SpeculatorContext ctx = head_context(ck, *backend, 2048, false);
   ctx.max_batch_tokens = 24;  // prompt catch-up in several chunks
-  ctx.target = &ck;
-  ctx.target_hidden = true;
   const int64_t width = ck.config().hidden, vocab = ck.config().vocab;
   DraftHeadSpeculator spec(ck.load_next_n(*backend), ctx, 3, "mtp");
   SamplingParams greedy;
@@ -217,13 +215,7 @@ TEST(DraftHeadSpeculatorPrefixCache, ACachedPrefixNeedsNoStatesItDidNotGet) {
   SERVETUNE_REQUIRE_FILE(testing::data_path(kModel + "/model.safetensors"));
   Checkpoint ck(testing::data_path(kModel), LoadFormat::kSafetensors);
   auto backend = make_backend("cpu", 2);
-  SpeculatorContext ctx;
-  ctx.backend = backend.get();
-  ctx.kv_tokens = 512;
-  ctx.page_size = 8;
-  ctx.target = &ck;
-  ctx.target_hidden = true;
-  ctx.prefix_caching = true;
+  const SpeculatorContext ctx = head_context(ck, *backend, 512, true);
   const int64_t width = ck.config().hidden;
   DraftHeadSpeculator spec(ck.load_next_n(*backend), ctx, 2, "mtp");
   DraftHeadSpeculator fresh(ck.load_next_n(*backend), ctx, 2, "mtp");
