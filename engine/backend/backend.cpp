@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/profiling_backend.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #if defined(SERVETUNE_WITH_GPU)
 #include "backend/cuda/gpu_backend.h"
 #endif
@@ -71,7 +72,7 @@ namespace {
 
 std::unique_ptr<Backend> make_device_backend(const std::string& device, int threads) {
   if (device == "cpu") {
-    if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (threads <= 0) threads = available_cpus();
     return std::make_unique<cpu::CpuBackend>(threads);
   }
 #if defined(SERVETUNE_WITH_GPU)

@@ -62,14 +62,6 @@ bool spin_until(Pred pred, int64_t budget_ns) {
   }
 }
 
-int available_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
-}
-
 // Spinning only pays when every thread has a core of its own; an oversubscribed pool sleeps at once.
 int64_t default_spin_ns(int n_threads) {
   if (const char* env = std::getenv("SERVETUNE_POOL_SPIN_US")) {
@@ -85,6 +77,14 @@ int64_t default_spin_ns(int n_threads) {
 }
 
 }  // namespace
+
+int available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
 
 void PhaseBarrier::arrive_and_wait(int n_threads) {
   arrived_.fetch_add(1, std::memory_order_acq_rel);

@@ -12,6 +12,10 @@
 
 namespace servetune {
 
+// The CPUs this process may run on (its affinity mask: taskset, a Slurm allocation, a parallel sweep's share);
+// what threads = 0 ("all cores") means.
+int available_cpus();
+
 // Meeting point between two phases of one ThreadPool::run: arrive_and_wait(n) returns once n callers have arrived
 // (n: the run's thread count, which fn receives; 1 when the run was nested and ran inline). Cheaper than ending
 // the run and starting another. Waiters spin, then also yield. One use per run.

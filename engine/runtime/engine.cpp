@@ -12,6 +12,7 @@
 #include "core/cpu_features.h"
 #include "comm/local_communicator.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "model/model_config.h"
 #include "runtime/engine_replica.h"
 #include "runtime/kv_plan.h"
@@ -39,7 +40,7 @@ EngineConfig replica_config(const EngineConfig& config, int index) {
   if (config.enable_dp_attention) c.tp_size = 1;  // dp_size = tp_size: each replica's attention is one rank's
   if (dp == 1) return c;
   const int sharing = replicas_in_processes(config) ? ranks_per_node(config) : dp;
-  const int available = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int available = config.threads > 0 ? config.threads : available_cpus();
   if (replicas_in_processes(config)) c.threads = index == 0 ? std::max(1, available / sharing) : 1;
   else c.threads = available / dp + (index < available % dp ? 1 : 0);
   if (config.max_total_tokens) c.max_total_tokens = *config.max_total_tokens / dp;

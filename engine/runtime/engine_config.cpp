@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "comm/tcp_store.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace servetune {
 namespace {
@@ -291,7 +292,7 @@ std::string EngineConfig::combination_problem() const {
   const int64_t node_ranks = comm_backend == CommBackend::kGloo ? tp_size / nnodes : tp_size;
   const int64_t ranks = enable_dp_attention ? node_ranks : node_ranks * dp_size;
   const std::string ranks_named = enable_dp_attention ? "tp_size" : "tp_size x dp_size";
-  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto cores = static_cast<int64_t>(available_cpus());
   if (threads > 0 && ranks > threads) {
     return ranks_named + " = " + std::to_string(ranks) + " ranks need at least one thread each, but threads = " +
            std::to_string(threads);

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "formats/gguf.h"
 #include "model/checkpoint.h"
 #include "runtime/block_manager.h"
@@ -145,7 +146,7 @@ class EngineReplica::Impl {
   // The replica's threads split evenly over its tensor-parallel ranks in this process (validate() ensures one each
   // at least): all of them with the local communicator, rank 0 alone with gloo (the others are worker processes).
   void start_ranks(ReplicaLinks links) {
-    const int threads = config_.threads > 0 ? config_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads = config_.threads > 0 ? config_.threads : available_cpus();
     const std::chrono::milliseconds timeout = std::chrono::seconds(config_.dist_timeout);
     const bool all_to_all = config_.moe_a2a_backend == MoeA2aBackend::kDeepep;
     if (links.worker) {

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "comm/timed_communicator.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "model/checkpoint.h"
 #include "runtime/step_channel.h"
 #include "runtime/tensor_parallel_group.h"
@@ -65,7 +66,7 @@ void run_tensor_parallel_worker(const EngineConfig& config, int local_rank) {
   const auto local_workers = local_rank == 0 ? start_local_workers(config) : std::vector<std::unique_ptr<WorkerProcess>>{};
   CommSpec spec = node_rank_spec(config.tp_size, config.nnodes, config.node_rank, local_rank, config.dist_init_addr);
   spec.timeout = std::chrono::seconds(config.dist_timeout);
-  const int node_threads = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int node_threads = config.threads > 0 ? config.threads : available_cpus();
   const int threads = std::max(1, node_threads / local_ranks);
   if (config.enable_dp_attention) {
     serve_attention_replica(config, spec, threads);
