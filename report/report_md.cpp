@@ -97,6 +97,9 @@ void conclusion(std::ostringstream& o, const ReportData& d) {
   const Score base = d.baseline.empty() ? Score{} : score(d.table, d.baseline, d.goal);
   o << "**Best: `" << d.best << "`**" << source_mark(d, d.best) << " (" << label_of(d, d.best) << "): **" << format_number(best.value) << "** "
     << d.goal.metric << " on `" << best.workload << "`";
+  if (!d.goal.tiebreak.empty()) {  // max_load_under_slo: the load it sustains, and what it delivers there
+    o << " (the highest load within the SLOs; " << d.goal.tiebreak << " there " << format_number(best.tiebreak) << ")";
+  }
   if (base.measured && d.baseline != d.best) {
     o << ", **" << format_change(base.value, best.value) << "** over the baseline `" << d.baseline << "`" << source_mark(d, d.baseline) << " ("
       << label_of(d, d.baseline) << ": " << format_number(base.value) << ")";

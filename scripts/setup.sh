@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(build-essential cmake ninja-build ccache git unzip ca-certificates python3 python3-pip
   nlohmann-json3-dev libcli11-dev libcurl4-openssl-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
-  libboost-dev python3-venv chromium-headless-shell zlib1g-dev libgloo-dev hipcc valgrind)
+  libboost-dev python3-venv chromium-headless-shell zlib1g-dev libgloo-dev hipcc valgrind
+  slurm-wlm munge)  # a one-node Slurm cluster for the slurm executor's test
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

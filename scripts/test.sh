@@ -8,6 +8,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 
 bash scripts/setup.sh
 export SERVETUNE_REQUIRE_MODELS=1
+export SERVETUNE_REQUIRE_SLURM=1  # the slurm executor's test runs on a one-node cluster it starts (setup installs slurm-wlm)
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 
 step() { echo; echo "=== $* ($(date +%T), $((SECONDS / 60)) min in)"; }

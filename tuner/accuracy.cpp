@@ -1,6 +1,11 @@
 // The accuracy guard's baseline and per-candidate measurement (see accuracy.h).
 #include "tuner/accuracy.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 
@@ -9,6 +14,7 @@
 #include "servetune/engine.h"
 #include "servetune/error.h"
 #include "servetune/tokenizer.h"
+#include "tuner/results_store.h"
 
 namespace servetune::tuner {
 namespace {
@@ -16,6 +22,23 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path accuracy_dir(const std::string& run_dir) { return fs::path(run_dir) / "accuracy"; }
+
+// Held while the baseline is computed: the trials of a parallel sweep (--parallel, Slurm jobs) may all need it at
+// once; one computes it, the others wait and read it.
+class FileLock {
+ public:
+  explicit FileLock(const fs::path& path) : fd_(::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644)) {
+    if (fd_ < 0) throw Error(ErrorKind::kIo, "cannot open " + path.string() + " to lock it");
+    while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  ~FileLock() { ::close(fd_); }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
 
 loadgen::PerplexityOptions perplexity_options(const AccuracySpec& a, const std::string& save, const std::string& base) {
   loadgen::PerplexityOptions o;
@@ -72,11 +95,12 @@ double ensure_accuracy_baseline(const SweepSpec& spec, const SearchSpace& space,
                                 const Tokenizer& tokenizer) {
   const fs::path dir = accuracy_dir(run_dir);
   const fs::path done = dir / "baseline.json";
+  fs::create_directories(dir);
+  const FileLock lock(dir / "baseline.lock");
   if (fs::exists(done)) {
     std::ifstream in(done);
     return nlohmann::json::parse(in).at("perplexity").get<double>();
   }
-  fs::create_directories(dir);
   const Candidate baseline = space.baseline();
   std::unique_ptr<Session> session;
   if (spec.builtin()) {
@@ -98,7 +122,7 @@ double ensure_accuracy_baseline(const SweepSpec& spec, const SearchSpace& space,
   j["perplexity"] = r.ppl;
   j["perplexity_error"] = r.ppl_error;
   j["scored_tokens"] = r.scored;
-  std::ofstream(done) << j.dump(2) << "\n";  // last: its presence says the log-probabilities are complete
+  write_file_atomic(done.string(), j.dump(2) + "\n");  // last: its presence says the log-probabilities are complete
   return r.ppl;
 }
 

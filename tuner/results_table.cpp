@@ -2,6 +2,7 @@
 #include "tuner/results_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace servetune::tuner {
@@ -11,6 +12,14 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::optional<double> offered_load(const nlohmann::ordered_json& workload) {
+  const auto rate = workload.find("request_rate");
+  if (rate != workload.end() && rate->is_number() && std::isfinite(rate->get<double>())) return rate->get<double>();
+  const auto conc = workload.find("max_concurrency");
+  if (conc != workload.end() && conc->is_number()) return conc->get<double>();
+  return std::nullopt;
 }
 
 ResultsTable ResultsTable::build(const std::vector<nlohmann::ordered_json>& records,
@@ -54,6 +63,7 @@ ResultsTable ResultsTable::build(const std::vector<nlohmann::ordered_json>& reco
     for (const auto& [k, v] : rec.at("metrics").items()) {
       if (v.is_number()) cell.samples[k].push_back(v.get<double>());
     }
+    if (const auto load = offered_load(w)) cell.samples["offered_load"].push_back(*load);
   }
   for (auto& [key, cell] : t.cells_) {
     for (const auto& [k, v] : cell.samples) cell.metrics[k] = median(v);
@@ -157,6 +167,7 @@ Score score(const ResultsTable& table, const std::string& candidate, const Goal&
       std::snprintf(buf, sizeof(buf), "%.1f%% of its requests failed", 100.0 * failed / (failed + completed));
       s.violation = buf;
     }
+    if (!goal.tiebreak.empty()) s.tiebreak = table.metric(candidate, w, goal.tiebreak).value_or(0.0);
     if (better(s, best, goal.maximize)) best = s;
   }
   return best;
@@ -165,6 +176,7 @@ Score score(const ResultsTable& table, const std::string& candidate, const Goal&
 bool better(const Score& a, const Score& b, bool maximize) {
   if (a.measured != b.measured) return a.measured;
   if (a.feasible != b.feasible) return a.feasible;
+  if (a.value == b.value) return a.tiebreak > b.tiebreak;
   return maximize ? a.value > b.value : a.value < b.value;
 }
 

@@ -66,19 +66,22 @@ struct Goal {
   // A level whose requests failed beyond this fraction (median over repeats) is infeasible. Fixed levels never get
   // there (such a run fails its trial); an SLA search records the level and searches below it.
   double max_failed_fraction = 1.0;
+  // Ranks candidates whose values tie (max_load_under_slo: the goodput at the same highest load); higher is better.
+  std::string tiebreak;
 };
 
 struct Score {
   bool measured = false;
   bool feasible = false;
   double value = 0.0;
+  double tiebreak = 0.0;  // the goal's tiebreak metric at that level
   std::string workload;   // the level the value comes from
   std::string violation;  // "p99_tpot_ms 61.2 > 50" when infeasible
 };
 
 // A candidate whose trial failed scores as unmeasured (whatever records it left).
 Score score(const ResultsTable& table, const std::string& candidate, const Goal& goal);
-// Measured beats unmeasured, feasible beats infeasible, then the better value.
+// Measured beats unmeasured, feasible beats infeasible, then the better value, then the higher tiebreak.
 bool better(const Score& a, const Score& b, bool maximize);
 // The best of `ids` (ties: earlier in `ids`); nullopt when none is measured.
 std::optional<std::string> best_of(const ResultsTable& table, const std::vector<std::string>& ids, const Goal& goal);
@@ -93,5 +96,8 @@ bool beats_beyond_noise(const ResultsTable& table, const std::string& incumbent,
                         const Goal& goal);
 
 double median(std::vector<double> v);
+// A record's `offered_load` (a derived metric of every cell): its workload's request rate when finite, else its
+// max_concurrency; nullopt for a workload with neither (all requests at once).
+std::optional<double> offered_load(const nlohmann::ordered_json& workload);
 
 }  // namespace servetune::tuner

@@ -24,6 +24,17 @@ std::optional<int64_t> int_setting(const nlohmann::ordered_json& s, const std::s
   return it->get<int64_t>();
 }
 
+// With DP attention the dp_size replicas are the tp_size ranks themselves (SGLang's --dp with --enable-dp-attention).
+bool dp_attention_on(const nlohmann::ordered_json& vars) {
+  const auto it = vars.find("enable_dp_attention");
+  return it != vars.end() && it->is_boolean() && it->get<bool>();
+}
+
+int64_t devices_of(const nlohmann::ordered_json& vars) {
+  const int64_t tp = int_setting(vars, "tp_size").value_or(1), dp = int_setting(vars, "dp_size").value_or(1);
+  return dp_attention_on(vars) ? tp : tp * dp;
+}
+
 }  // namespace
 
 SearchSpace::SearchSpace(const SweepSpec& spec) : spec_(spec) {
@@ -101,6 +112,13 @@ const std::optional<ModelInfo>& SearchSpace::model_shape() const {
   return model_shape_;
 }
 
+int64_t SearchSpace::devices_needed(const Candidate& c) const {
+  const nlohmann::ordered_json settings = full_settings(c);
+  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : settings.items()) vars[underscored(k)] = v;
+  return devices_of(vars);
+}
+
 std::string SearchSpace::check(const Candidate& c) const {
   const nlohmann::ordered_json settings = full_settings(c);
   nlohmann::ordered_json vars = nlohmann::ordered_json::object();
@@ -125,11 +143,8 @@ std::string SearchSpace::check(const Candidate& c) const {
     }
     if (!ok) return "constraint '" + constraints_[i].text() + "' is false";
   }
-  const int64_t tp = int_setting(vars, "tp_size").value_or(1), dp = int_setting(vars, "dp_size").value_or(1);
-  // With DP attention the dp_size replicas are the tp_size ranks themselves (SGLang's --dp with --enable-dp-attention).
-  const auto dp_attention = vars.find("enable_dp_attention");
-  const bool replicas_are_ranks = dp_attention != vars.end() && dp_attention->is_boolean() && dp_attention->get<bool>();
-  const int64_t devices = replicas_are_ranks ? tp : tp * dp;
+  const bool replicas_are_ranks = dp_attention_on(vars);
+  const int64_t devices = devices_of(vars);
   if (spec_.target.devices && devices > *spec_.target.devices) {
     return std::string(replicas_are_ranks ? "tp_size" : "tp_size x dp_size") + " = " + std::to_string(devices) + " exceeds the " +
            std::to_string(*spec_.target.devices) + " devices";

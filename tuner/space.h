@@ -44,6 +44,9 @@ class SearchSpace {
   EngineConfig engine_config(const Candidate& c) const;
   // The target model's shape, read once; nullopt when it cannot be read here (the launch reports why).
   const std::optional<ModelInfo>& model_shape() const;
+  // Devices (GPUs) one launch of the candidate occupies: tp_size x dp_size, or tp_size with DP attention (whose dp_size
+  // replicas are the tp_size ranks).
+  int64_t devices_needed(const Candidate& c) const;
 
  private:
   std::string check(const Candidate& c) const;

@@ -230,6 +230,7 @@ Goal goal_of(const SweepSpec& spec) {
   g.maximize = spec.objective.maximize;
   g.slo = spec.slo;
   g.max_failed_fraction = spec.target.max_failed_fraction;
+  g.tiebreak = spec.objective.tiebreak;
   return g;
 }
 

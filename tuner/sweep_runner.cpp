@@ -10,6 +10,7 @@
 #include "servetune/error.h"
 #include "servetune/tokenizer.h"
 #include "tuner/interrupt.h"
+#include "tuner/executor.h"
 #include "tuner/launch_records.h"
 #include "tuner/launcher.h"
 #include "tuner/plan.h"
@@ -55,14 +56,17 @@ bool interrupted_marker(const nlohmann::ordered_json& marker) {
 }
 
 // The strategy loop: asks the strategy for the next batch of trials, skips those already complete (--resume) or
-// excluded by the constraints, and runs the rest; the strategy sees every result so far before its next batch.
+// excluded by the constraints, and hands the rest to the executor; the strategy sees every result so far before its
+// next batch.
 class Driver {
  public:
   Driver(const SweepSpec& spec, ResultsStore& store, const SweepOptions& o)
       : spec_(spec), store_(store), space_(spec), strategy_(Strategy::make(spec, space_)),
         launcher_(Launcher::make(spec, space_)), progress_(o.progress, strategy_->planned_runs()),
         tokenizer_(Tokenizer::from_path(spec.builtin() ? spec.target.model : spec.target.tokenizer)),
-        trials_(spec, space_, store, *launcher_, progress_, *tokenizer_) {}
+        trials_(spec, space_, store, *launcher_, progress_, *tokenizer_) {
+    if (o.trial.empty()) executor_ = Executor::make(o.executor, {spec_, space_, store_, trials_, progress_});
+  }
 
   SweepOutcome run() {
     SweepOutcome outcome;
@@ -70,9 +74,9 @@ class Driver {
     ResultsTable table = ResultsTable::build(store_.records(), store_.trials());
     while (auto batch = strategy_->next(table)) {
       progress_.note("== " + batch->stage + ": " + std::to_string(batch->trials.size()) + " candidates");
+      std::vector<Trial> pending;
       for (const Trial& t : batch->trials) {
         const size_t runs = max_runs(t.workloads, spec_.repeat);
-        if (interrupted_by() != 0) break;
         if (const auto marker = store_.trial(t.candidate.id, t.tag); marker && !interrupted_marker(*marker)) {
           ++outcome.trials_reused;
           progress_.skip_runs(runs);
@@ -85,8 +89,14 @@ class Driver {
           ++outcome.skipped;
           continue;
         }
-        if (!trials_.run(t)) ++outcome.failed;
-        ++outcome.trials_run;
+        pending.push_back(t);
+      }
+      if (interrupted_by() == 0 && !pending.empty()) {
+        outcome.failed += executor_->run(pending);
+        for (const Trial& t : pending) {
+          const auto marker = store_.trial(t.candidate.id, t.tag);
+          outcome.trials_run += marker ? 1 : 0;
+        }
       }
       table = ResultsTable::build(store_.records(), store_.trials());
       if (interrupted_by() != 0) break;
@@ -94,6 +104,34 @@ class Driver {
     outcome.interrupted_by = interrupted_by();
     for (const auto& c : table.candidates()) outcome.succeeded += c.status == "ok" ? 1 : 0;
     return outcome;
+  }
+
+  // --trial: replays the strategy over the stored results up to the batch holding the trial (the batches before it
+  // are complete: the driver that submitted it waited for them) and runs that one trial here.
+  SweepOutcome run_one(const std::string& key) {
+    SweepOutcome outcome;
+    outcome.run_dir = store_.dir();
+    const std::string wanted = key.find(':') == std::string::npos ? key + ":main" : key;
+    ResultsTable table = ResultsTable::build(store_.records(), store_.trials());
+    while (auto batch = strategy_->next(table)) {
+      for (const Trial& t : batch->trials) {
+        if (trial_key(t) != wanted) continue;
+        const auto marker = store_.trial(t.candidate.id, t.tag);
+        if (!marker || interrupted_marker(*marker)) {
+          if (!t.candidate.skip_reason.empty()) throw_usage("trial " + wanted + " is skipped: " + t.candidate.skip_reason);
+          trials_.run(t);
+          ++outcome.trials_run;
+        } else {
+          ++outcome.trials_reused;  // a requeued job whose trial already ran: nothing to do twice
+        }
+        const auto done = store_.trial(t.candidate.id, t.tag);
+        outcome.trial_failed = !done || done->value("status", std::string()) != "ok";
+        outcome.interrupted_by = interrupted_by();
+        return outcome;
+      }
+      table = ResultsTable::build(store_.records(), store_.trials());
+    }
+    throw_usage(store_.dir() + ": no trial " + wanted + " in the sweep's plan so far (--trial names CANDIDATE:TAG, e.g. c03:main)");
   }
 
  private:
@@ -105,6 +143,7 @@ class Driver {
   Progress progress_;
   std::unique_ptr<Tokenizer> tokenizer_;
   TrialRunner trials_;
+  std::unique_ptr<Executor> executor_;
 };
 
 }  // namespace
@@ -156,9 +195,18 @@ SweepOutcome run_sweep(const SweepOptions& o) {
     store->create(spec.document, o.file, text);
     write_file_atomic((fs::path(dir) / "plan.txt").string(), plan_text(spec));
   }
+  if (!o.trial.empty()) {
+    if (o.resume_dir.empty()) throw_usage("--trial needs --resume RUN_DIR (it runs one trial of that run folder)");
+    const InterruptHandlers handlers;
+    return Driver(spec, *store, o).run_one(o.trial);
+  }
   std::fprintf(o.out, "servetune sweep %s: results in %s\n", spec.name.c_str(), store->dir().c_str());
-  for (const auto& line : reap_leftover_servers(store->dir())) {
-    std::fprintf(o.progress, "servetune: left running by the interrupted sweep: %s\n", line.c_str());
+  // Servers a killed sweep left behind. Not with --trial (its siblings' servers run on purpose) nor under Slurm (the
+  // servers ran on the nodes, inside jobs that scancel stops, and pids here mean nothing there).
+  if (o.executor.kind != "slurm") {
+    for (const auto& line : reap_leftover_servers(store->dir())) {
+      std::fprintf(o.progress, "servetune: left running by the interrupted sweep: %s\n", line.c_str());
+    }
   }
   std::fflush(o.out);
   const InterruptHandlers handlers;

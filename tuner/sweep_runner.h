@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 
+#include "tuner/executor.h"
 #include "tuner/sweep_spec.h"
 
 namespace servetune::tuner {
@@ -16,6 +17,10 @@ struct SweepOptions {
   std::string output_dir;  // --output
   std::string resume_dir;  // --resume
   bool dry_run = false;
+  ExecutorOptions executor;  // --executor, --parallel, --slurm-*
+  // --trial ID[:TAG] (with --resume): run only this trial of the run folder, in this process, and write its records
+  // and marker: what an executor's trial process runs. Its exit status: 0 ok, 3 the candidate failed.
+  std::string trial;
   std::FILE* out = stdout;       // plan and summary
   std::FILE* progress = stderr;  // progress lines
 };
@@ -28,6 +33,7 @@ struct SweepOutcome {
   size_t failed = 0;
   size_t succeeded = 0;    // candidates whose trial completed (ok), this run and reused
   int interrupted_by = 0;  // the signal that stopped the sweep early, or 0
+  bool trial_failed = false;  // --trial: the trial's marker says it failed
 };
 
 SweepOutcome run_sweep(const SweepOptions& options);

@@ -207,8 +207,16 @@ void parse_strategy(const SpecFile& f, SweepSpec& spec) {
 void parse_objective_and_slo(const SpecFile& f, SweepSpec& spec) {
   if (f.root.contains("objective") && !f.root.at("objective").is_null()) {
     Section o(f, f.root.at("objective"), "objective");
+    spec.objective.kind = o.str("kind", "metric");
     spec.objective.workload = o.str("workload", "");
-    spec.objective.metric = o.str("metric", "total_token_throughput");
+    const bool load_goal = spec.objective.kind == "max_load_under_slo";
+    if (!load_goal && spec.objective.kind != "metric") f.fail("objective.kind", "must be metric or max_load_under_slo, got '" + spec.objective.kind + "'");
+    if (load_goal && (o.get("metric") != nullptr || o.get("goal") != nullptr)) {
+      f.fail("objective", "kind max_load_under_slo ranks by the highest load whose SLOs hold (metric offered_load, goal max); "
+                          "metric and goal do not apply");
+    }
+    spec.objective.metric = load_goal ? "offered_load" : o.str("metric", "total_token_throughput");
+    if (load_goal) spec.objective.tiebreak = "request_goodput";
     const std::string goal = o.str("goal", "");
     o.done();
     if (!is_known_metric(spec.objective.metric)) f.fail("objective.metric", "unknown metric '" + spec.objective.metric + "'");
@@ -233,6 +241,17 @@ void parse_objective_and_slo(const SpecFile& f, SweepSpec& spec) {
       if (!is_known_metric(k)) f.fail("slo." + k, "unknown metric '" + k + "'");
       if (!v.is_number() || v.get<double>() < 0) f.fail("slo." + k, "must be a non-negative number");
       spec.slo[k] = v.get<double>();
+    }
+  }
+  if (spec.objective.kind == "max_load_under_slo") {
+    if (spec.slo.empty()) f.fail("objective.kind", "max_load_under_slo needs slo: the bounds a load must meet");
+    bool levels = false;
+    for (const auto& w : spec.workloads) {
+      if (w.group == spec.objective.workload || w.name == spec.objective.workload) levels = levels || w.search || w.name != w.group;
+    }
+    if (!levels) {
+      f.fail("objective.workload", "max_load_under_slo needs workload '" + spec.objective.workload +
+                                       "' to search its load (max_concurrency or request_rate: {search: [lo, hi]}) or list levels");
     }
   }
 }
@@ -322,9 +341,21 @@ bool is_collective_metric(const std::string& key) {
 
 }  // namespace
 
+loadgen::GoodputSlo goodput_slo_of(const std::map<std::string, double>& slo) {
+  static const std::regex stat("(?:mean|median|p[0-9]+(?:\\.[0-9]+)?)_(ttft|tpot|e2el)_ms");
+  loadgen::GoodputSlo g;
+  for (const auto& [key, bound] : slo) {
+    std::smatch m;
+    if (!std::regex_match(key, m, stat)) continue;
+    std::optional<double>& slot = m[1] == "ttft" ? g.ttft : m[1] == "tpot" ? g.tpot : g.e2el;
+    slot = slot ? std::min(*slot, bound) : bound;
+  }
+  return g;
+}
+
 bool is_known_metric(const std::string& key) {
   static const std::set<std::string> plain = {
-      "duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
+      "duration", "completed", "failed", "offered_load", "total_input_tokens", "total_output_tokens", "request_throughput",
       "request_goodput", "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
       "max_concurrent_requests", "process_cpu_s", "cpu_ms_per_token", "engine_steps", "engine_batched_tokens",
       "engine_mean_batch_tokens", "engine_mean_running", "engine_prompt_tokens", "engine_generation_tokens",

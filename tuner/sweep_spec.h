@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "datasets/dataset.h"
+#include "loadgen/metrics.h"
 #include "tuner/spec_file.h"
 
 namespace servetune::tuner {
@@ -119,9 +120,13 @@ struct AccuracySpec {
 };
 
 struct ObjectiveSpec {
+  // metric: the best feasible level's `metric`; max_load_under_slo: the highest load (offered_load: rate, or
+  // concurrency) whose SLOs hold, ties broken by the goodput there
+  std::string kind = "metric";
   std::string workload;  // a workload group (its best feasible level counts) or an expanded name
   std::string metric = "total_token_throughput";
   bool maximize = true;
+  std::string tiebreak;  // a metric ranking equal values (higher is better)
 };
 
 struct SweepSpec {
@@ -159,6 +164,9 @@ SweepSpec load_sweep(const std::string& path);
 
 // Metric keys a sweep file may name (objective, slo): vLLM's result keys and servetune's additions.
 bool is_known_metric(const std::string& key);
+// The per-request goodput bounds a sweep's SLOs imply: a request counts toward request_goodput when its own TTFT,
+// TPOT and E2E latency are within the sweep's tightest bound on any statistic of that metric (mean, median, pNN).
+loadgen::GoodputSlo goodput_slo_of(const std::map<std::string, double>& slo);
 // True for metrics where lower is better (latencies, failures, CPU time per token).
 bool lower_is_better(const std::string& key);
 

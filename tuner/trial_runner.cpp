@@ -64,7 +64,8 @@ WorkloadSpec for_repeat(const WorkloadSpec& w, int repeat) {
 // The measurement of one run on a launched candidate: the workload's traffic, every percentile metric a sweep's
 // SLO may name, and the parts the session offers: the engine's statistics and this process's CPU time with the
 // calibration (built-in: the engine runs in this process), or the server's /metrics counters (external).
-MeasureOptions measure_options(const WorkloadSpec& w, const std::vector<double>& percentiles, Session& session) {
+MeasureOptions measure_options(const WorkloadSpec& w, const SweepSpec& spec, Session& session) {
+  const std::vector<double>& percentiles = spec.percentiles;
   MeasureOptions o;
   o.request_rate = w.request_rate;
   o.burstiness = w.burstiness;
@@ -78,6 +79,7 @@ MeasureOptions measure_options(const WorkloadSpec& w, const std::vector<double>&
   o.think_time_dist = w.think_time_dist;
   o.percentiles = percentiles;
   o.percentile_metrics = loadgen::percentile_metric_names();
+  o.slo = goodput_slo_of(spec.slo);
   o.engine = session.engine();
   o.server_metrics_url = session.metrics_url();
   o.api_key = session.api_key();
@@ -112,6 +114,17 @@ void TrialRunner::skip(const Trial& t) {
   TrialMarker m;
   m.status = TrialStatus::kSkipped;
   m.reason = t.candidate.skip_reason;
+  write_marker(t, m);
+}
+
+void TrialRunner::record_failure(const Trial& t, TrialFailure kind, const std::string& reason, const std::string& log) {
+  TrialMarker m;
+  m.status = TrialStatus::kFailed;
+  m.failure = kind;
+  m.reason = reason;
+  m.log = log;
+  m.started = now_iso8601();
+  progress_.note(t.candidate.id + " (" + t.candidate.label + "): failed (" + trial_failure_name(kind) + "): " + reason);
   write_marker(t, m);
 }
 
@@ -314,7 +327,7 @@ Measurement TrialRunner::run_once(const WorkloadSpec& level, const WorkloadSpec&
                                   nlohmann::ordered_json& metrics) {
   if (interrupted_by() != 0) throw LaunchFailure(TrialFailure::kInterrupted, "");
   progress_.run_started(level.name, r);
-  const MeasureOptions options = measure_options(for_repeat(level, r), spec_.percentiles, session);
+  const MeasureOptions options = measure_options(for_repeat(level, r), spec_, session);
   const datasets::Workload& data = workload(for_repeat(prompts, r));
   warm_up(session.client(), data, options);
   // The warm-up sent these prompts, and an earlier run or level the same ones: the measured run starts cold.

@@ -47,6 +47,9 @@ class TrialRunner {
   bool run(const Trial& t);
   // Records a candidate the constraints skipped.
   void skip(const Trial& t);
+  // Records the failure of a trial whose own process or job ended without writing its marker (an executor's child,
+  // a Slurm job); `log` relative to the run folder.
+  void record_failure(const Trial& t, TrialFailure kind, const std::string& reason, const std::string& log);
 
  private:
   bool run_isolated(const Trial& t);

@@ -120,6 +120,33 @@ TEST(TunerTable, LevelsWithTooManyFailedRequestsAreInfeasible) {
   EXPECT_EQ(score(t, "c0", g).workload, "load@c8");
 }
 
+// objective kind max_load_under_slo: the highest load (offered_load, from the level's workload) whose SLOs hold
+// ranks first, whatever the throughput there; candidates reaching the same load are ranked by their goodput.
+TEST(TunerTable, MaxLoadUnderSloRanksByTheHighestFeasibleLoad) {
+  const auto level = [](const std::string& cand, int conc, double tput, double goodput, double tpot) {
+    auto r = record(cand, "load@c" + std::to_string(conc), 0,
+                    {{"total_token_throughput", tput}, {"request_goodput", goodput}, {"mean_tpot_ms", tpot}}, "load");
+    r["workload"]["max_concurrency"] = conc;
+    r["workload"]["request_rate"] = nullptr;
+    return r;
+  };
+  std::vector<nlohmann::ordered_json> recs = {
+      level("c0", 8, 900.0, 3.0, 40.0), level("c0", 16, 1000.0, 3.5, 60.0),  // c0 holds the SLO up to 8 users
+      level("c1", 8, 500.0, 2.0, 30.0), level("c1", 16, 800.0, 2.5, 45.0),   // c1 up to 16, at less throughput
+      level("c2", 16, 700.0, 2.9, 49.0)};                                    // c2 up to 16 too, more goodput
+  const ResultsTable t = ResultsTable::build(recs);
+  EXPECT_EQ(t.metric("c1", "load@c16", "offered_load"), 16.0);
+  Goal g{"load", "offered_load", true, {{"mean_tpot_ms", 50.0}}};
+  g.tiebreak = "request_goodput";
+  EXPECT_EQ(score(t, "c0", g).value, 8.0);
+  EXPECT_EQ(score(t, "c1", g).value, 16.0);
+  EXPECT_EQ(best_of(t, {"c0", "c1", "c2"}, g), "c2");
+  EXPECT_EQ(best_of(t, {"c0", "c1"}, g), "c1");
+  nlohmann::ordered_json rate = {{"request_rate", 2.5}, {"max_concurrency", 64}};
+  EXPECT_EQ(offered_load(rate), 2.5);  // a rate level capped by a concurrency: the rate is the load
+  EXPECT_EQ(offered_load(nlohmann::ordered_json{{"request_rate", nullptr}, {"max_concurrency", nullptr}}), std::nullopt);
+}
+
 TEST(TunerCheck, ToleranceSyntax) {
   Tolerance t = parse_tolerance("total_token_throughput=-5%");
   EXPECT_EQ(t.direction, '-');

@@ -198,6 +198,32 @@ slo: {p99_tpot_ms: 50}
                {"only one of max_concurrency and request_rate"});
 }
 
+// objective: {kind: max_load_under_slo}: ranks by offered_load (max), goodput breaking ties; it needs SLOs and a
+// workload whose load is searched or listed, and takes no metric or goal of its own.
+TEST(TunerSpec, MaxLoadUnderSloObjective) {
+  const std::string head = "name: t\ntarget: {engine: builtin, model: m.gguf}\nworkloads: [{name: load, dataset: random, ";
+  const SweepSpec s = parse_spec(head + "request_rate: {search: [1, 16]}}]\nslo: {p99_ttft_ms: 2000, mean_tpot_ms: 50}\n"
+                                        "objective: {kind: max_load_under_slo}\n");
+  EXPECT_EQ(s.objective.kind, "max_load_under_slo");
+  EXPECT_EQ(s.objective.metric, "offered_load");
+  EXPECT_TRUE(s.objective.maximize);
+  EXPECT_EQ(s.objective.tiebreak, "request_goodput");
+  EXPECT_EQ(parse_spec(head + "max_concurrency: [1, 8, 32]}]\nslo: {mean_tpot_ms: 50}\nobjective: {kind: max_load_under_slo, workload: load}\n")
+                .objective.metric, "offered_load");
+  expect_error(head + "request_rate: {search: [1, 16]}}]\nslo: {mean_tpot_ms: 50}\nobjective: {kind: max_load_under_slo, metric: "
+                      "request_goodput}\n", {"objective", "metric and goal do not apply"});
+  expect_error(head + "max_concurrency: 8}]\nslo: {mean_tpot_ms: 50}\nobjective: {kind: max_load_under_slo}\n",
+               {"objective.workload", "to search its load"});
+  expect_error(head + "max_concurrency: [1, 8]}]\nobjective: {kind: max_load_under_slo}\n", {"objective.kind", "needs slo"});
+  expect_error(head + "max_concurrency: [1, 8]}]\nobjective: {kind: fastest}\n", {"objective.kind", "metric or max_load_under_slo"});
+  // The goodput measured at each level counts the requests within the SLOs' per-request bounds.
+  const loadgen::GoodputSlo g = goodput_slo_of({{"p99_ttft_ms", 2000}, {"mean_tpot_ms", 50}, {"p90_tpot_ms", 40}, {"completed", 8}});
+  EXPECT_EQ(g.ttft, 2000.0);
+  EXPECT_EQ(g.tpot, 40.0);  // the tightest bound on the metric
+  EXPECT_FALSE(g.e2el);
+  EXPECT_TRUE(goodput_slo_of({{"failed", 0}}).empty());
+}
+
 TEST(TunerSpec, BadFilesNameFileKeyLineAndProblem) {
   expect_error(R"(name: t
 target: {engine: builtin, model: m.gguf, max_failed_fraction: 1.5}

@@ -179,15 +179,8 @@ TEST(TunerSweep, KillNineThenResumeMeasuresEveryCandidateOnce) {
   write_text(dir / "s.yaml", stories_sweep("resume", "  max_running_requests: [1, 2, 4, 8, 16]\n",
                                            "  - {name: w, dataset: random, input_len: 64, output_len: 64, num_prompts: 64, seed: 3}\n", 2));
   const fs::path run = dir / "run";
-  const pid_t pid = fork();
+  const pid_t pid = spawn_servetune("sweep", (dir / "s.yaml").string(), "--output", run.string());
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const std::string file = (dir / "s.yaml").string(), out = run.string();
-    freopen("/dev/null", "w", stdout);
-    freopen("/dev/null", "w", stderr);
-    execl(SERVETUNE_BIN, SERVETUNE_BIN, "sweep", file.c_str(), "--output", out.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
   // Kill the sweep once two candidates are complete and the third is in flight.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (count_files(run / "trials") < 2 && std::chrono::steady_clock::now() < deadline) {
@@ -236,6 +229,26 @@ TEST(TunerSweep, KillNineThenResumeMeasuresEveryCandidateOnce) {
   const CliResult again = servetune("sweep --resume " + run.string());
   ASSERT_EQ(again.code, 0) << again.output;
   EXPECT_NE(again.output.find("0 trials run, 5 reused"), std::string::npos) << again.output;
+  fs::remove_all(dir);
+}
+
+// --parallel 2: two trial processes at a time, each pinned to one of the two CPU shares; one record per candidate.
+TEST(TunerSweep, ParallelTrialsRunEachOnTheirShareOfTheCpus) {
+  const fs::path dir = scratch("parallel");
+  write_text(dir / "s.yaml", stories_sweep("par", "  max_running_requests: [1, 2, 4, 8]\n", "  - {name: w, dataset: random, input_len: 32, output_len: 16, num_prompts: 16, seed: 3}\n"));
+  const fs::path run = dir / "run";
+  const CliResult r = servetune("sweep " + (dir / "s.yaml").string() + " --output " + run.string() + " --parallel 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("started (cpus 0;"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("started (cpus 1;"), std::string::npos) << r.output;
+  for (const char* c : {"c0", "c1", "c2", "c3"}) EXPECT_TRUE(fs::exists(run / "raw" / c / "trial-main.log")) << c;
+  size_t ok = 0;
+  for (const auto& e : fs::directory_iterator(run / "trials")) ok += read_json(e.path())["status"] == "ok" ? 1 : 0;
+  EXPECT_EQ(ok, 4u);
+  EXPECT_EQ(count_files(run / "records"), 4u);
+  const CliResult too_many = servetune("sweep " + (dir / "s.yaml").string() + " --output " + (dir / "run2").string() + " --parallel 4096");
+  EXPECT_EQ(too_many.code, 2) << too_many.output;
+  EXPECT_NE(too_many.output.find("--parallel 4096 needs a CPU per trial"), std::string::npos) << too_many.output;
   fs::remove_all(dir);
 }
 

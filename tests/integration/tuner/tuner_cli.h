@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -82,6 +83,23 @@ inline bool process_running(const std::string& needle) {
     if (cmd.find(needle) != std::string::npos && cmd.find("servetune_it_") == std::string::npos) return true;
   }
   return false;
+}
+
+// Starts `servetune ARGS...` in the background, output discarded; the caller waits for (or kills) the pid.
+template <typename... Args>
+pid_t spawn_servetune(const Args&... args) {
+  const std::vector<std::string> argv_s = {SERVETUNE_BIN, std::string(args)...};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    (void)!std::freopen("/dev/null", "w", stdout);
+    (void)!std::freopen("/dev/null", "w", stderr);
+    ::execv(SERVETUNE_BIN, argv.data());
+    ::_exit(127);
+  }
+  return pid;
 }
 
 }  // namespace servetune::testing

@@ -1,0 +1,39 @@
+// The executor choice and what the executors share: how a trial's own process is named, started and logged
+// (see executor.h).
+#include "tuner/executor.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "servetune/error.h"
+
+namespace servetune::tuner {
+namespace fs = std::filesystem;
+
+std::unique_ptr<Executor> Executor::make(const ExecutorOptions& o, const ExecutorContext& c) {
+  if (o.parallel < 0) throw_usage("--parallel must not be negative (local: 1 = one trial at a time; slurm: 0 = a whole batch at once)");
+  if (o.kind == "local") {
+    if (!o.slurm_partition.empty() || !o.slurm_account.empty() || !o.sbatch_args.empty()) {
+      throw_usage("--slurm-partition, --slurm-account and --sbatch-arg need --executor slurm");
+    }
+    return make_local_executor(o, c);
+  }
+  if (o.kind == "slurm") return make_slurm_executor(o, c);
+  throw_usage("--executor must be local or slurm, got '" + o.kind + "'");
+}
+
+std::string trial_key(const Trial& t) { return t.candidate.id + ":" + t.tag; }
+
+std::vector<std::string> trial_command(const std::string& run_dir, const Trial& t) {
+  std::error_code ec;
+  std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
+  if (ec) throw Error(ErrorKind::kIo, "cannot find this program's path (/proc/self/exe): " + ec.message());
+  return {exe, "sweep", "--resume", fs::absolute(run_dir).lexically_normal().string(), "--trial", trial_key(t)};
+}
+
+std::string trial_log_path(const ResultsStore& store, const Trial& t) {
+  return (fs::path(store.raw_dir(t.candidate.id)) / ("trial-" + t.tag + ".log")).string();
+}
+
+}  // namespace servetune::tuner
