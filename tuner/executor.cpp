@@ -11,16 +11,23 @@
 namespace servetune::tuner {
 namespace fs = std::filesystem;
 
-std::unique_ptr<Executor> Executor::make(const ExecutorOptions& o, const ExecutorContext& c) {
+void Executor::check(const ExecutorOptions& o, const SweepSpec& spec) {
   if (o.parallel < 0) throw_usage("--parallel must not be negative (local: 1 = one trial at a time; slurm: 0 = a whole batch at once)");
   if (o.kind == "local") {
     if (!o.slurm_partition.empty() || !o.slurm_account.empty() || !o.sbatch_args.empty()) {
       throw_usage("--slurm-partition, --slurm-account and --sbatch-arg need --executor slurm");
     }
-    return make_local_executor(o, c);
+    check_local_executor(o, spec);
+  } else if (o.kind == "slurm") {
+    check_slurm_executor(o);
+  } else {
+    throw_usage("--executor must be local or slurm, got '" + o.kind + "'");
   }
-  if (o.kind == "slurm") return make_slurm_executor(o, c);
-  throw_usage("--executor must be local or slurm, got '" + o.kind + "'");
+}
+
+std::unique_ptr<Executor> Executor::make(const ExecutorOptions& o, const ExecutorContext& c) {
+  check(o, c.spec);
+  return o.kind == "slurm" ? make_slurm_executor(o, c) : make_local_executor(o, c);
 }
 
 std::string trial_key(const Trial& t) { return t.candidate.id + ":" + t.tag; }

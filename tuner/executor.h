@@ -43,7 +43,10 @@ struct ExecutorContext {
 class Executor {
  public:
   virtual ~Executor() = default;
-  // Checks the options against the sweep (Error(kUsage) naming what does not fit).
+  // Checks the options against the sweep and the machine before anything is created or run: Error(kUsage) naming what
+  // does not fit, Error(kIo) when Slurm does not answer.
+  static void check(const ExecutorOptions& options, const SweepSpec& spec);
+  // An executor for options that passed check().
   static std::unique_ptr<Executor> make(const ExecutorOptions& options, const ExecutorContext& context);
   // Runs the trials to their markers; returns how many failed. Stops starting trials once the sweep is interrupted.
   virtual size_t run(const std::vector<Trial>& trials) = 0;
@@ -60,6 +63,8 @@ std::string trial_log_path(const ResultsStore& store, const Trial& t);
 // is still pending or running, which would run the trial twice.
 void refuse_live_slurm_jobs(const ResultsStore& store, const std::vector<Trial>& trials);
 
+void check_local_executor(const ExecutorOptions& options, const SweepSpec& spec);
+void check_slurm_executor(const ExecutorOptions& options);
 std::unique_ptr<Executor> make_local_executor(const ExecutorOptions& options, const ExecutorContext& context);
 std::unique_ptr<Executor> make_slurm_executor(const ExecutorOptions& options, const ExecutorContext& context);
 

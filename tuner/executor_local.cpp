@@ -77,36 +77,33 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
+// The ids of target.devices: numbered within this process's CUDA_VISIBLE_DEVICES when it is set.
+std::vector<std::string> device_ids(const SweepSpec& spec) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::vector<std::string> ids = visible != nullptr ? split_commas(visible) : std::vector<std::string>();
+  if (visible == nullptr) {
+    for (int64_t d = 0; d < *spec.target.devices; ++d) ids.push_back(std::to_string(d));
+  }
+  if (ids.size() < static_cast<size_t>(*spec.target.devices)) {
+    throw_usage(spec.source + ": target.devices is " + std::to_string(*spec.target.devices) + " but CUDA_VISIBLE_DEVICES lists " +
+                std::to_string(ids.size()));
+  }
+  ids.resize(static_cast<size_t>(*spec.target.devices));
+  return ids;
+}
+
 class ParallelExecutor final : public Executor {
  public:
   ParallelExecutor(const ExecutorOptions& o, const ExecutorContext& c) : c_(c) {
     const std::vector<int> cpus = allowed_cpus();
     const auto k = static_cast<size_t>(o.parallel);
-    if (cpus.size() < k) {
-      throw_usage("--parallel " + std::to_string(k) + " needs a CPU per trial at least; this process may run on " +
-                  std::to_string(cpus.size()));
-    }
     for (size_t i = 0; i < k; ++i) {  // contiguous shares, sizes differing by at most one
       shares_.push_back({std::vector<int>(cpus.begin() + static_cast<long>(i * cpus.size() / k),
                                           cpus.begin() + static_cast<long>((i + 1) * cpus.size() / k)),
                          false});
     }
-    if (!c.spec.builtin() && c.spec.target.port != 0) {
-      throw_usage(c.spec.source + ": target.port " + std::to_string(c.spec.target.port) + " is one port for " +
-                  std::to_string(k) + " servers at once (--parallel); set target.port to 0 (a free port per launch)");
-    }
     if (c.spec.target.devices) {
-      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-      std::vector<std::string> ids = visible != nullptr ? split_commas(visible) : std::vector<std::string>();
-      if (visible == nullptr) {
-        for (int64_t d = 0; d < *c.spec.target.devices; ++d) ids.push_back(std::to_string(d));
-      }
-      if (ids.size() < static_cast<size_t>(*c.spec.target.devices)) {
-        throw_usage(c.spec.source + ": target.devices is " + std::to_string(*c.spec.target.devices) +
-                    " but CUDA_VISIBLE_DEVICES lists " + std::to_string(ids.size()));
-      }
-      ids.resize(static_cast<size_t>(*c.spec.target.devices));
-      for (auto& id : ids) devices_.push_back({id, false});
+      for (auto& id : device_ids(c.spec)) devices_.push_back({id, false});
     }
   }
 
@@ -270,6 +267,20 @@ class ParallelExecutor final : public Executor {
 };
 
 }  // namespace
+
+void check_local_executor(const ExecutorOptions& o, const SweepSpec& spec) {
+  if (o.parallel <= 1) return;
+  const size_t cpus = allowed_cpus().size();
+  if (cpus < static_cast<size_t>(o.parallel)) {
+    throw_usage("--parallel " + std::to_string(o.parallel) + " needs a CPU per trial at least; this process may run on " +
+                std::to_string(cpus));
+  }
+  if (!spec.builtin() && spec.target.port != 0) {
+    throw_usage(spec.source + ": target.port " + std::to_string(spec.target.port) + " is one port for " +
+                std::to_string(o.parallel) + " servers at once (--parallel); set target.port to 0 (a free port per launch)");
+  }
+  if (spec.target.devices) device_ids(spec);
+}
 
 std::unique_ptr<Executor> make_local_executor(const ExecutorOptions& o, const ExecutorContext& c) {
   if (o.parallel <= 1) return std::make_unique<SerialExecutor>(c);

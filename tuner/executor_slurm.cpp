@@ -58,12 +58,7 @@ bool on_path(const std::string& program) {
 
 class SlurmExecutor final : public Executor {
  public:
-  SlurmExecutor(const ExecutorOptions& o, const ExecutorContext& c) : o_(o), c_(c) {
-    for (const char* p : {"sbatch", "scontrol", "scancel"}) {
-      if (!on_path(p)) throw_usage(std::string("--executor slurm: ") + p + " is not on PATH (run the sweep on a Slurm submit host)");
-    }
-    if (!(o.poll_s > 0)) throw_usage("--slurm-poll must be positive");
-  }
+  SlurmExecutor(const ExecutorOptions& o, const ExecutorContext& c) : o_(o), c_(c) {}
 
   size_t run(const std::vector<Trial>& trials) override {
     failed_ = 0;
@@ -268,6 +263,15 @@ void refuse_live_slurm_jobs(const ResultsStore& store, const std::vector<Trial>&
                   ": resume with --executor slurm (it waits for the job) or scancel " + id + " first");
     }
   }
+}
+
+void check_slurm_executor(const ExecutorOptions& o) {
+  if (!(o.poll_s > 0)) throw_usage("--slurm-poll must be positive");
+  for (const char* p : {"sbatch", "scontrol", "scancel"}) {
+    if (!on_path(p)) throw_usage(std::string("--executor slurm: ") + p + " is not on PATH (run the sweep on a Slurm submit host)");
+  }
+  std::string why;
+  if (!query_jobs(why)) throw Error(ErrorKind::kIo, "--executor slurm: the Slurm controller does not answer (scontrol -o show job): " + why);
 }
 
 std::unique_ptr<Executor> make_slurm_executor(const ExecutorOptions& o, const ExecutorContext& c) {

@@ -189,6 +189,7 @@ SweepOutcome run_sweep(const SweepOptions& o) {
   }
   check_inputs(spec);
   validate_plan(spec, SearchSpace(spec));
+  if (o.trial.empty()) Executor::check(o.executor, spec);  // before the run folder exists
   if (!store) {
     const std::string dir = o.output_dir.empty() ? (fs::path("results") / spec.name / now_stamp()).string() : o.output_dir;
     store = std::make_unique<ResultsStore>(dir);
