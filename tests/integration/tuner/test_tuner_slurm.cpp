@@ -68,6 +68,30 @@ std::string job_state(const std::string& id) {
   return at == std::string::npos ? "" : out.substr(at + 9, out.find(' ', at) - at - 9);
 }
 
+// Starts a sweep of four ~5 s trials (24 requests at 5/s; two jobs at a time on two CPUs) through Slurm, and returns
+// once every trial is submitted and one job runs (its trial and job id), or at a 90 s deadline (empty id).
+struct SlowSweep {
+  pid_t pid = -1;
+  std::string running_trial, running_id;
+};
+SlowSweep start_slow_sweep(const fs::path& dir, const fs::path& run) {
+  write_text(dir / "s.yaml", sweep_file("slow", "  - {name: w, dataset: random, input_len: 16, output_len: 8, num_prompts: 24, "
+                                                "request_rate: 5, seed: 3}\n"));
+  SlowSweep s;
+  s.pid = spawn_servetune("sweep", (dir / "s.yaml").string(), "--output", run.string(), "--executor", "slurm", "--slurm-poll", "0.3");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (s.running_id.empty() && std::chrono::steady_clock::now() < deadline) {
+    const auto ids = job_ids(run);
+    if (ids.size() == 4) {
+      for (const auto& [trial, id] : ids) {
+        if (s.running_id.empty() && job_state(id) == "RUNNING") s.running_trial = trial, s.running_id = id;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return s;
+}
+
 // One record per candidate, each from the launch its marker names.
 void expect_each_candidate_once(const fs::path& run, size_t candidates) {
   std::map<std::string, std::string> launch;
@@ -109,25 +133,12 @@ TEST_F(TunerSlurm, EveryTrialRunsAsAJob) {
 
 TEST_F(TunerSlurm, KilledDriverAndCancelledJobResumeWithoutLossOrDuplicates) {
   const fs::path dir = scratch("slurm_resume");
-  // ~5 s per trial (24 requests at 5/s), two jobs at a time on two CPUs: time to kill things mid-run.
-  write_text(dir / "s.yaml", sweep_file("sresume", "  - {name: w, dataset: random, input_len: 16, output_len: 8, num_prompts: 24, "
-                                                   "request_rate: 5, seed: 3}\n"));
   const fs::path run = dir / "run";
-  const pid_t pid =
-      spawn_servetune("sweep", (dir / "s.yaml").string(), "--output", run.string(), "--executor", "slurm", "--slurm-poll", "0.3");
-  ASSERT_GE(pid, 0);
   // Once every trial is submitted and one job runs: kill the driver, cancel that job.
-  std::string running_trial, running_id;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-  while (running_id.empty() && std::chrono::steady_clock::now() < deadline) {
-    const auto ids = job_ids(run);
-    if (ids.size() == 4) {
-      for (const auto& [trial, id] : ids) {
-        if (running_id.empty() && job_state(id) == "RUNNING") running_trial = trial, running_id = id;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const SlowSweep sweep = start_slow_sweep(dir, run);
+  ASSERT_GE(sweep.pid, 0);
+  const pid_t pid = sweep.pid;
+  const std::string running_trial = sweep.running_trial, running_id = sweep.running_id;
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -172,19 +183,11 @@ TEST_F(TunerSlurm, KilledDriverAndCancelledJobResumeWithoutLossOrDuplicates) {
 // is left in the queue, and the exit status is the signal's.
 TEST_F(TunerSlurm, InterruptCancelsTheJobs) {
   const fs::path dir = scratch("slurm_interrupt");
-  write_text(dir / "s.yaml", sweep_file("sint", "  - {name: w, dataset: random, input_len: 16, output_len: 8, num_prompts: 24, "
-                                               "request_rate: 5, seed: 3}\n"));
   const fs::path run = dir / "run";
-  const pid_t pid =
-      spawn_servetune("sweep", (dir / "s.yaml").string(), "--output", run.string(), "--executor", "slurm", "--slurm-poll", "0.3");
-  ASSERT_GE(pid, 0);
-  bool running = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-  while (!running && std::chrono::steady_clock::now() < deadline) {
-    for (const auto& [trial, id] : job_ids(run)) running = running || job_state(id) == "RUNNING";
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_TRUE(running) << cluster_->logs();
+  const SlowSweep sweep = start_slow_sweep(dir, run);
+  ASSERT_GE(sweep.pid, 0);
+  const pid_t pid = sweep.pid;
+  ASSERT_FALSE(sweep.running_id.empty()) << cluster_->logs();
   ::kill(pid, SIGINT);
   int status = 0;
   ::waitpid(pid, &status, 0);
