@@ -10,11 +10,13 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "datasets/dataset.h"
+#include "datasets/length_dist.h"
 #include "engine_flags.h"
 #include "loadgen/backends.h"
 #include "loadgen/http_client.h"
@@ -61,6 +63,7 @@ struct BenchOptions {
   double request_timeout = 6 * 3600.0;
   double think_time = 0.0;
   std::string think_time_dist = "fixed";
+  std::string think_time_trace;
   CLI::App* cmd = nullptr;
 };
 
@@ -103,11 +106,23 @@ void check_flag_use(const BenchOptions& o) {
   }
   if (!o.data.multi_turn) {
     for (const char* f : {"--multi-turn-history", "--multi-turn-max-turns", "--multi-turn-turns",
-                          "--multi-turn-prefix-len", "--think-time", "--think-time-dist"}) {
+                          "--multi-turn-prefix-len", "--multi-turn-system-len", "--multi-turn-tool-result-len",
+                          "--multi-turn-turns-dist", "--multi-turn-input-len-dist", "--multi-turn-output-len-dist",
+                          "--multi-turn-prefix-len-dist", "--think-time", "--think-time-dist", "--think-time-trace"}) {
       if (given(o, f)) throw_usage(std::string(f) + " needs --multi-turn");
     }
   }
-  tuner::check_think_time(o.think_time, o.think_time_dist);
+  // A length distribution replaces its plain flag; both given would leave one unused.
+  const std::tuple<const char*, const char*, const std::string*> replaces[] = {
+      {"--multi-turn-turns-dist", "--multi-turn-turns", &o.data.multi_turn_turns_dist},
+      {"--multi-turn-input-len-dist", "--random-input-len", &o.data.multi_turn_input_len_dist},
+      {"--multi-turn-output-len-dist", "--random-output-len", &o.data.multi_turn_output_len_dist},
+      {"--multi-turn-prefix-len-dist", "--multi-turn-prefix-len", &o.data.multi_turn_prefix_len_dist}};
+  for (const auto& [dist, plain, text] : replaces) {
+    if (given(o, dist) && given(o, plain)) throw_usage(std::string(dist) + " replaces " + plain + "; give one of them");
+    if (!text->empty()) (void)datasets::parse_length_dist(*text, dist);
+  }
+  tuner::check_think_time(o.think_time, o.think_time_dist, o.think_time_trace);
   if (given(o, "--result-dir") || given(o, "--result-filename") || o.save_detailed) {
     if (!o.save_result) throw_usage("--result-dir / --result-filename / --save-detailed need --save-result");
   }
@@ -215,6 +230,7 @@ void run_bench(BenchOptions& o) {
   mo.num_warmups = o.num_warmups;
   mo.think_time_s = o.think_time;
   mo.think_time_dist = o.think_time_dist;
+  mo.think_time_trace = o.think_time_trace;
   mo.warmups = tuner::WarmupRequests::kFirst;
   mo.percentiles = percentiles;
   mo.percentile_metrics = metrics;
@@ -351,6 +367,16 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--multi-turn-tool-result-len", d.multi_turn_tool_result_len,
                   "random, agent-shaped: turns after the first are tool results of this many tokens (0: user messages)")
       ->capture_default_str()->group(g);
+  const char* dist_help = "random: a distribution as vLLM's multi-turn config names it (uniform:min=A,max=B, constant:value=N, "
+                          "zipf:alpha=A[,max=M], poisson:alpha=A[,max=M], lognormal:average=A[,median_ratio=R][,max=M] or "
+                          "lognormal:mean=MU,sigma=S[,max=M]) for ";
+  cmd->add_option("--multi-turn-turns-dist", d.multi_turn_turns_dist, std::string(dist_help) + "turns a session (replaces --multi-turn-turns)")->group(g);
+  cmd->add_option("--multi-turn-input-len-dist", d.multi_turn_input_len_dist,
+                  std::string(dist_help) + "tokens of each user message (replaces --random-input-len)")->group(g);
+  cmd->add_option("--multi-turn-output-len-dist", d.multi_turn_output_len_dist,
+                  std::string(dist_help) + "tokens of each reply (replaces --random-output-len)")->group(g);
+  cmd->add_option("--multi-turn-prefix-len-dist", d.multi_turn_prefix_len_dist,
+                  std::string(dist_help) + "tokens of each session's own prefix (replaces --multi-turn-prefix-len)")->group(g);
   cmd->add_option("--prefix-num-groups", d.prefix_num_groups)->capture_default_str()->group(g);
   cmd->add_option("--prefix-system-prompt-len", d.prefix_system_prompt_len)->capture_default_str()->group(g);
   cmd->add_option("--prefix-question-len", d.prefix_question_len)->capture_default_str()->group(g);
@@ -361,8 +387,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--burstiness", o->burstiness, "Gamma shape of the arrival gaps (1: Poisson)")->capture_default_str()->group(t);
   cmd->add_option("--think-time", o->think_time, "--multi-turn: seconds between a reply and the session's next turn")
       ->capture_default_str()->group(t);
-  cmd->add_option("--think-time-dist", o->think_time_dist, "fixed | exponential (mean --think-time, seeded by --seed)")
+  cmd->add_option("--think-time-dist", o->think_time_dist,
+                  "fixed | exponential (mean --think-time, seeded by --seed) | trace (drawn from --think-time-trace, "
+                  "seeded) | trace-replay (its values in order)")
       ->capture_default_str()->group(t);
+  cmd->add_option("--think-time-trace", o->think_time_trace, "--multi-turn: a file of think times, seconds, one a line")->group(t);
   cmd->add_option("--num-warmups", o->num_warmups, "Warm-up requests before the measured run")->capture_default_str()->group(t);
   cmd->add_option("--goodput", o->goodput, "SLOs as KEY:VALUE in ms (ttft, tpot, e2el)")->group(t);
   std::string metric_names;

@@ -80,6 +80,12 @@ struct DatasetOptions {
   // the first that are short tool results instead of --random-input-len user messages (0: off).
   int64_t multi_turn_system_len = 0;
   int64_t multi_turn_tool_result_len = 0;
+  // random: distributions (parse_length_dist text, vLLM's names) replacing a fixed or range-ratio length: turns a
+  // session, tokens of each user message, of each reply, of each session's own prefix. Empty: the plain options.
+  std::string multi_turn_turns_dist;
+  std::string multi_turn_input_len_dist;
+  std::string multi_turn_output_len_dist;
+  std::string multi_turn_prefix_len_dist;
 
   // random
   int64_t random_input_len = 1024;

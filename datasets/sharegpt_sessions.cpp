@@ -5,6 +5,7 @@
 // first-turn workload; a later turn over --sharegpt-max-prompt-len or --sharegpt-max-total-len ends its session
 // before that turn, counted in the info and printed (never dropped silently). --multi-turn-max-turns caps turns.
 #include <limits>
+#include <utility>
 
 #include "datasets/rng.h"
 #include "datasets/sessions.h"
@@ -16,6 +17,12 @@ namespace servetune::datasets {
 Workload sample_sharegpt_sessions(const DatasetOptions& options, const Tokenizer& tokenizer) {
   DatasetOptions o = options;
   check_session_options(o, tokenizer);
+  for (const auto& [flag, text] : {std::pair{"--multi-turn-turns-dist", &o.multi_turn_turns_dist},
+                                   {"--multi-turn-input-len-dist", &o.multi_turn_input_len_dist},
+                                   {"--multi-turn-output-len-dist", &o.multi_turn_output_len_dist},
+                                   {"--multi-turn-prefix-len-dist", &o.multi_turn_prefix_len_dist}}) {
+    if (!text->empty()) throw_usage(std::string(flag) + " applies to --dataset-name random (ShareGPT sessions keep their own lengths)");
+  }
   const int64_t max_texts = o.multi_turn_max_turns > 0 ? 2 * o.multi_turn_max_turns : std::numeric_limits<int64_t>::max();
   const ShareGptFile file = load_sharegpt(o, max_texts);
   const std::vector<std::vector<std::string>>& data = file.conversations;

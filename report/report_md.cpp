@@ -36,8 +36,14 @@ std::string workload_caption(const Cell& cell) {
   const auto& w = cell.workload;
   std::string s = w.value("dataset", std::string("?"));
   if (w.contains("num_prompts")) s += ", " + w["num_prompts"].dump() + " prompts";
-  if (w.value("dataset", std::string()) == "random" && w.contains("input_len")) {
-    s += ", " + w["input_len"].dump() + " in / " + w["output_len"].dump() + " out";
+  if (w.value("dataset", std::string()) == "random") {
+    // A multi-turn length distribution stands in for its plain key.
+    const auto len = [&](const std::string& key) {
+      if (w.contains(key)) return w[key].dump();
+      const auto mt = w.find("multi_turn");
+      return mt != w.end() && mt->is_object() && mt->contains(key + "_dist") ? (*mt)[key + "_dist"].get<std::string>() : "?";
+    };
+    s += ", " + len("input_len") + " in / " + len("output_len") + " out";
   }
   if (w.contains("max_concurrency") && !w["max_concurrency"].is_null()) s += ", max concurrency " + w["max_concurrency"].dump();
   if (w.contains("request_rate") && w["request_rate"] != "inf" && !w["request_rate"].is_null()) s += ", " + w["request_rate"].dump() + " req/s";

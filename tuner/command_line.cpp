@@ -77,7 +77,12 @@ std::string bench_flags(const nlohmann::ordered_json& w) {
     mopt("system_len", "--multi-turn-system-len", 0);
     mopt("tool_result_len", "--multi-turn-tool-result-len", 0);
     mopt("think_time", "--think-time", 0.0);
+    mopt("turns_dist", "--multi-turn-turns-dist", nullptr);
+    mopt("input_len_dist", "--multi-turn-input-len-dist", nullptr);
+    mopt("output_len_dist", "--multi-turn-output-len-dist", nullptr);
+    mopt("prefix_len_dist", "--multi-turn-prefix-len-dist", nullptr);
     mopt("think_time_dist", "--think-time-dist", "fixed");
+    mopt("think_time_trace", "--think-time-trace", nullptr);
   }
   opt("max_concurrency", "--max-concurrency", nullptr);
   opt("request_rate", "--request-rate", "inf");

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <limits>
 
-#include "datasets/rng.h"
 #include "loadgen/server_metrics.h"
 #include "servetune/error.h"
 #include "servetune/tokenizer.h"
@@ -68,24 +67,6 @@ WarmupOutcome warm_up(loadgen::Client& client, const datasets::Workload& workloa
   return out;
 }
 
-void check_think_time(double think_s, const std::string& dist) {
-  if (dist != "fixed" && dist != "exponential") throw_usage("--think-time-dist must be fixed or exponential, got '" + dist + "'");
-  if (!(think_s >= 0.0) || std::isinf(think_s)) throw_usage("--think-time must be a number of seconds >= 0");
-}
-
-std::vector<double> think_times(const datasets::Workload& workload, double think_s, const std::string& dist,
-                                uint64_t seed) {
-  check_think_time(think_s, dist);
-  std::vector<double> t(workload.requests.size(), 0.0);
-  // Its own stream, so that the arrival times of a seed do not change with the think time.
-  datasets::Rng rng(seed ^ 0x5468696e6b54696dull);
-  for (size_t i = 0; i < t.size(); ++i) {
-    if (workload.requests[i].turn == 0 || think_s == 0.0) continue;
-    t[i] = dist == "fixed" ? think_s : rng.exponential(1.0 / think_s);
-  }
-  return t;
-}
-
 Measurement measure(loadgen::Client& client, const datasets::Workload& workload, const MeasureOptions& o,
                     const Tokenizer& tokenizer) {
   loadgen::RunSpec spec = base_spec(o);
@@ -95,7 +76,7 @@ Measurement measure(loadgen::Client& client, const datasets::Workload& workload,
   for (const datasets::SampleRequest& r : workload.requests) starts += !workload.sessions || r.turn == 0 ? 1 : 0;
   const std::vector<double> arrivals =
       workload.timed ? std::vector<double>{} : loadgen::arrival_times(starts, o.request_rate, o.burstiness, o.arrival_seed);
-  const std::vector<double> thinks = workload.sessions ? think_times(workload, o.think_time_s, o.think_time_dist, o.arrival_seed)
+  const std::vector<double> thinks = workload.sessions ? think_times(workload, o.think_time_s, o.think_time_dist, o.arrival_seed, o.think_time_trace)
                                                        : std::vector<double>(n, 0.0);
   size_t k = 0;
   for (size_t i = 0; i < n; ++i) {

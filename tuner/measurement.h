@@ -15,6 +15,7 @@
 #include "loadgen/client.h"
 #include "loadgen/report.h"
 #include "servetune/engine.h"
+#include "tuner/think_time.h"
 
 namespace servetune {
 class Tokenizer;
@@ -37,11 +38,12 @@ struct MeasureOptions {
   loadgen::RequestParams params;
   int64_t num_warmups = 0;
   WarmupRequests warmups = WarmupRequests::kFirst;
-  // Multi-turn workloads: request_rate and max_concurrency apply to sessions; a later turn is sent think_time_s
-  // after the previous reply ("fixed"), or after an exponential wait of that mean ("exponential", seeded by
-  // arrival_seed).
+  // Multi-turn workloads: request_rate and max_concurrency apply to sessions; a later turn is sent after the
+  // previous reply plus a think time (think_time.h: think_time_s fixed or exponential, or a trace file's values
+  // sampled or replayed; seeded by arrival_seed).
   double think_time_s = 0.0;
   std::string think_time_dist = "fixed";
+  std::string think_time_trace;
 
   // Metrics: percentiles, which metrics get summaries, goodput SLOs.
   std::vector<double> percentiles = {99.0};
@@ -81,15 +83,6 @@ struct Measurement {
 
 // The warm-up requests of `options` (none when num_warmups is 0); their results are not kept.
 WarmupOutcome warm_up(loadgen::Client& client, const datasets::Workload& workload, const MeasureOptions& options);
-
-// Throws Error(kUsage) naming --think-time / --think-time-dist unless think_s is finite and >= 0 and dist is
-// fixed or exponential.
-void check_think_time(double think_s, const std::string& dist);
-
-// Think times of a plan's later turns: `think_s` for each request after the first of its session (fixed or
-// exponential with that mean, seeded), 0 for first turns. Throws Error(kUsage) for a bad distribution or mean.
-std::vector<double> think_times(const datasets::Workload& workload, double think_s, const std::string& dist,
-                                uint64_t seed);
 
 // The measured run. `tokenizer` counts generated tokens when a server reports no usage.
 Measurement measure(loadgen::Client& client, const datasets::Workload& workload, const MeasureOptions& options,

@@ -28,9 +28,10 @@ struct WorkloadSpec {
   int64_t num_warmups = 0;
   bool ignore_eos = false;
   std::optional<double> temperature;
-  // multi_turn (data.multi_turn): seconds between a reply and the session's next turn, fixed or exponential.
+  // multi_turn (data.multi_turn): the wait between a reply and the session's next turn (think_time.h).
   double think_time_s = 0.0;
   std::string think_time_dist = "fixed";
+  std::string think_time_trace;
   // SLA search (`max_concurrency` or `request_rate` given as {search: [lo, hi], steps}): each candidate measures the
   // levels a LoadSearch (load_search.h) asks for, the highest whose SLOs hold being its best feasible level; the
   // records are named as list levels are ("<group>@c8", "<group>@r2.5").

@@ -77,6 +77,7 @@ MeasureOptions measure_options(const WorkloadSpec& w, const SweepSpec& spec, Ses
   o.warmups = WarmupRequests::kCycle;
   o.think_time_s = w.think_time_s;
   o.think_time_dist = w.think_time_dist;
+  o.think_time_trace = w.think_time_trace;
   o.percentiles = percentiles;
   o.percentile_metrics = loadgen::percentile_metric_names();
   o.slo = goodput_slo_of(spec.slo);

@@ -5,8 +5,12 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <utility>
 
+#include "datasets/length_dist.h"
+#include "servetune/error.h"
 #include "tuner/spec_section.h"
+#include "tuner/think_time.h"
 
 namespace servetune::tuner {
 namespace {
@@ -33,10 +37,38 @@ double parse_rate(const Section& s, const nlohmann::ordered_json& v) {
   s.fail("request_rate", "must be a number > 0 or inf (or a list of them), got " + v.dump());
 }
 
-// `multi_turn: {history, max_turns (sharegpt), turns, prefix_len, system_len and tool_result_len (random), think_time,
-// think_time_dist}`: the
-// dataset as sessions (bench --multi-turn); an empty mapping takes every default.
-void parse_multi_turn(const SpecFile& f, const nlohmann::ordered_json& j, const std::string& path, WorkloadSpec& w) {
+// A length distribution key of multi_turn: the CLI text ("zipf:alpha=2,max=20") or vLLM's JSON shape
+// ({distribution: zipf, alpha: 2, max: 20}); returns its canonical text, "" when absent.
+std::string length_dist(Section& s, const std::string& key) {
+  const nlohmann::ordered_json* v = s.get(key);
+  if (v == nullptr) return "";
+  std::string text;
+  if (v->is_string()) {
+    text = v->get<std::string>();
+  } else if (v->is_number_integer()) {
+    text = v->dump();
+  } else if (v->is_object() && v->contains("distribution") && (*v)["distribution"].is_string()) {
+    text = (*v)["distribution"].get<std::string>() + ":";
+    for (const auto& [k, x] : v->items()) {
+      if (k == "distribution") continue;
+      if (!x.is_number()) s.fail(key, "'" + k + "' must be a number, got " + x.dump());
+      text += (text.back() == ':' ? "" : ",") + k + "=" + x.dump();
+    }
+  } else {
+    s.fail(key, "must be a distribution: {distribution: NAME, ...} as vLLM's multi-turn config or \"NAME:KEY=VALUE,...\"");
+  }
+  try {
+    return datasets::parse_length_dist(text, "").text();
+  } catch (const Error& e) {
+    s.fail(key, e.what());
+  }
+}
+
+// `multi_turn: {history, max_turns (sharegpt), turns, prefix_len, system_len, tool_result_len and the *_dist length
+// distributions (random), think_time, think_time_dist, think_time_trace}`: the dataset as sessions (bench
+// --multi-turn); an empty mapping takes every default.
+void parse_multi_turn(const SpecFile& f, const nlohmann::ordered_json& j, const std::string& path, WorkloadSpec& w,
+                      const Section& workload) {
   if (!j.is_object()) f.fail(path, "must be a mapping of multi-turn options ({} for the defaults)");
   Section s(f, j, path);
   auto& d = w.data;
@@ -45,7 +77,8 @@ void parse_multi_turn(const SpecFile& f, const nlohmann::ordered_json& j, const 
   if (d.multi_turn_history != "dataset" && d.multi_turn_history != "server") s.fail("history", "must be dataset or server");
   if (d.name == "sharegpt") {
     d.multi_turn_max_turns = s.int_in("max_turns", 0, 0, 1'000'000);
-    for (const char* key : {"turns", "prefix_len", "system_len", "tool_result_len"}) {
+    for (const char* key : {"turns", "prefix_len", "system_len", "tool_result_len", "turns_dist", "input_len_dist",
+                            "output_len_dist", "prefix_len_dist"}) {
       if (s.has(key)) s.fail(key, "applies to dataset random");
     }
   } else {
@@ -54,12 +87,31 @@ void parse_multi_turn(const SpecFile& f, const nlohmann::ordered_json& j, const 
     d.multi_turn_system_len = s.int_in("system_len", 0, 0, 10'000'000);
     d.multi_turn_tool_result_len = s.int_in("tool_result_len", 0, 0, 10'000'000);
     if (s.has("max_turns")) s.fail("max_turns", "applies to dataset sharegpt (random takes turns)");
+    // Each distribution replaces one plain key; giving both would leave one unused.
+    const std::pair<const char*, const char*> plain[] = {{"turns_dist", "turns"}, {"prefix_len_dist", "prefix_len"}};
+    for (const auto& [dist, key] : plain) {
+      if (s.has(dist) && s.has(key)) s.fail(dist, std::string("replaces ") + key + "; give one of them");
+    }
+    for (const char* key : {"input_len", "output_len"}) {
+      if (s.has(std::string(key) + "_dist") && workload.has(key)) {
+        s.fail(std::string(key) + "_dist", std::string("replaces the workload's ") + key + "; give one of them");
+      }
+    }
+    d.multi_turn_turns_dist = length_dist(s, "turns_dist");
+    d.multi_turn_input_len_dist = length_dist(s, "input_len_dist");
+    d.multi_turn_output_len_dist = length_dist(s, "output_len_dist");
+    d.multi_turn_prefix_len_dist = length_dist(s, "prefix_len_dist");
   }
   w.think_time_s = s.dbl("think_time", 0.0);
-  if (!(w.think_time_s >= 0.0) || std::isinf(w.think_time_s)) s.fail("think_time", "must be a number of seconds >= 0");
   w.think_time_dist = s.str("think_time_dist", "fixed");
-  if (w.think_time_dist != "fixed" && w.think_time_dist != "exponential") {
-    s.fail("think_time_dist", "must be fixed or exponential");
+  w.think_time_trace = s.str("think_time_trace", "");
+  try {
+    check_think_time(w.think_time_s, w.think_time_dist, w.think_time_trace);
+  } catch (const Error& e) {
+    // The message opens with the bench flag at fault; name the key it maps to. Relative trace paths are from where
+    // the sweep runs.
+    const std::string m = e.what();
+    s.fail(m.rfind("--think-time-trace", 0) == 0 ? "think_time_trace" : m.rfind("--think-time-dist", 0) == 0 ? "think_time_dist" : "think_time", m);
   }
   s.done();
 }
@@ -118,7 +170,7 @@ WorkloadSpec parse_one(const SpecFile& f, const nlohmann::ordered_json& j, const
   for (const auto& k : per_dataset_keys) {
     if (!allowed.count(k) && s.has(k)) s.fail(k, "does not apply to dataset " + d.name);
   }
-  if (const nlohmann::ordered_json* mt = s.get("multi_turn")) parse_multi_turn(f, *mt, s.key_path("multi_turn"), w);
+  if (const nlohmann::ordered_json* mt = s.get("multi_turn")) parse_multi_turn(f, *mt, s.key_path("multi_turn"), w, s);
   for (const auto& k : per_dataset_keys) s.get(k);
   // As `servetune bench` (and vLLM): synthetic prompts generate their full length.
   w.ignore_eos = s.boolean("ignore_eos", d.name != "sharegpt");
@@ -205,8 +257,9 @@ nlohmann::ordered_json WorkloadSpec::to_json() const {
   j["num_prompts"] = data.num_prompts;
   j["seed"] = data.seed;
   if (data.name == "random") {
-    j["input_len"] = data.random_input_len;
-    j["output_len"] = data.random_output_len;
+    // A multi-turn length distribution replaces its plain key (the reproducing command takes one of the two).
+    if (data.multi_turn_input_len_dist.empty()) j["input_len"] = data.random_input_len;
+    if (data.multi_turn_output_len_dist.empty()) j["output_len"] = data.random_output_len;
     j["range_ratio"] = data.random_range_ratio;
     j["range_mode"] = data.random_range_mode;
     j["prefix_len"] = data.random_prefix_len;
@@ -232,13 +285,20 @@ nlohmann::ordered_json WorkloadSpec::to_json() const {
     if (data.name == "sharegpt") {
       mt["max_turns"] = data.multi_turn_max_turns;
     } else {
-      mt["turns"] = data.multi_turn_turns;
-      mt["prefix_len"] = data.multi_turn_prefix_len;
+      if (data.multi_turn_turns_dist.empty()) mt["turns"] = data.multi_turn_turns;
+      if (data.multi_turn_prefix_len_dist.empty()) mt["prefix_len"] = data.multi_turn_prefix_len;
       mt["system_len"] = data.multi_turn_system_len;
       mt["tool_result_len"] = data.multi_turn_tool_result_len;
+      for (const auto& [key, text] : {std::pair{"turns_dist", &data.multi_turn_turns_dist},
+                                      {"input_len_dist", &data.multi_turn_input_len_dist},
+                                      {"output_len_dist", &data.multi_turn_output_len_dist},
+                                      {"prefix_len_dist", &data.multi_turn_prefix_len_dist}}) {
+        if (!text->empty()) mt[key] = *text;
+      }
     }
     mt["think_time"] = think_time_s;
     mt["think_time_dist"] = think_time_dist;
+    if (!think_time_trace.empty()) mt["think_time_trace"] = think_time_trace;
     j["multi_turn"] = mt;
   }
   j["request_rate"] = std::isinf(request_rate) ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(request_rate);

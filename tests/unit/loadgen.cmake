@@ -4,7 +4,7 @@
 if(TARGET servetune_datasets)
   servetune_test(test_datasets LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_datasets.cpp ${CMAKE_CURRENT_LIST_DIR}/test_datasets_sharegpt.cpp
-      ${CMAKE_CURRENT_LIST_DIR}/test_datasets_sessions.cpp
+      ${CMAKE_CURRENT_LIST_DIR}/test_datasets_sessions.cpp ${CMAKE_CURRENT_LIST_DIR}/test_datasets_length_dist.cpp
     LIBS servetune_datasets servetune_formats)
 endif()
 if(TARGET servetune_loadgen)

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
 #include "datasets/dataset.h"
@@ -237,6 +238,60 @@ TEST(RandomSessions, SharedAndPerSessionPrefixesMeasuredOnTheTokens) {
     const std::vector<int32_t> prev = ids(w.requests[i - 1].prompt);
     EXPECT_EQ(common_prefix(prev, ids(w.requests[i].prompt)), prev.size()) << i;
   }
+}
+
+// Length distributions (vLLM's names) in place of the fixed turns and range-ratio lengths: turns vary by session in
+// the distribution's range, lengths follow theirs exactly on the tokens, and a constant draws nothing, so writing the
+// plain options as constants gives the same workload.
+TEST(RandomSessions, LengthDistributionsShapeTurnsAndTokens) {
+  DatasetOptions o = random_sessions();
+  o.num_prompts = 30;
+  o.random_prefix_len = 0;
+  o.multi_turn_turns_dist = "uniform:min=1,max=4";
+  o.multi_turn_input_len_dist = "constant:value=9";
+  o.multi_turn_output_len_dist = "poisson:alpha=6";
+  o.multi_turn_prefix_len_dist = "uniform:min=0,max=20";
+  const Workload w = load_workload(o, chatml());
+  std::map<int64_t, int64_t> turns;  // session -> turns
+  double outputs = 0;
+  for (const SampleRequest& r : w.requests) {
+    turns[r.session] = r.turn + 1;
+    outputs += static_cast<double>(r.output_len);
+    EXPECT_GE(r.output_len, 1);
+    if (r.turn > 0) {
+      EXPECT_EQ(chatml().encode(r.messages.back().content, false, false).size(), 9u);
+    }
+  }
+  std::set<int64_t> distinct;
+  for (const auto& [session, n] : turns) {
+    EXPECT_GE(n, 1);
+    EXPECT_LE(n, 4);
+    distinct.insert(n);
+  }
+  EXPECT_EQ(turns.size(), 30u);
+  EXPECT_EQ(distinct.size(), 4u);
+  EXPECT_NEAR(outputs / static_cast<double>(w.requests.size()), 6.0, 1.5);  // ~75 draws of variance 6
+  EXPECT_EQ(w.info.at("turns_dist"), "uniform:min=1,max=4");
+  EXPECT_EQ(w.info.at("output_len_dist"), "poisson:alpha=6");
+  EXPECT_EQ(load_workload(o, chatml()).requests.back().prompt, w.requests.back().prompt);  // seeded
+
+  DatasetOptions plain = random_sessions(), as_dists = random_sessions();
+  as_dists.multi_turn_turns_dist = "3";
+  as_dists.multi_turn_prefix_len_dist = "constant:value=30";
+  const Workload a = load_workload(plain, chatml()), b = load_workload(as_dists, chatml());
+  ASSERT_EQ(a.requests.size(), b.requests.size());
+  for (size_t i = 0; i < a.requests.size(); ++i) EXPECT_EQ(a.requests[i].prompt, b.requests[i].prompt) << i;
+
+  o.multi_turn_turns_dist = "zipf:alpha=0.5";
+  try {
+    load_workload(o, chatml());
+    ADD_FAILURE() << "zipf alpha 0.5 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--multi-turn-turns-dist"), std::string::npos) << e.what();
+  }
+  DatasetOptions sharegpt = sharegpt_sessions(testing::temp_file("mt_dist.json", conversations_file(2, 2, 1)));
+  sharegpt.multi_turn_input_len_dist = "constant:value=5";
+  EXPECT_THROW(load_workload(sharegpt, chatml()), Error);
 }
 
 TEST(RandomSessions, BadOptionsNameTheirFlag) {

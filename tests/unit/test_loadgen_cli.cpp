@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/cpu_features.h"
@@ -62,6 +63,15 @@ TEST(BenchCli, UsageErrorsExitWith2AndNameTheInput) {
   expect_usage_error(chatml + " --multi-turn --think-time-dist weibull", "--think-time-dist");
   expect_usage_error(chatml + " --multi-turn --think-time -1", "--think-time");
   expect_usage_error(chatml + " --multi-turn --multi-turn-history client", "--multi-turn-history");
+  expect_usage_error(chatml + " --multi-turn --think-time-dist trace", "--think-time-dist trace needs --think-time-trace FILE");
+  const std::string bad_trace = servetune::testing::temp_file("cli_think_bad.txt", "0.5\nlater\n");
+  expect_usage_error(chatml + " --multi-turn --think-time-dist trace-replay --think-time-trace " + bad_trace,
+                     bad_trace + ":2: 'later' is not a number of seconds");
+  expect_usage_error(kModel + " --multi-turn-turns-dist 4", "--multi-turn-turns-dist needs --multi-turn");
+  expect_usage_error(chatml + " --multi-turn --multi-turn-turns-dist zipf:alpha=2 --multi-turn-turns 3",
+                     "--multi-turn-turns-dist replaces --multi-turn-turns");
+  expect_usage_error(chatml + " --multi-turn --multi-turn-input-len-dist lognormal:average=0",
+                     "--multi-turn-input-len-dist: lognormal's average must be >= 1");
 }
 
 TEST(BenchCli, MalformedDatasetFileIsOneClearError) {

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "test_paths.h"
+#include "tuner/command_line.h"
 #include "tuner/sweep_spec.h"
 
 namespace servetune::tuner {
@@ -138,6 +139,55 @@ slo: {p90_session_time_ms: 60000, first_turn_mean_ttft_ms: 5000}
   expect_error(head + "dataset: random, multi_turn: {think_time_dist: weibull}}\n", {"multi_turn.think_time_dist"});
   expect_error(head + "dataset: random, multi_turn: {thinktime: 1}}\n", {"multi_turn.thinktime", "unknown key"});
   expect_error(head + "dataset: random, multi_turn: 3}\n", {"multi_turn", "mapping"});
+}
+
+// Length distributions in vLLM's JSON shape or the bench flag's text, and think times from a trace: parsed, checked
+// with the key named, recorded in canonical text, and given back as the bench flags that reproduce the workload.
+TEST(TunerSpec, MultiTurnLengthDistributionsAndThinkTimeTraces) {
+  const std::string trace = testing::temp_file("spec_think.txt", "0.5\n1.5\n");
+  const SweepSpec s = parse_spec(R"(name: t
+target: {engine: builtin, model: m.gguf}
+workloads:
+  - {name: synth, dataset: random, output_len: 64,
+     multi_turn: {turns_dist: {distribution: zipf, alpha: 2.0, max: 12}, input_len_dist: "lognormal:average=200,max=800",
+                  prefix_len_dist: {distribution: uniform, min: 10, max: 50}, think_time_dist: trace-replay,
+                  think_time_trace: )" + trace + R"(}}
+)");
+  const WorkloadSpec& w = s.workloads.at(0);
+  EXPECT_EQ(w.data.multi_turn_turns_dist, "zipf:alpha=2,max=12");
+  EXPECT_EQ(w.data.multi_turn_input_len_dist, "lognormal:average=200,median_ratio=0.85,max=800");
+  EXPECT_EQ(w.data.multi_turn_prefix_len_dist, "uniform:min=10,max=50");
+  EXPECT_EQ(w.data.multi_turn_output_len_dist, "");
+  EXPECT_EQ(w.think_time_dist, "trace-replay");
+  EXPECT_EQ(w.think_time_trace, trace);
+  const nlohmann::ordered_json j = w.to_json();
+  EXPECT_FALSE(j.contains("input_len"));  // the distribution replaces it
+  EXPECT_EQ(j["output_len"], 64);
+  EXPECT_FALSE(j["multi_turn"].contains("turns"));
+  const std::string flags = bench_flags(j);
+  for (const std::string& f : std::vector<std::string>{"--multi-turn-turns-dist zipf:alpha=2,max=12",
+                               "--multi-turn-input-len-dist lognormal:average=200,median_ratio=0.85,max=800",
+                               "--multi-turn-prefix-len-dist uniform:min=10,max=50", "--think-time-dist trace-replay",
+                               "--think-time-trace " + trace, "--random-output-len 64"}) {
+    EXPECT_NE(flags.find(f), std::string::npos) << f << " in " << flags;
+  }
+  EXPECT_EQ(flags.find("--random-input-len"), std::string::npos) << flags;
+  EXPECT_EQ(flags.find("--multi-turn-turns "), std::string::npos) << flags;
+
+  const std::string head = "name: t\ntarget: {engine: builtin, model: m.gguf}\nworkloads:\n  - {name: w, ";
+  expect_error(head + "dataset: random, multi_turn: {turns_dist: {distribution: zipf, alpha: 0.5}}}\n",
+               {"multi_turn.turns_dist", "zipf's alpha must be > 1"});
+  expect_error(head + "dataset: random, multi_turn: {turns_dist: {alpha: 2}}}\n", {"multi_turn.turns_dist", "distribution"});
+  expect_error(head + "dataset: random, multi_turn: {turns: 3, turns_dist: 4}}\n", {"multi_turn.turns_dist", "replaces turns"});
+  expect_error(head + "dataset: random, input_len: 30, multi_turn: {input_len_dist: \"constant:value=3\"}}\n",
+               {"multi_turn.input_len_dist", "replaces the workload's input_len"});
+  expect_error(head + "dataset: sharegpt, multi_turn: {output_len_dist: 3}}\n", {"multi_turn.output_len_dist", "random"});
+  expect_error(head + "dataset: random, multi_turn: {think_time_dist: trace}}\n",
+               {"multi_turn.think_time_dist", "needs --think-time-trace"});
+  expect_error(head + "dataset: random, multi_turn: {think_time_dist: trace, think_time_trace: /no/such/trace.txt}}\n",
+               {"multi_turn.think_time_trace", "/no/such/trace.txt: no such file"});
+  expect_error(head + "dataset: random, multi_turn: {think_time_trace: " + trace + "}}\n",
+               {"multi_turn.think_time_trace", "needs --think-time-dist trace or trace-replay"});
 }
 
 // Every summary a tuner run records (one per --percentile-metrics name) can carry an SLO.

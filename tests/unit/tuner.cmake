@@ -10,6 +10,7 @@ if(TARGET servetune_tuner)
             ${CMAKE_CURRENT_LIST_DIR}/test_tuner_process_tree.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_noise.cpp
             ${CMAKE_CURRENT_LIST_DIR}/test_tuner_comm_cost.cpp ${CMAKE_CURRENT_LIST_DIR}/test_tuner_load_search.cpp
             ${CMAKE_CURRENT_LIST_DIR}/test_tuner_slurm.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/test_tuner_think_time.cpp
     LIBS servetune_tuner servetune_importers servetune_report servetune_core)
   # The engine settings table through JSON, the CLI flags (cli/engine_flags.cpp), sweep files and reproduce commands.
   servetune_test(test_engine_config LABEL unit
