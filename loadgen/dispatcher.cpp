@@ -28,11 +28,12 @@ Dispatcher::Launch Dispatcher::start(size_t i, double scheduled, double ready) {
   bool rendered = false;
   const size_t first = session_of_[i];
   if (spec_.render && i != first) {
-    // The history's assistant messages (1, 3, 5, ...) become the replies this session received.
+    // The history's assistant messages become the replies this session received: the j-th is turn j's (found by
+    // role, as a system message may come first).
     auto copy = std::make_unique<datasets::SampleRequest>(*sample);
-    for (size_t k = first; k < i; ++k) {
-      const size_t m = 2 * (k - first) + 1;
-      if (m < copy->messages.size()) copy->messages[m].content = outputs_[k].generated_text;
+    size_t k = first;
+    for (ChatMessage& m : copy->messages) {
+      if (m.role == "assistant" && k < i) m.content = outputs_[k++].generated_text;
     }
     spec_.render(*copy);
     rendered_[i] = std::move(copy);

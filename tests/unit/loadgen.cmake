@@ -11,7 +11,7 @@ if(TARGET servetune_loadgen)
   servetune_test(test_loadgen LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_metrics.cpp ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_sse.cpp
       ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_server_metrics.cpp ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_backends.cpp
-      ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_sessions.cpp
+      ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_sessions.cpp ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_agent_sessions.cpp
     LIBS servetune_loadgen_core servetune_core)
   servetune_test(test_loadgen_http LABEL unit
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_loadgen_http.cpp
