@@ -304,7 +304,10 @@ nlohmann::ordered_json metrics_json(const BenchmarkMetrics& m, const RunResult& 
     if (r.success && r.prompt_len != r.dataset_prompt_len) ++mismatched;
   }
   j["prompt_len_mismatches"] = mismatched;  // server-reported prompt tokens != the dataset's count
-  if (o.sessions) j.update(session_metrics_json(*o.sessions));
+  if (o.sessions) {
+    j.update(session_metrics_json(*o.sessions));
+    if (detailed) j["multi_turn_requests"] = vllm_multi_turn_requests(o.sessions->vllm_turns);
+  }
   return j;
 }
 
@@ -375,6 +378,7 @@ nlohmann::ordered_json session_metrics_json(const SessionMetrics& s) {
     j["prefix_cache_hit_rate"] = *s.prefix_cache_hit_rate;
     j["prefix_cache_hit_rate_source"] = s.prefix_cache_source;
   }
+  j.update(vllm_multi_turn_summary(s.vllm_turns));
   return j;
 }
 

@@ -63,7 +63,9 @@ void print_session_block(std::FILE* out, const SessionMetrics& s);
 
 // Its JSON keys (metrics_json adds them when o.sessions is set): num_sessions, completed_sessions, mean_turns_per_session, {mean,median,std,pNN}_session_time_ms,
 // first_turn_ / later_turns_ + {mean,median,pNN}_{ttft,tpot,itl}_ms (e.g. later_turns_p99_ttft_ms), mean_ttft_ms_by_turn, the reported cached
-// fractions, and prefix_cache_hit_rate with prefix_cache_hit_rate_source when known.
+// fractions, prefix_cache_hit_rate with prefix_cache_hit_rate_source when known, and vLLM's multi-turn summary
+// (runtime_sec, requests_per_sec, multi_turn_statistics: vllm_multi_turn.h); metrics_json with `detailed` adds
+// vLLM's per-request records as multi_turn_requests.
 nlohmann::ordered_json session_metrics_json(const SessionMetrics& s);
 
 // cpu_model, logical_cpus, os, hostname, servetune_version, git_commit (when the source tree is a git checkout).

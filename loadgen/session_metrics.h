@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loadgen/metrics.h"
+#include "loadgen/vllm_multi_turn.h"
 
 namespace servetune::loadgen {
 
@@ -26,6 +27,8 @@ struct SessionMetrics {
   // The engine's or server's prefix-cache hit rate over the run (set by the caller) and where it comes from.
   std::optional<double> prefix_cache_hit_rate;
   std::string prefix_cache_source;
+  // vLLM's multi-turn benchmark's per-request records (set by the caller, which knows the messages sent).
+  std::vector<VllmTurnStats> vllm_turns;
 };
 
 // Outputs carry their session and turn (RequestOutput::session, turn); duration_s as for compute_metrics.

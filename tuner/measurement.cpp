@@ -128,6 +128,7 @@ Measurement measure(loadgen::Client& client, const datasets::Workload& workload,
   if (workload.sessions) {
     loadgen::SessionMetrics& s = ro.sessions.emplace(
         loadgen::compute_session_metrics(m.run.outputs, m.run.duration_s, o.percentiles, count_tokens));
+    s.vllm_turns = loadgen::vllm_turn_stats(spec, m.run, count_tokens);
     if (o.engine != nullptr) {
       s.prefix_cache_hit_rate = m.stats_after->since(*m.stats_before).prefix_cache_hit_rate();
       s.prefix_cache_source = "built-in engine: prefix-cache hit tokens / looked-up prompt tokens";

@@ -176,4 +176,75 @@ TEST(BenchCli, MultiTurnShareGptReportsPerTurnMetricsAndTheServersCacheHitRate) 
   std::filesystem::remove_all(dir);
 }
 
+// Think times replayed from a trace (0.02 s then 0.05 s, wrapping) and vLLM's multi-turn records in the detailed
+// JSON: each later turn starts no earlier than its session's previous reply ended plus its think time (lower bounds
+// only), input_num_turns counts the messages sent, approx_cached_percent is the history's share of them.
+TEST(BenchCli, MultiTurnThinkTimesFromATraceAndVllmsPerRequestRecords) {
+  const servetune::testing::MockServer server({"--prefix-cache"});
+  nlohmann::json file = nlohmann::json::array();
+  for (int c = 0; c < 2; ++c) {
+    nlohmann::json conv = nlohmann::json::array();
+    for (int k = 0; k < 3; ++k) {
+      conv.push_back({{"from", "human"}, {"value", "c" + std::to_string(c) + " asks question " + std::to_string(k)}});
+      conv.push_back({{"from", "gpt"}, {"value", "c" + std::to_string(c) + " gives reply " + std::to_string(k)}});
+    }
+    file.push_back({{"id", std::to_string(c)}, {"conversations", conv}});
+  }
+  const std::string path = servetune::testing::temp_file("cli_multi_turn_trace.json", file.dump());
+  const std::string trace = servetune::testing::temp_file("cli_think_trace.txt", "# seconds\n0.02\n0.05\n");
+  const auto dir = std::filesystem::temp_directory_path() / "servetune_cli_results_mt_trace";
+  std::filesystem::remove_all(dir);
+  const Result r = run("--backend openai-chat --model mock --tokenizer " +
+                       servetune::testing::data_path("tokenizer/hf/qwen2") + " --port " + std::to_string(server.port()) +
+                       " --dataset-name sharegpt --dataset-path " + path + " --disable-shuffle --multi-turn"
+                       " --num-prompts 2 --max-concurrency 2 --think-time-dist trace-replay --think-time-trace " + trace +
+                       " --save-result --save-detailed --result-dir " + dir.string() + " --result-filename out.json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(dir / "out.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const nlohmann::json& records = j["multi_turn_requests"];
+  ASSERT_EQ(records.size(), 6u);
+  std::map<std::string, nlohmann::json> previous;  // conversation_id -> its last record
+  double think[] = {0.02, 0.05, 0.02, 0.05};  // later turns in plan order: session 0's, then session 1's
+  double last_start = 0.0;
+  for (const nlohmann::json& rec : records) {
+    SCOPED_TRACE(rec.dump());
+    const int turn = rec["turn"].get<int>();
+    const std::string conv = rec["conversation_id"].get<std::string>();
+    EXPECT_GE(rec["start_time_ms"].get<double>(), last_start);  // by start time, as vLLM's raw data
+    last_start = rec["start_time_ms"].get<double>();
+    EXPECT_EQ(rec["input_num_turns"].get<int>(), 2 * turn + 1);
+    EXPECT_DOUBLE_EQ(rec["end_time_ms"].get<double>(), rec["start_time_ms"].get<double>() + rec["latency_ms"].get<double>());
+    EXPECT_GT(rec["output_num_tokens"].get<int>(), 0);
+    EXPECT_EQ(rec["output_num_first_chunk_tokens"].get<int>(), 1);
+    EXPECT_GE(rec["ttft_ms"].get<double>(), 0.0);
+    if (turn == 0) {
+      EXPECT_DOUBLE_EQ(rec["approx_cached_percent"].get<double>(), 0.0);
+    } else {
+      const nlohmann::json& prev = previous.at(conv);
+      EXPECT_EQ(prev["turn"].get<int>(), turn - 1);
+      const double wait = think[2 * std::stoi(conv) + turn - 1];
+      EXPECT_GE(rec["start_time_ms"].get<double>(), prev["end_time_ms"].get<double>() + 1000.0 * wait - 1e-6);
+      EXPECT_GT(rec["input_num_tokens"].get<int>(), prev["input_num_tokens"].get<int>());
+      // All but the last message is history: every message of turn t-1 plus its reply.
+      const double cached = rec["approx_cached_percent"].get<double>() / 100.0 * rec["input_num_tokens"].get<double>();
+      EXPECT_GT(cached, prev["input_num_tokens"].get<double>() - 1e-9);
+    }
+    previous[conv] = rec;
+  }
+  EXPECT_GT(j["runtime_sec"].get<double>(), 0.0);
+  EXPECT_NEAR(j["requests_per_sec"].get<double>(), 6.0 / j["runtime_sec"].get<double>(), 1e-9);
+  const nlohmann::json& stats = j["multi_turn_statistics"];
+  for (const char* field : {"ttft_ms", "tpot_ms", "latency_ms", "input_num_turns", "input_num_tokens", "output_num_tokens",
+                            "output_num_chunks"}) {
+    ASSERT_TRUE(stats.contains(field)) << field;
+    EXPECT_EQ(stats[field]["count"].get<int>(), 6) << field;
+    EXPECT_TRUE(stats[field].contains("90%")) << field;
+    EXPECT_FALSE(stats[field].contains("99%")) << field;  // vLLM adds it from 100 requests
+  }
+  EXPECT_DOUBLE_EQ(stats["input_num_turns"]["mean"].get<double>(), 3.0);
+  EXPECT_DOUBLE_EQ(stats["input_num_turns"]["max"].get<double>(), 5.0);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
