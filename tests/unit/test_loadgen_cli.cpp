@@ -134,11 +134,9 @@ TEST(BenchCli, HttpRunReportsTheServersSpeculativeCounters) {
   std::filesystem::remove_all(dir);
 }
 
-// Multi-turn ShareGPT against the mock's pretend prefix cache (cached = words of the longest earlier prompt a prompt
-// starts with): conversation c's turn k says "cC asks question K", its reply "cC gives reply K" (4 words each), so
-// turn t's history has 8t + 4 words of which the previous turn's 8t - 4 are cached.
-TEST(BenchCli, MultiTurnShareGptReportsPerTurnMetricsAndTheServersCacheHitRate) {
-  const servetune::testing::MockServer server({"--prefix-cache"});
+// Two ShareGPT conversations of 3 turns: conversation c's turn k says "cC asks question K", its reply "cC gives
+// reply K" (4 words each). Returns the file's path.
+std::string conversations_file(const std::string& name) {
   nlohmann::json file = nlohmann::json::array();
   for (int c = 0; c < 2; ++c) {
     nlohmann::json conv = nlohmann::json::array();
@@ -148,7 +146,15 @@ TEST(BenchCli, MultiTurnShareGptReportsPerTurnMetricsAndTheServersCacheHitRate) 
     }
     file.push_back({{"id", std::to_string(c)}, {"conversations", conv}});
   }
-  const std::string path = servetune::testing::temp_file("cli_multi_turn.json", file.dump());
+  return servetune::testing::temp_file(name, file.dump());
+}
+
+// Multi-turn ShareGPT against the mock's pretend prefix cache (cached = words of the longest earlier prompt a prompt
+// starts with): with conversations_file's 4-word messages turn t's history has 8t + 4 words of which the previous
+// turn's 8t - 4 are cached.
+TEST(BenchCli, MultiTurnShareGptReportsPerTurnMetricsAndTheServersCacheHitRate) {
+  const servetune::testing::MockServer server({"--prefix-cache"});
+  const std::string path = conversations_file("cli_multi_turn.json");
   const auto dir = std::filesystem::temp_directory_path() / "servetune_cli_results_mt";
   std::filesystem::remove_all(dir);
   const Result r = run("--backend openai-chat --model mock --tokenizer " +
@@ -181,16 +187,7 @@ TEST(BenchCli, MultiTurnShareGptReportsPerTurnMetricsAndTheServersCacheHitRate) 
 // only), input_num_turns counts the messages sent, approx_cached_percent is the history's share of them.
 TEST(BenchCli, MultiTurnThinkTimesFromATraceAndVllmsPerRequestRecords) {
   const servetune::testing::MockServer server({"--prefix-cache"});
-  nlohmann::json file = nlohmann::json::array();
-  for (int c = 0; c < 2; ++c) {
-    nlohmann::json conv = nlohmann::json::array();
-    for (int k = 0; k < 3; ++k) {
-      conv.push_back({{"from", "human"}, {"value", "c" + std::to_string(c) + " asks question " + std::to_string(k)}});
-      conv.push_back({{"from", "gpt"}, {"value", "c" + std::to_string(c) + " gives reply " + std::to_string(k)}});
-    }
-    file.push_back({{"id", std::to_string(c)}, {"conversations", conv}});
-  }
-  const std::string path = servetune::testing::temp_file("cli_multi_turn_trace.json", file.dump());
+  const std::string path = conversations_file("cli_multi_turn_trace.json");
   const std::string trace = servetune::testing::temp_file("cli_think_trace.txt", "# seconds\n0.02\n0.05\n");
   const auto dir = std::filesystem::temp_directory_path() / "servetune_cli_results_mt_trace";
   std::filesystem::remove_all(dir);
