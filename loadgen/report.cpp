@@ -353,6 +353,10 @@ void print_session_block(std::FILE* out, const SessionMetrics& s) {
   } else {
     std::fprintf(out, "%-40s %s\n", "Prefix cache hit rate (%):", "n/a (no engine or server counters)");
   }
+  // vLLM's multi-turn benchmark prints these two under these names (its rules: vllm_multi_turn.h).
+  const nlohmann::ordered_json vllm = vllm_multi_turn_summary(s.vllm_turns);
+  line_f(out, "runtime_sec (vLLM multi-turn):", vllm["runtime_sec"].get<double>());
+  line_f(out, "requests_per_sec (vLLM multi-turn):", vllm["requests_per_sec"].get<double>());
 }
 
 nlohmann::ordered_json session_metrics_json(const SessionMetrics& s) {

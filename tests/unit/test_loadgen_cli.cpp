@@ -197,6 +197,7 @@ TEST(BenchCli, MultiTurnThinkTimesFromATraceAndVllmsPerRequestRecords) {
                        " --num-prompts 2 --max-concurrency 2 --think-time-dist trace-replay --think-time-trace " + trace +
                        " --save-result --save-detailed --result-dir " + dir.string() + " --result-filename out.json");
   ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("requests_per_sec (vLLM multi-turn):"), std::string::npos) << r.output;
   std::ifstream in(dir / "out.json");
   const nlohmann::json j = nlohmann::json::parse(in);
   const nlohmann::json& records = j["multi_turn_requests"];
