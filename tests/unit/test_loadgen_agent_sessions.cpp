@@ -107,12 +107,7 @@ TEST(VllmMultiTurn, RecordsUseTheMessagesSentAndAdjustForTheFirstChunk) {
 }
 
 VllmTurnStats record(double start_ms, double latency_ms, double ttft_ms) {
-  VllmTurnStats r;
-  r.start_time_ms = start_ms;
-  r.latency_ms = latency_ms;
-  r.ttft_ms = ttft_ms;
-  r.input_num_turns = 1;
-  return r;
+  return {.ttft_ms = ttft_ms, .latency_ms = latency_ms, .start_time_ms = start_ms, .input_num_turns = 1};
 }
 
 TEST(VllmMultiTurn, SummaryAsVllmComputesIt) {
