@@ -44,6 +44,11 @@ void Backend::attention_latent(const KvLayerView&, const AttentionBatch&, const 
   no_moe_op(name(), "attention_latent");
 }
 
+void Backend::copy_kv_slots(const KvLayerView&, const int32_t*, const int32_t*, int64_t) {
+  throw_unsupported("the " + name() + " backend has no draft-tree verification (copy_kv_slots); speculative_eagle_topk > 1 "
+                    "runs on device cpu");
+}
+
 std::string sample_row_problem(const SampleRow& r) {
   if (!(r.temperature >= 0.0f && r.temperature <= 100.0f) || !(r.top_p > 0.0f && r.top_p <= 1.0f) ||
       !(r.min_p >= 0.0f && r.min_p <= 1.0f) || !(r.uniform >= 0.0 && r.uniform <= 1.0)) {

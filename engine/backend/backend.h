@@ -54,13 +54,31 @@ struct KvLayerView {
 
 // Which cached positions each token of a flattened batch attends to: token t belongs to sequence seq_of_token[t]
 // and sees that sequence's positions [0, positions[t]] through its block table (causal).
+// Draft trees (speculative verification, null tree_mask: none): a token with tree_mask[t] != 0 instead sees its
+// sequence's cache indices [0, tree_base[t]) and, of tree_base[t] + i (i < 64), those whose bit i is set in
+// tree_mask[t] (itself and its ancestors); its position (rotary) is its depth, not its cache index.
 struct AttentionBatch {
   int64_t n_tokens = 0;
   const int32_t* positions = nullptr;     // [n_tokens]
   const int32_t* seq_of_token = nullptr;  // [n_tokens]
   const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks_per_seq]
   int64_t max_blocks_per_seq = 0;
+  const int32_t* tree_base = nullptr;     // [n_tokens] with tree_mask
+  const uint64_t* tree_mask = nullptr;    // [n_tokens] or null
 };
+
+// Whether token t is a draft-tree token (AttentionBatch::tree_mask).
+inline bool attention_tree_token(const AttentionBatch& b, int64_t t) { return b.tree_mask != nullptr && b.tree_mask[t] != 0; }
+// The cache indices [0, n) token t's attention scans (every one it sees, and for a tree token the masked ones between).
+inline int64_t attention_span(const AttentionBatch& b, int64_t t) {
+  if (!attention_tree_token(b, t)) return b.positions[t] + 1;
+  return b.tree_base[t] + 64 - __builtin_clzll(b.tree_mask[t]);
+}
+// Whether token t sees cache index j < attention_span(b, t).
+inline bool attention_sees(const AttentionBatch& b, int64_t t, int64_t j) {
+  if (!attention_tree_token(b, t) || j < b.tree_base[t]) return true;
+  return ((b.tree_mask[t] >> (j - b.tree_base[t])) & 1u) != 0;
+}
 
 // One logits row's draw for Backend::sample, with the host Sampler's semantics (runtime/sampler.h): greedy (lowest id
 // among tied maxima) when temperature is 0; otherwise temperature, then top-k, top-p and min-p over the tokens sorted
@@ -104,6 +122,8 @@ class Backend {
   virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
   // True when store_kv and attention handle a KV cache of this element type.
   virtual bool supports_kv_dtype(DType t) const { return t == DType::kF32 || t == DType::kF16; }
+  // True when attention and attention_latent honour AttentionBatch's draft-tree masks, and copy_kv_slots runs.
+  virtual bool supports_tree_attention() const { return false; }
 
   virtual std::unique_ptr<Buffer> allocate(size_t bytes) = 0;
   // Backs all of `buffer` with memory now (contents unchanged), so its first use pays no page faults and a host
@@ -133,6 +153,9 @@ class Backend {
   virtual void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) = 0;
   // Writes k, v [n, n_kv_heads * head_dim] into the cache slots `slots[t]` (block * page_size + offset).
   virtual void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) = 0;
+  // Copies the cached K/V rows (or latent rows) of slots src[i] to slots dst[i], in order (host arrays): an accepted
+  // draft-tree path moves into consecutive positions. Only where supports_tree_attention(); the default throws.
+  virtual void copy_kv_slots(const KvLayerView& kv, const int32_t* src, const int32_t* dst, int64_t n);
   // out [n, n_heads * head_dim] = softmax(q k^T * scale) v over each token's visible cached positions (GQA).
   virtual void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
                          float scale, float* out) = 0;

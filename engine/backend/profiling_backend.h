@@ -33,6 +33,7 @@ class ProfilingBackend final : public Backend {
   DType matrix_storage_type(DType file_type) const override { return inner_->matrix_storage_type(file_type); }
   std::optional<DeviceMemory> device_memory() const override { return inner_->device_memory(); }
   bool supports_kv_dtype(DType t) const override { return inner_->supports_kv_dtype(t); }
+  bool supports_tree_attention() const override { return inner_->supports_tree_attention(); }
   std::unique_ptr<Buffer> allocate(size_t bytes) override { return inner_->allocate(bytes); }
   void make_resident(Buffer& buffer) override { inner_->make_resident(buffer); }
   void upload(Buffer& dst, size_t offset, const void* src, size_t bytes) override;
@@ -43,6 +44,9 @@ class ProfilingBackend final : public Backend {
   void matmuls(std::span<const MatmulOut> outs, const float* x, int64_t n) override;
   void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) override;
   void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) override;
+  void copy_kv_slots(const KvLayerView& kv, const int32_t* src, const int32_t* dst, int64_t n) override {
+    inner_->copy_kv_slots(kv, src, dst, n);
+  }
   void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                  float* out) override;
   void prefetch_attention(const KvLayerView& kv, const AttentionBatch& batch) override;

@@ -22,8 +22,13 @@ struct Batch {
   bool return_hidden = false;
   // [n_tokens, hidden]: a next-n (MTP) layer's second input per token, the target's hidden state at that position.
   std::vector<float> input_hidden;
+  // Draft-tree tokens (speculative verification; empty: none): per token, 0 for an ordinary causal token, else the
+  // ancestor bitmask over its sequence's tree, whose node i sits at cache index tree_base[t] + i (AttentionBatch).
+  std::vector<int32_t> tree_base;
+  std::vector<uint64_t> tree_mask;
 
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  bool has_tree() const { return !tree_mask.empty(); }
   int64_t n_seqs() const { return max_blocks_per_seq == 0 ? 0 : static_cast<int64_t>(block_tables.size()) / max_blocks_per_seq; }
 };
 

@@ -44,4 +44,10 @@ KvStorage::KvStorage(Backend& backend, const ModelConfig& config, int64_t local_
   }
 }
 
+void KvStorage::copy_slots(Backend& backend, const std::vector<int32_t>& src, const std::vector<int32_t>& dst) const {
+  if (src.size() != dst.size()) throw Error(ErrorKind::kInternal, "KvStorage::copy_slots: src and dst differ in length");
+  if (src.empty()) return;
+  for (const KvLayerView& view : layers_) backend.copy_kv_slots(view, src.data(), dst.data(), static_cast<int64_t>(src.size()));
+}
+
 }  // namespace servetune

@@ -28,6 +28,9 @@ class KvStorage {
   static int64_t block_bytes(const ModelConfig& config, int64_t local_kv_heads, int64_t page_size, DType dtype);
 
   const KvLayerView& layer(int64_t i) const { return layers_[static_cast<size_t>(i)]; }
+  int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
+  // Every layer's rows of slots src[i] copied to slots dst[i], in order (Backend::copy_kv_slots).
+  void copy_slots(Backend& backend, const std::vector<int32_t>& src, const std::vector<int32_t>& dst) const;
   int64_t num_blocks() const { return num_blocks_; }
   int64_t scratch_block() const { return num_blocks_; }
   int64_t page_size() const { return page_size_; }

@@ -80,6 +80,14 @@ LlamaModel::BatchIndices LlamaModel::place_indices(const Batch& batch) {
   BatchIndices ix;
   const int32_t** fields[] = {&ix.tokens, &ix.slots, &ix.positions, &ix.seq_of_token, &ix.block_tables, &ix.logits_rows};
   constexpr size_t kParts = sizeof(parts) / sizeof(parts[0]);
+  if (batch.has_tree()) {
+    if (!backend_.supports_tree_attention() || !backend_.host_memory()) {
+      throw_unsupported("draft-tree verification (speculative_eagle_topk > 1) needs tree attention, which the " +
+                        backend_.name() + " backend does not have");
+    }
+    ix.tree_base = batch.tree_base.data();
+    ix.tree_mask = batch.tree_mask.data();
+  }
   if (backend_.host_memory()) {
     for (size_t i = 0; i < kParts; ++i) *fields[i] = parts[i]->data();
     return ix;
@@ -131,7 +139,7 @@ void LlamaModel::run_batch(const Batch& batch, KvStorage& kv) {
     if (row < 0 || row >= n) throw Error(ErrorKind::kInternal, "logits index out of range");
   }
   hidden_.clear();
-  if (!batch.return_hidden && forward_graph(batch, kv)) return;
+  if (!batch.return_hidden && !batch.has_tree() && forward_graph(batch, kv)) return;
   reserve(n, n_out);
   compute(n, n_out, batch.max_blocks_per_seq, place_indices(batch), kv);
   if (!batch.return_hidden) return;
@@ -284,7 +292,7 @@ void LlamaModel::forward_layers(int64_t n, int64_t max_blocks_per_seq, const Bat
   float* attn = buf(ws_.attn);
   float* gate = buf(ws_.gate);  // fused: the stacked [gate | up] rows
   float* act = buf(ws_.act);
-  const AttentionBatch ab{n, ix.positions, ix.seq_of_token, ix.block_tables, max_blocks_per_seq};
+  const AttentionBatch ab{n, ix.positions, ix.seq_of_token, ix.block_tables, max_blocks_per_seq, ix.tree_base, ix.tree_mask};
   const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];

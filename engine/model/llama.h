@@ -61,6 +61,8 @@ class LlamaModel final : public Model {
     const int32_t* slots = nullptr;
     const int32_t* block_tables = nullptr;
     const int32_t* logits_rows = nullptr;
+    const int32_t* tree_base = nullptr;  // host memory (draft trees run on host-memory backends only)
+    const uint64_t* tree_mask = nullptr;
   };
 
   // Grows the workspace; true when it moved (captured graphs point at the old buffers).

@@ -363,8 +363,13 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   if (nextn_block_ >= 0 || eagle_) embed_head_input(batch, x);
   else backend_.embed(tok_embd_, batch.tokens.data(), n, x);
   if (moe_comm_ != nullptr && !parallel_.moe_all_to_all) exchange_replica_sizes(n);
+  if (batch.has_tree() && !backend_.supports_tree_attention()) {
+    throw_unsupported("draft-tree verification (speculative_eagle_topk > 1) needs tree attention, which the " +
+                      backend_.name() + " backend does not have");
+  }
   const AttentionBatch ab{n, batch.positions.data(), batch.seq_of_token.data(), batch.block_tables.data(),
-                          batch.max_blocks_per_seq};
+                          batch.max_blocks_per_seq, batch.has_tree() ? batch.tree_base.data() : nullptr,
+                          batch.has_tree() ? batch.tree_mask.data() : nullptr};
   const float eps = config_.rms_eps;
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];

@@ -20,3 +20,6 @@ servetune_test(test_background_prefetch LABEL unit
 servetune_test(test_cpu_latent_attention LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_latent_attention.cpp
   LIBS servetune_backend)
+servetune_test(test_tree_attention LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tree_attention.cpp
+  LIBS servetune_backend)

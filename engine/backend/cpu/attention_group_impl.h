@@ -6,6 +6,7 @@
 #include <cmath>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "backend/cpu/attention_simd.h"
 #include "backend/cpu/kv_layout.h"
@@ -162,7 +163,8 @@ struct ValuePasses {
 // columns once for all its heads.
 template <class S, int NV, class KvT>
 void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* q, int64_t head_begin,
-           int64_t head_count, int64_t group_size, float scale, float* scores, float* out) {
+           int64_t head_count, int64_t group_size, float scale, float* scores, float* out, int64_t tree_base,
+           uint64_t tree_mask) {
   using V = typename S::V;
   constexpr int W = S::kWidth;
   constexpr int64_t kHd = int64_t{NV} * W;
@@ -245,10 +247,16 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     }
   }
 
-  // Softmax per head, in place (the padding past n_ctx is -inf, so its exp is 0).
+  // Softmax per head, in place (the padding past n_ctx is -inf, so its exp is 0; so are a draft tree's other
+  // branches, tree_mask != 0: their weights are exactly 0, as if the token's scan had skipped them).
   for (int64_t g = 0; g < head_count; ++g) {
     float* s = scores + g * stride;
     for (int64_t j = n_ctx; j < stride; ++j) s[j] = -INFINITY;
+    if (tree_mask != 0) {
+      for (int64_t j = tree_base; j < n_ctx; ++j) {
+        if (((tree_mask >> (j - tree_base)) & 1u) == 0) s[j] = -INFINITY;
+      }
+    }
     V mx = S::set1(-INFINITY);
     for (int64_t j = 0; j < stride; j += W) mx = S::max(mx, S::load(s + j));
     const V shift = S::set1(S::hmax(mx));
@@ -257,6 +265,19 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
       const V e = S::exp(S::sub(S::load(s + j), shift));
       S::store(s + j, e);
       sum = S::add(sum, e);
+    }
+    if (tree_mask != 0) {
+      // A draft-tree token sums its weights in the lanes a causal scan of its path alone gives them (the context,
+      // then its ancestors packed), so its output is bit for bit that scan's and an accepted path's K/V is exactly
+      // what plain decoding computes (the value pass adds the masked rows' zero weights, which changes no bits).
+      thread_local std::vector<float> packed;
+      packed.assign(static_cast<size_t>(stride), 0.0f);
+      int64_t seen = 0;
+      for (int64_t j = 0; j < n_ctx; ++j) {
+        if (j < tree_base || ((tree_mask >> (j - tree_base)) & 1u) != 0) packed[static_cast<size_t>(seen++)] = s[j];
+      }
+      sum = S::zero();
+      for (int64_t j = 0; j < stride; j += W) sum = S::add(sum, S::load(packed.data() + j));
     }
     const V inv = S::set1(1.0f / S::hsum(sum));
     for (int64_t j = 0; j < stride; j += W) S::store(s + j, S::mul(S::load(s + j), inv));
@@ -292,20 +313,23 @@ void attention_group_typed(const KvLayerView& kv, const AttentionBatch& batch, c
                            float scale, int64_t t, int64_t head_begin, int64_t head_count, float* scratch, float* out) {
   const int64_t hd = kv.head_dim;
   const int64_t group_size = n_heads / kv.n_kv_heads;
-  const int64_t n_ctx = batch.positions[t] + 1;
+  const int64_t n_ctx = attention_span(batch, t);
+  const bool tree = attention_tree_token(batch, t);
+  const int64_t tree_base = tree ? batch.tree_base[t] : 0;
+  const uint64_t tree_mask = tree ? batch.tree_mask[t] : 0;
   const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
   const float* qh = q + (t * n_heads + head_begin) * hd;
   float* oh = out + (t * n_heads + head_begin) * hd;
   switch (hd / S::kWidth) {
-    case 1: heads<S, 1, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
-    case 2: heads<S, 2, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
-    case 3: heads<S, 3, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
-    case 4: heads<S, 4, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
-    case 5: heads<S, 5, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
-    case 6: heads<S, 6, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
-    case 7: heads<S, 7, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
-    case 8: heads<S, 8, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
-    case 16: heads<S, 16, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 1: heads<S, 1, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
+    case 2: heads<S, 2, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
+    case 3: heads<S, 3, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
+    case 4: heads<S, 4, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
+    case 5: heads<S, 5, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
+    case 6: heads<S, 6, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
+    case 7: heads<S, 7, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
+    case 8: heads<S, 8, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
+    case 16: heads<S, 16, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
     default: break;  // excluded by attention_simd_supports
   }
 }

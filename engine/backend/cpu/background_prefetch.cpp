@@ -20,7 +20,7 @@ std::vector<PrefetchRange> attention_cache_ranges(const KvLayerView& kv, const A
   for (int64_t t = 0; t < batch.n_tokens; ++t) {
     const auto seq = static_cast<size_t>(batch.seq_of_token[t]);
     if (seq >= visible.size()) visible.resize(seq + 1, 0);
-    visible[seq] = std::max<int64_t>(visible[seq], batch.positions[t] + 1);
+    visible[seq] = std::max<int64_t>(visible[seq], attention_span(batch, t));
   }
   const int64_t slot_bytes = kv.n_kv_heads * kv.head_dim * static_cast<int64_t>(dtype_info(kv.dtype).type_size);
   std::vector<PrefetchRange> ranges;

@@ -251,6 +251,29 @@ void CpuBackend::store_kv(const KvLayerView& kv, const float* k, const float* v,
   });
 }
 
+void CpuBackend::copy_kv_slots(const KvLayerView& kv, const int32_t* src, const int32_t* dst, int64_t n) {
+  check_slots(kv, src, n);
+  check_slots(kv, dst, n);
+  const auto elem = static_cast<int64_t>(dtype_info(kv.dtype).type_size);
+  const int64_t row = kv.n_kv_heads * kv.head_dim * elem;
+  auto* k = static_cast<uint8_t*>(kv.k);
+  auto* v = static_cast<uint8_t*>(kv.v);
+  for (int64_t i = 0; i < n; ++i) {
+    if (v == nullptr) {  // a latent cache: one plain row per slot
+      std::memmove(k + dst[i] * row, k + src[i] * row, static_cast<size_t>(row));
+      continue;
+    }
+    std::memmove(v + dst[i] * row, v + src[i] * row, static_cast<size_t>(row));
+    // K is transposed within pages (kv_layout.h): one element at a time.
+    for (int64_t h = 0; h < kv.n_kv_heads; ++h) {
+      for (int64_t d = 0; d < kv.head_dim; ++d) {
+        std::memcpy(k + k_cache_index(kv, dst[i], h, d) * elem, k + k_cache_index(kv, src[i], h, d) * elem,
+                    static_cast<size_t>(elem));
+      }
+    }
+  }
+}
+
 void CpuBackend::prefetch_attention(const KvLayerView& kv, const AttentionBatch& batch) {
   // Only batches the AVX-512 token-lane tiles (which walk the ranges) run on, reading more cache than an L2 holds;
   // at most what the L3 keeps until the attention. The prefetch threads slow the matmuls in between a little, and
@@ -268,7 +291,7 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
                            float scale, float* out) {
   background_.clear();
   int64_t max_ctx = 0;
-  for (int64_t t = 0; t < batch.n_tokens; ++t) max_ctx = std::max<int64_t>(max_ctx, batch.positions[t] + 1);
+  for (int64_t t = 0; t < batch.n_tokens; ++t) max_ctx = std::max<int64_t>(max_ctx, attention_span(batch, t));
   const int64_t hd = kv.head_dim;
   const int64_t group_size = n_heads / kv.n_kv_heads;
   detail::AttentionGroupKernel group_kernel = nullptr;

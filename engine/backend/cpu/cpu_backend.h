@@ -39,6 +39,8 @@ class CpuBackend final : public Backend {
   void matmuls(std::span<const MatmulOut> outs, const float* x, int64_t n) override;
   void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) override;
   void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) override;
+  bool supports_tree_attention() const override { return true; }
+  void copy_kv_slots(const KvLayerView& kv, const int32_t* src, const int32_t* dst, int64_t n) override;
   void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                  float* out) override;
   // Batched matmuls until that attention fetch the batch's cache rows into L2 (whence the L3 keeps them) a few

@@ -59,8 +59,10 @@ inline void latent_attention_body(const LatentAttentionItem& item, int64_t t0, i
                                   LatentAttentionScratch& s) {
   const KvLayerView& kv = *item.kv;
   const AttentionBatch& batch = *item.batch;
-  const int64_t width = kv.head_dim, v_dim = item.v_dim, hn = h1 - h0, first = batch.positions[t0];
-  const int64_t span = batch.positions[t1 - 1] + 1;  // positions any of the tokens sees; scores' row stride
+  const int64_t width = kv.head_dim, v_dim = item.v_dim, hn = h1 - h0;
+  const int64_t span = attention_span(batch, t1 - 1);  // positions any of the tokens sees; scores' row stride
+  const bool tree = attention_tree_token(batch, t0);  // a draft-tree token: a run of its own, masked below
+  const int64_t first = tree ? span - 1 : batch.positions[t0];
   const int64_t lanes = (t1 - t0) * hn;                // (token, head) pairs, token-major
   const CachedRows rows{kv, batch.block_tables + batch.seq_of_token[t0] * batch.max_blocks_per_seq,
                         width * dtype_info(kv.dtype).type_size};
@@ -75,12 +77,24 @@ inline void latent_attention_body(const LatentAttentionItem& item, int64_t t0, i
     for (int64_t j = first_token(p); j < t1 - t0; ++j) {
       const float* qt = item.q + ((t0 + j) * item.n_heads + h0) * width;
       float* scores = s.scores.data() + j * hn * span + p;
-      for (int64_t h = 0; h < hn; ++h) scores[h * span] = lane_dot(qt + h * width, r, width);
+      const bool seen = !tree || attention_sees(batch, t0, p);
+      for (int64_t h = 0; h < hn; ++h) scores[h * span] = seen ? lane_dot(qt + h * width, r, width) : -INFINITY;
     }
   }
+  std::vector<float> packed;
   for (int64_t lane = 0; lane < lanes; ++lane) {
     const std::span<float> seen(s.scores.data() + lane * span, static_cast<size_t>(first + lane / hn + 1));
     const float max = max_value(seen);
+    if (tree) {  // the sum over the visible scores packed, as a causal run of the token's path alone lays them out
+      packed.clear();
+      for (int64_t p = 0; p < span; ++p) {
+        if (attention_sees(batch, t0, p)) packed.push_back(seen[static_cast<size_t>(p)]);
+      }
+      s.sum[static_cast<size_t>(lane)] = static_cast<float>(exp_scaled(packed, max, item.scale, packed));
+      size_t next = 0;  // the weights back in place, 0 where unseen
+      for (int64_t p = 0; p < span; ++p) seen[static_cast<size_t>(p)] = attention_sees(batch, t0, p) ? packed[next++] : 0.0f;
+      continue;
+    }
     s.sum[static_cast<size_t>(lane)] = static_cast<float>(exp_scaled(seen, max, item.scale, seen));
   }
   for (int64_t p = 0; p < span; ++p) {
@@ -121,6 +135,8 @@ struct LatentLanes {
   LatentAttentionScratch& s;
   int64_t width, v_dim, first;
   int64_t begin, end;  // the positions of this pass: [begin, end)
+  int64_t tree_base = 0;   // a draft-tree token's run (AttentionBatch::tree_mask; 0: none): every lane is that token's
+  uint64_t tree_mask = 0;
 
   // Rows [p0, p0 + n) widened to f32 where the cache is narrower (each in its own buffer of the scratch), a vector at
   // a time (f16 and FP8 widen exactly, so the values are dequantize_row's).
@@ -195,6 +211,7 @@ struct LatentLanes {
             const uint32_t seen = S::ge_mask(last[g], S::set1(static_cast<float>(p)));
             a = S::add(S::zero_unless(seen, a), S::zero_unless(~seen & kAllLanes, neg_inf));
           }
+          if (tree_mask != 0 && p >= tree_base && ((tree_mask >> (p - tree_base)) & 1u) == 0) a = neg_inf;
           S::store(scores + (p - begin) * kChunk + g * S::kWidth, a);
           max[g] = S::max(max[g], a);
         }
@@ -246,8 +263,10 @@ void latent_attention_lanes(const LatentAttentionItem& item, int64_t t0, int64_t
   constexpr int64_t kChunk = Lanes::kChunk;
   const KvLayerView& kv = *item.kv;
   const AttentionBatch& batch = *item.batch;
-  const int64_t width = kv.head_dim, hn = h1 - h0, first = batch.positions[t0];
-  const int64_t span = batch.positions[t1 - 1] + 1;  // positions any of the tokens sees
+  const int64_t width = kv.head_dim, hn = h1 - h0;
+  const int64_t span = attention_span(batch, t1 - 1);  // positions any of the tokens sees
+  const bool tree = attention_tree_token(batch, t0);  // a draft-tree token: a run of its own
+  const int64_t first = tree ? span - 1 : batch.positions[t0];
   if (end < 0 || end > span) end = span;
   const int64_t lanes = (t1 - t0) * hn;  // (token, head) pairs, token-major
   const CachedRows rows{kv, batch.block_tables + batch.seq_of_token[t0] * batch.max_blocks_per_seq,
@@ -258,6 +277,10 @@ void latent_attention_lanes(const LatentAttentionItem& item, int64_t t0, int64_t
   s.acc.resize(static_cast<size_t>(item.v_dim * kChunk));
   s.sum.resize(static_cast<size_t>(2 * kChunk));
   Lanes run{item, rows, s, width, item.v_dim, first, begin, end};
+  if (tree) {
+    run.tree_base = batch.tree_base[t0];
+    run.tree_mask = batch.tree_mask[t0];
+  }
   for (int64_t l0 = 0; l0 < lanes; l0 += kChunk) {
     const int64_t nl = std::min(kChunk, lanes - l0), nv = (nl + S::kWidth - 1) / S::kWidth;
     // Queries transposed (queries[c * kChunk + i] is lane l0 + i's column c), unused lanes 0; the last position each

@@ -135,11 +135,13 @@ void CpuBackend::attention_latent(const KvLayerView& kv, const AttentionBatch& b
   int64_t run_blocks = 0;
   for (int64_t t = 0; t < n;) {
     int64_t end = t + 1;
+    // A draft-tree token sees its own ancestors, not the tokens before it: a run of its own.
     while (end < n && end - t < kRun && batch.seq_of_token[end] == batch.seq_of_token[t] &&
-           batch.positions[end] == batch.positions[end - 1] + 1) {
+           batch.positions[end] == batch.positions[end - 1] + 1 && !attention_tree_token(batch, t) &&
+           !attention_tree_token(batch, end)) {
       ++end;
     }
-    const int64_t span = batch.positions[end - 1] + 1;
+    const int64_t span = attention_span(batch, end - 1);
     const int64_t blocks = partial != nullptr ? (span + kLatentPositionBlock - 1) / kLatentPositionBlock : 1;
     runs.push_back({t, end, blocks, 0});
     run_blocks += blocks;

@@ -94,7 +94,7 @@ void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const fl
   const int64_t hd = kv.head_dim;
   const int64_t kv_head = h / (n_heads / kv.n_kv_heads);
   const int64_t width = kv.n_kv_heads * hd;
-  const int64_t n_ctx = batch.positions[t] + 1;
+  const int64_t n_ctx = attention_span(batch, t);
   const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
   const float* qh = q + (t * n_heads + h) * hd;
   const int64_t elem = dtype_info(kv.dtype).type_size;
@@ -115,6 +115,10 @@ void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const fl
 
   float max_score = -INFINITY;
   for (int64_t j = 0; j < n_ctx; ++j) {
+    if (!attention_sees(batch, t, j)) {  // another branch of a draft tree
+      scratch[j] = -INFINITY;
+      continue;
+    }
     float dot = 0.0f;
     const float* k = load_k(j);
     for (int64_t d = 0; d < hd; ++d) dot += qh[d] * k[d];
@@ -129,6 +133,7 @@ void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const fl
   const float inv = static_cast<float>(1.0 / sum);
   std::fill(out, out + hd, 0.0f);
   for (int64_t j = 0; j < n_ctx; ++j) {
+    if (scratch[j] == 0.0f) continue;  // unseen (a tree's other branch), or a weight that adds nothing
     const float wj = scratch[j] * inv;
     const float* v = load_v(j);
     for (int64_t d = 0; d < hd; ++d) out[d] += wj * v[d];

@@ -22,7 +22,7 @@ void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const 
 void store_v_row(const KvLayerView& kv, const float* row, int64_t slot);
 // Stores one token's k row into cache slot `slot` of kv.k, transposed within its page (kv_layout.h).
 void store_k_row(const KvLayerView& kv, const float* row, int64_t slot);
-// Attention of token t, head h (writes head_dim floats to out). `scratch` holds positions[t] + 1 floats.
+// Attention of token t, head h (writes head_dim floats to out). `scratch` holds attention_span(batch, t) floats.
 void attention_head(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                     int64_t t, int64_t h, float* scratch, float* out);
 // Token t's [q | k | v] row: rotated q to q_out, rotated k and v stored into cache slot `slot`.
