@@ -6,25 +6,17 @@
 #include "core/error.h"
 #include "model/kv_storage.h"
 #include "model/model.h"
+#include "runtime/draft_head_active.h"
 #include "runtime/draft_speculator.h"
 #include "runtime/model_runner.h"
 
 namespace servetune {
 
-struct DraftHeadSpeculator::Active {
-  const DraftSlot* slot = nullptr;
-  State* state = nullptr;
-  int64_t want = 0;          // draft tokens to propose
-  int64_t real = 0;          // MTP positions from the target's states: the request's tokens - 1
-  std::vector<float> last;   // the head's hidden state at its last position (a draft step's input)
-  bool caught_up = false;    // the cache holds every position the target's states give
-  bool stopped = false;      // the MTP cache ran out of blocks: keep what was proposed
-};
-
-DraftHeadSpeculator::DraftHeadSpeculator(std::shared_ptr<Model> head, const SpeculatorContext& context, int64_t num_steps,
-                                         const char* name)
-    : model_(std::move(head)), name_(name), num_steps_(std::max<int64_t>(1, num_steps)), page_size_(context.page_size),
-      max_batch_tokens_(std::max<int64_t>(1, context.max_batch_tokens)) {
+DraftHeadSpeculator::DraftHeadSpeculator(std::shared_ptr<Model> head, const SpeculatorContext& context,
+                                         const DraftTreeShape& shape, const char* name)
+    : model_(std::move(head)), name_(name), num_steps_(std::max<int64_t>(1, shape.num_steps)),
+      topk_(std::max<int64_t>(1, shape.topk)), num_nodes_(std::max<int64_t>(1, shape.num_nodes)),
+      page_size_(context.page_size), max_batch_tokens_(std::max<int64_t>(1, context.max_batch_tokens)) {
   if (context.backend == nullptr || !model_) throw Error(ErrorKind::kInternal, "DraftHeadSpeculator needs a head and a backend");
   hidden_ = model_->config().hidden;
   context_length_ = model_->config().context_length;
@@ -89,7 +81,8 @@ void DraftHeadSpeculator::propose(std::span<const DraftSlot> slots) {
     // MTP positions n-2 .. n-3+want run; the head must hold them in its context. With want 0 (no drafts this step)
     // the cache still catches up, so the target's states do not pile up.
     if (n < 2) continue;
-    const int64_t want = std::max<int64_t>(0, std::min({slot.max_tokens, num_steps_, context_length_ - n + 2}));
+    const int64_t per_step = topk_ > 1 ? num_nodes_ : num_steps_;
+    const int64_t want = std::max<int64_t>(0, std::min({slot.max_tokens, per_step, context_length_ - n + 2}));
     State& st = states_[slot.seq_id];
     if (!st.seeded) {
       st.seq.id = slot.seq_id;
@@ -102,17 +95,33 @@ void DraftHeadSpeculator::propose(std::span<const DraftSlot> slots) {
       st.seq.num_computed = n - 1;
       blocks_->truncate(st.seq, n - 1);
     }
-    active.push_back({&slot, &st, want, n - 1, {}, false, false});
+    if (slot.draft_parents != nullptr) slot.draft_parents->clear();
+    Active a;
+    a.slot = &slot;
+    a.state = &st;
+    a.want = want;
+    // Nothing new since the last propose (the step before did not schedule the request): the head holds position
+    // n - 2 already, and recomputing it could rewrite a shared block's row, so no drafts this time.
+    if (st.seq.num_computed >= n - 1) {
+      a.want = 0;
+      a.caught_up = true;
+    }
+    a.real = n - 1;
+    a.steps = std::max<int64_t>(1, std::min(num_steps_, context_length_ - n + 2));
+    active.push_back(std::move(a));
   }
   catch_up(active);
-  draft_steps(active);
+  if (topk_ > 1) {
+    tree_steps(active);
+  } else {
+    draft_steps(active);
+  }
   for (Active& a : active) {  // drop the draft steps' positions; keep only what the target's states gave
+    if (topk_ > 1 && !a.cands.empty()) tree_select(a);
     Sequence& seq = a.state->seq;
     seq.tokens.resize(static_cast<size_t>(a.real));
-    if (seq.num_computed > a.real) {
-      seq.num_computed = a.real;
-      blocks_->truncate(seq, a.real);
-    }
+    seq.num_computed = std::min(seq.num_computed, a.real);
+    blocks_->truncate(seq, a.real);
   }
 }
 
@@ -138,7 +147,7 @@ void DraftHeadSpeculator::catch_up(std::vector<Active>& active) {
       row += s.num_tokens;
       last_token.push_back(row - 1);
     }
-    forward(num_steps_ > 1);  // a draft step's input: the head's state at the last position
+    forward(num_steps_ > 1);  // a draft step's input: the head's state at the last position (chains and trees)
     const auto vocab = static_cast<size_t>(model_->config().vocab);
     size_t sample = 0;  // logits row of the next sampling sequence
     for (size_t i = 0; i < step.seqs.size(); ++i) {
@@ -155,11 +164,14 @@ void DraftHeadSpeculator::catch_up(std::vector<Active>& active) {
       a.caught_up = true;
       if (a.want == 0) continue;
       const std::span<const float> logits(logits_.data() + logits_row * vocab, vocab);
-      a.slot->draft->push_back(draw_draft_token(logits, *a.slot->sampling, st.rng, q_, *a.slot->draft_probs));
-      if (num_steps_ > 1) {
-        const auto h = model_->hidden_rows().subspan(static_cast<size_t>(last_token[i] * hidden_), static_cast<size_t>(hidden_));
-        a.last.assign(h.begin(), h.end());
+      std::span<const float> h;
+      if (num_steps_ > 1) h = model_->hidden_rows().subspan(static_cast<size_t>(last_token[i] * hidden_), static_cast<size_t>(hidden_));
+      if (topk_ > 1) {
+        tree_root(a, logits, h);
+        continue;
       }
+      a.slot->draft->push_back(draw_draft_token(logits, *a.slot->sampling, st.rng, q_, *a.slot->draft_probs));
+      a.last.assign(h.begin(), h.end());
     }
   }
 }

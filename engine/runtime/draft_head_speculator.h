@@ -15,6 +15,10 @@
 // cache is usually in the head's too. Positions neither computed by the target here nor cached by the head have no
 // hidden state: their rows are computed with h = 0 (lossless; fewer acceptances), counted in
 // positions_without_hidden(), and never shared.
+// Trees (topk > 1, SGLang's EAGLE-2 drafting; draft_tree.cpp): the first forward's top-k tokens are the root's
+// children; each further step feeds the top-k of the newest candidates by cumulative draft probability (each at its
+// parent's depth + 1, attending to its own ancestors: Batch::tree_mask) and adds their top-k children as candidates;
+// the best num_nodes candidates (parents rank before children) are the drafts, deterministic for every request.
 #pragma once
 
 #include <cstdint>
@@ -33,11 +37,20 @@ namespace servetune {
 class KvStorage;
 class Model;
 
+// What a draft head proposes per step: num_steps head forwards; topk 1: a chain of num_steps tokens; topk > 1: a
+// tree of num_nodes draft tokens (SGLang's speculative_num_draft_tokens - 1, the root not counted).
+struct DraftTreeShape {
+  int64_t num_steps = 1;
+  int64_t topk = 1;
+  int64_t num_nodes = 1;
+};
+
 class DraftHeadSpeculator final : public Speculator {
  public:
   // `head` (a Model reading Batch::input_hidden, on context.backend; shared so that it can keep the files it was
-  // loaded from alive) drafts `num_steps` tokens per request and step; `name` is the algorithm's ("mtp", "eagle").
-  DraftHeadSpeculator(std::shared_ptr<Model> head, const SpeculatorContext& context, int64_t num_steps, const char* name);
+  // loaded from alive) drafts a chain or tree of `shape` per request and step; `name` is the algorithm's ("mtp", "eagle").
+  DraftHeadSpeculator(std::shared_ptr<Model> head, const SpeculatorContext& context, const DraftTreeShape& shape,
+                      const char* name);
   ~DraftHeadSpeculator() override;
 
   void propose(std::span<const DraftSlot> slots) override;
@@ -71,6 +84,10 @@ class DraftHeadSpeculator final : public Speculator {
   void share_blocks(State& st);
   void draft_steps(std::vector<Active>& active);
   void forward(bool return_hidden);
+  // Trees (draft_tree.cpp): the root's children from the first draft's logits, the expansion steps, the choice.
+  void tree_root(Active& a, std::span<const float> logits, std::span<const float> hidden);
+  void tree_steps(std::vector<Active>& active);
+  void tree_select(Active& a) const;
 
   std::shared_ptr<Model> model_;
   const char* name_;
@@ -78,6 +95,8 @@ class DraftHeadSpeculator final : public Speculator {
   std::unique_ptr<BlockManager> blocks_;
   int64_t hidden_ = 0;
   int64_t num_steps_ = 1;
+  int64_t topk_ = 1;
+  int64_t num_nodes_ = 1;
   int64_t page_size_ = 16;
   int64_t context_length_ = 0;
   int64_t max_batch_tokens_ = 0;

@@ -169,6 +169,34 @@ std::string EngineConfig::placement_problem() const {
   return "";
 }
 
+// Draft trees (speculative_eagle_topk > 1): SGLang's shape rules, and where tree verification runs.
+namespace {
+
+void validate_draft_tree(const EngineConfig& c) {
+  auto usage = [](bool ok, const std::string& what) {
+    if (!ok) throw_usage(what);
+  };
+  auto unsupported = [](bool ok, const std::string& what) {
+    if (!ok) throw_unsupported(what);
+  };
+  const int64_t topk = c.speculative_eagle_topk;
+  const int64_t steps = c.speculative_num_steps > 0 ? c.speculative_num_steps : 5;  // speculator.cpp's tree default
+  const int64_t nodes = c.speculative_num_draft_tokens > 0 ? c.speculative_num_draft_tokens : 8;
+  usage(topk <= 16, "speculative_eagle_topk must be at most 16");
+  // The head's tree holds (steps - 1) x topk expanded nodes, the target's `nodes`: one 64-bit ancestor mask each.
+  usage((steps - 1) * topk <= 64, "speculative_eagle_topk x (speculative_num_steps - 1) must be at most 64 (the draft "
+                                  "head's tree), got " + std::to_string(topk) + " x " + std::to_string(steps - 1));
+  const int64_t candidates = topk + (steps - 1) * topk * topk;
+  usage(nodes - 1 <= candidates, "speculative_num_draft_tokens " + std::to_string(nodes) + " exceeds the tree's " +
+                                     std::to_string(candidates) + " candidates + 1 (topk + (num_steps - 1) x topk^2, "
+                                     "plus the root)");
+  unsupported(c.device == Device::kCpu, "speculative_eagle_topk > 1 (draft-tree verification) is implemented on device cpu "
+                                      "only (the " + to_string(c.device) + " attention kernels have no tree mask)");
+  unsupported(c.tp_size == 1, "speculative_eagle_topk > 1 (draft-tree verification) with tp_size > 1 is not implemented yet");
+}
+
+}  // namespace
+
 void EngineConfig::validate() const {
   auto usage = [](bool ok, const std::string& what) {
     if (!ok) throw_usage(what);
@@ -232,13 +260,15 @@ void EngineConfig::validate() const {
   }
   if (algo == SpeculativeAlgorithm::kDraft || algo == SpeculativeAlgorithm::kEagle || algo == SpeculativeAlgorithm::kMtp) {
     const std::string name = to_string(algo);
-    unsupported(speculative_eagle_topk <= 1,
-                "speculative_eagle_topk > 1 (tree drafts) is not implemented yet; " + name + " speculation proposes one chain");
+    unsupported(speculative_eagle_topk <= 1 || algo != SpeculativeAlgorithm::kDraft,
+                "speculative_eagle_topk > 1 (tree drafts) is implemented for the eagle and mtp draft heads; draft "
+                "speculation proposes one chain");
     // SGLang's rule with topk 1: num_draft_tokens counts the verified tokens including the last accepted one.
     usage(speculative_num_draft_tokens != 1,
           "speculative_num_draft_tokens 1 leaves no draft token (with speculative_algorithm " + name +
               " it must be speculative_num_steps + 1, as in SGLang)");
-    usage(speculative_num_steps == 0 || speculative_num_draft_tokens == 0 ||
+    if (speculative_eagle_topk > 1) validate_draft_tree(*this);
+    usage(speculative_eagle_topk > 1 || speculative_num_steps == 0 || speculative_num_draft_tokens == 0 ||
               speculative_num_draft_tokens == speculative_num_steps + 1,
           "with speculative_algorithm " + name + ", speculative_num_draft_tokens must be speculative_num_steps + 1 (SGLang's "
           "rule with topk 1: the draft tokens plus the last accepted one), got " + std::to_string(speculative_num_draft_tokens) +

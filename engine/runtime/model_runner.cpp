@@ -8,12 +8,39 @@
 
 namespace servetune {
 
+// A verifying sequence's draft tree, whose root (its last token) is batch row `root` followed by the nodes: each
+// node's position is the root's plus its depth, and it attends to the context and its ancestors (Batch::tree_mask).
+// The cache indices (slots) stay consecutive.
+void ModelRunner::mark_tree(const Sequence& seq, int64_t root, Batch& batch) {
+  const size_t nodes = seq.draft_parents.size();
+  if (nodes + 1 > 64) throw Error(ErrorKind::kInternal, "a draft tree of more than 63 nodes");
+  batch.tree_base.resize(batch.tokens.size(), 0);
+  batch.tree_mask.resize(batch.tokens.size(), 0);
+  const int32_t base = batch.positions[static_cast<size_t>(root)];
+  std::vector<int32_t> depth(nodes + 1, 0);
+  std::vector<uint64_t> mask(nodes + 1, 1);
+  for (size_t j = 0; j < nodes; ++j) {
+    const auto parent = static_cast<size_t>(seq.draft_parents[j] + 1);
+    if (parent > j) throw Error(ErrorKind::kInternal, "a draft tree node before its parent");
+    depth[j + 1] = depth[parent] + 1;
+    mask[j + 1] = mask[parent] | (uint64_t{1} << (j + 1));
+  }
+  for (size_t i = 0; i <= nodes; ++i) {
+    const auto t = static_cast<size_t>(root) + i;
+    batch.positions[t] = base + depth[i];
+    batch.tree_base[t] = base;
+    batch.tree_mask[t] = mask[i];
+  }
+}
+
 void ModelRunner::build_batch(const SchedulerOutput& step, int64_t page_size, Batch& batch) {
   batch.tokens.clear();
   batch.positions.clear();
   batch.seq_of_token.clear();
   batch.slot_mapping.clear();
   batch.logits_indices.clear();
+  batch.tree_base.clear();
+  batch.tree_mask.clear();
   int64_t max_blocks = 1;
   for (const auto& s : step.seqs) max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(s.seq->block_table.size()));
   batch.max_blocks_per_seq = max_blocks;
@@ -29,6 +56,9 @@ void ModelRunner::build_batch(const SchedulerOutput& step, int64_t page_size, Ba
       const int32_t block = seq.block_table[static_cast<size_t>(p / page_size)];
       batch.slot_mapping.push_back(static_cast<int32_t>(block * page_size + p % page_size));
     }
+    if (step.seqs[i].samples && step.seqs[i].num_draft > 0 && !seq.draft_parents.empty()) {
+      mark_tree(seq, static_cast<int64_t>(batch.tokens.size()) - 1 - step.seqs[i].num_draft, batch);
+    }
     // Teacher-forced prompt positions not returned before first, then the sampling rows.
     const int64_t prompt_rows = prompt_logit_rows(step.seqs[i]);
     const int64_t first_prompt_row = std::max(seq.num_computed, seq.prompt_logits_done) - seq.num_computed;
@@ -38,6 +68,10 @@ void ModelRunner::build_batch(const SchedulerOutput& step, int64_t page_size, Ba
     // A verifying sequence needs logits at every draft position too: rows for its last 1 + num_draft tokens.
     const auto end = static_cast<int32_t>(batch.tokens.size());
     for (auto r = end - 1 - static_cast<int32_t>(step.seqs[i].num_draft); r < end; ++r) batch.logits_indices.push_back(r);
+  }
+  if (batch.has_tree()) {  // rows of sequences after the last tree: ordinary ones
+    batch.tree_base.resize(batch.tokens.size(), 0);
+    batch.tree_mask.resize(batch.tokens.size(), 0);
   }
 }
 
@@ -72,6 +106,22 @@ void ModelRunner::run_sampled(const SchedulerOutput& step, std::span<const Sampl
 }
 
 std::span<const float> ModelRunner::hidden_rows() { return group_ ? group_->hidden_rows() : model_->hidden_rows(); }
+
+void ModelRunner::move_kv(const std::vector<int32_t>& block_table, const std::vector<int64_t>& src,
+                          const std::vector<int64_t>& dst) {
+  if (!group_) throw Error(ErrorKind::kInternal, "ModelRunner::move_kv runs through a TensorParallelGroup");
+  const int64_t page = page_size();
+  const auto slot = [&](int64_t index) {
+    return static_cast<int32_t>(block_table.at(static_cast<size_t>(index / page)) * page + index % page);
+  };
+  std::vector<int32_t> from, to;
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (src[i] == dst[i]) continue;
+    from.push_back(slot(src[i]));
+    to.push_back(slot(dst[i]));
+  }
+  for (int r = 0; r < group_->size(); ++r) group_->kv(r).copy_slots(group_->backend(r), from, to);
+}
 
 std::span<float> ModelRunner::logits(size_t i) {
   const size_t vocab = static_cast<size_t>(group_ ? group_->config().vocab : model_->config().vocab);

@@ -33,10 +33,16 @@ class ModelRunner {
   // hidden_rows() holds them, [step tokens, hidden] in batch order.
   void set_return_hidden(bool on) { return_hidden_ = on; }
   std::span<const float> hidden_rows();
+  // Moves KV rows of the sequence with `block_table` from cache indices src[i] to dst[i], in order, on every rank
+  // (an accepted draft-tree path into consecutive positions; a group's ranks in this process only).
+  void move_kv(const std::vector<int32_t>& block_table, const std::vector<int64_t>& src, const std::vector<int64_t>& dst);
   const Batch& last_batch() const { return batch_; }
 
   // Builds the batch without running it (for tests).
   static void build_batch(const SchedulerOutput& step, int64_t page_size, Batch& batch);
+  // Turns batch rows [root, root + seq.draft_parents.size()] (a sequence's last token and its draft-tree nodes)
+  // into a tree: depth-based positions, Batch::tree_base and tree_mask (every other row an ordinary one).
+  static void mark_tree(const Sequence& seq, int64_t root, Batch& batch);
   // The logits rows `s` asks for before its sampling rows (Sequence::prompt_logits), from its state before the step
   // completes: the prompt positions this step computes that predict a prompt token and were not returned before.
   static int64_t prompt_logit_rows(const ScheduledSeq& s);

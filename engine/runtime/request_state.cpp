@@ -25,11 +25,13 @@ RequestState::RequestState(uint64_t id, const Tokenizer& tok, int64_t context_le
 
 RequestState::Emitted RequestState::emit(int64_t num_draft, int32_t device_token, int64_t vocab,
                                          const std::function<std::span<float>(size_t)>& logits, TokenEvent& e) {
-  std::vector<int32_t> draft;
+  std::vector<int32_t> draft, parents;  // parents: a draft tree's (Sequence::draft_parents), empty for a chain
   if (num_draft > 0) {
     draft.assign(seq.tokens.end() - num_draft, seq.tokens.end());
     seq.tokens.resize(seq.tokens.size() - static_cast<size_t>(num_draft));
+    parents = std::move(seq.draft_parents);
   }
+  seq.draft_parents.clear();
   e.request_id = id();
   Emitted out;
   if (device_token >= 0) {
@@ -44,7 +46,12 @@ RequestState::Emitted RequestState::emit(int64_t num_draft, int32_t device_token
       probs = std::span<const float>(draft_probs).first(static_cast<size_t>(num_draft * vocab));
     }
     const auto push = [&](SampleResult& r) { return out.finished = push_token(r, e); };
-    out.accepted = verify_draft(sampler, draft, logits, [&] { return banned_tokens(); }, push, probs);
+    if (!parents.empty()) {
+      out.path = verify_tree(sampler, draft, parents, logits, [&] { return banned_tokens(); }, push);
+      out.accepted = static_cast<int64_t>(out.path.size());
+    } else {
+      out.accepted = verify_draft(sampler, draft, logits, [&] { return banned_tokens(); }, push, probs);
+    }
   }
   if (num_draft > 0) {
     ++spec_num_drafts;

@@ -29,6 +29,7 @@ struct RequestState {
   struct Emitted {
     bool finished = false;
     int64_t accepted = 0;
+    std::vector<int32_t> path;  // a draft tree's accepted nodes, root to leaf (empty for chains)
   };
   // Takes this step's tokens into `e` and the request: `device_token` (>= 0) drawn on the device, or sampled from
   // logits(0..num_draft), verifying the `num_draft` drafts at the end of seq.tokens (row j follows draft j), which

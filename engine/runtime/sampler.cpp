@@ -84,8 +84,8 @@ void Sampler::apply_penalties(std::span<float> logits) const {
   }
 }
 
-SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> banned, int32_t draft,
-                            std::span<const float> draft_probs) {
+template <class Choose>
+SampleResult Sampler::sample_with(std::span<float> logits, std::span<const int32_t> banned, Choose&& choose) {
   SampleResult result;
   const auto vocab = static_cast<int32_t>(logits.size());
   float lse = 0.0f;
@@ -100,9 +100,21 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> b
     if (b >= 0 && b < vocab) logits[static_cast<size_t>(b)] = kNegInf;
   }
   result.token = params_.greedy() ? static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())
-                                  : draw(logits, draft, draft_probs);
+                                  : choose();
   if (params_.logprobs >= 0) result.logprob = raw_[static_cast<size_t>(result.token)] - lse;
   return result;
+}
+
+SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> banned, int32_t draft,
+                            std::span<const float> draft_probs) {
+  const int32_t one[] = {draft};
+  const std::span<const int32_t> drafts = draft >= 0 ? std::span<const int32_t>(one) : std::span<const int32_t>();
+  return sample_with(logits, banned, [&] { return draw(logits, drafts, draft_probs); });
+}
+
+SampleResult Sampler::sample_siblings(std::span<float> logits, std::span<const int32_t> banned,
+                                      std::span<const int32_t> siblings) {
+  return sample_with(logits, banned, [&] { return draw(logits, siblings, {}); });
 }
 
 const char* Sampler::device_refusal(std::span<const int32_t> banned) const {
@@ -143,17 +155,21 @@ size_t filtered_candidates(std::span<const float> logits, const SamplingParams& 
   return cpu::filtered_candidates(logits, filters(params), order, p);
 }
 
-int32_t Sampler::draw(std::span<const float> logits, int32_t draft, std::span<const float> draft_probs) {
+int32_t Sampler::draw(std::span<const float> logits, std::span<const int32_t> drafts, std::span<const float> draft_probs) {
   // Candidates sorted by logit and cut by top-k; then top-p and min-p on the tempered distribution.
   const auto vocab = static_cast<int32_t>(logits.size());
-  if (!draft_probs.empty() && draft_probs.size() != logits.size()) {
-    throw Error(ErrorKind::kInternal, "draft distribution size differs from the vocabulary");
+  if (!draft_probs.empty() && (draft_probs.size() != logits.size() || drafts.size() != 1)) {
+    throw Error(ErrorKind::kInternal, "a draft distribution verifies one draft of the vocabulary's size");
   }
-  if (draft >= vocab) draft = -1;
+  std::vector<int32_t> kept;  // drafts inside the vocabulary (one past it never matches)
+  for (int32_t d : drafts) {
+    if (d >= 0 && d < vocab) kept.push_back(d);
+  }
   // Nothing to verify: the draw Backend::sample makes from the same row (the uniform is pick()'s draw).
-  if (draft < 0) return cpu::draw_row(logits, device_row(), scratch_);
+  if (kept.empty()) return cpu::draw_row(logits, device_row(), scratch_);
   std::vector<int32_t>& order = scratch_.order;
   std::vector<double>& probs = scratch_.p;
+  std::vector<size_t> index(kept.size());
   if (params_.top_k <= 0 && params_.top_p >= 1.0f && params_.min_p <= 0.0f) {
     // Plain temperature sampling: every token is a candidate, in id order.
     scratch_.weights.resize(logits.size());
@@ -161,36 +177,44 @@ int32_t Sampler::draw(std::span<const float> logits, int32_t draft, std::span<co
     order.resize(static_cast<size_t>(vocab));
     std::iota(order.begin(), order.end(), 0);
     probs.assign(scratch_.weights.begin(), scratch_.weights.end());
-    return pick(logits.size(), draft, static_cast<size_t>(draft), draft_probs);
+    for (size_t i = 0; i < kept.size(); ++i) index[i] = static_cast<size_t>(kept[i]);
+    return pick(logits.size(), kept, index, draft_probs);
   }
   const size_t cut = filtered_candidates(logits, params_, order, probs);
-  // A draft outside the kept candidates has probability 0 (draft_index == cut): it is always rejected.
-  size_t draft_index = 0;
-  if (draft >= 0) {
-    const auto it = std::find(order.begin(), order.begin() + static_cast<long>(cut), draft);
-    draft_index = static_cast<size_t>(it - order.begin());
+  // A draft outside the kept candidates has probability 0 (index == cut): it is always rejected.
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const auto it = std::find(order.begin(), order.begin() + static_cast<long>(cut), kept[i]);
+    index[i] = static_cast<size_t>(it - order.begin());
   }
-  return pick(cut, draft, draft_index, draft_probs);
+  return pick(cut, kept, index, draft_probs);
 }
 
-int32_t Sampler::pick(size_t n, int32_t draft, size_t draft_index, std::span<const float> draft_probs) {
+int32_t Sampler::pick(size_t n, std::span<const int32_t> drafts, std::span<const size_t> draft_index,
+                      std::span<const float> draft_probs) {
   std::vector<double>& probs = scratch_.p;
   const std::vector<int32_t>& candidates = scratch_.order;
   double total = cpu::sum_in_lanes(std::span<const double>(probs).first(n));
-  const bool draft_kept = draft >= 0 && draft_index < n;
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  if (draft >= 0 && draft_probs.empty() && draft_kept) {
-    // Lossless verification of a deterministic draft d: accept with probability p(d); on rejection draw from
-    // max(0, p - onehot(d)) renormalised, i.e. p without d. P(d) = p(d), P(x != d) = (1 - p(d)) p(x) / (1 - p(d)).
-    if (unit(rng_) * total < probs[draft_index]) return draft;
-    if (!broken_verification_) {
-      total -= probs[draft_index];
-      probs[draft_index] = 0.0;
+  if (draft_probs.empty()) {
+    // Lossless verification of deterministic drafts d_1, d_2, ... (one, or a tree node's children) in order: accept
+    // d_i with probability p_i(d_i), where p_i is p without d_1 .. d_{i-1} renormalised; after the last rejection
+    // draw from p without all of them. P(d_i) = p(d_i) and P(x) = p(x) otherwise (for one draft: accept with p(d),
+    // else draw from max(0, p - onehot(d)) renormalised).
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      const size_t at = draft_index[i];
+      if (at >= n) continue;  // filtered out: probability 0
+      if (unit(rng_) * total < probs[at]) return drafts[i];
+      if (!broken_verification_) {
+        total -= probs[at];
+        probs[at] = 0.0;
+      }
     }
-  } else if (draft >= 0 && !draft_probs.empty()) {
+  } else {
     // Speculative sampling (Leviathan et al.) of a draft d drawn from q: accept with min(1, p(d) / q(d)); on
     // rejection draw from max(0, p - q) renormalised. Overall P(x) = min(p, q)(x) + (1 - sum min(p, q)) r(x) = p(x).
-    const double p_draft = draft_kept ? probs[draft_index] / total : 0.0;
+    const int32_t draft = drafts[0];
+    const bool draft_kept = draft_index[0] < n;
+    const double p_draft = draft_kept ? probs[draft_index[0]] / total : 0.0;
     const double q_draft = draft_probs[static_cast<size_t>(draft)];
     if (unit(rng_) * q_draft < p_draft) return draft;
     if (!broken_verification_) {

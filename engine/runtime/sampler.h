@@ -35,6 +35,11 @@ class Sampler {
   // min(1, p(draft) / q(draft)), otherwise a draw from max(0, p - q) renormalised. Either way: overall exactly p.
   SampleResult sample(std::span<float> logits, std::span<const int32_t> banned = {}, int32_t draft = -1,
                       std::span<const float> draft_probs = {});
+  // The lossless verification of a draft tree node's children `siblings` (deterministic drafts, distinct tokens):
+  // greedy picks the argmax; sampling tries them in order, sibling i accepted with its probability under p with the
+  // siblings before it removed and renormalised, otherwise a draw from p without any of them (SpecInfer / EAGLE's
+  // recursive rejection sampling with one-hot draft distributions). Overall exactly p.
+  SampleResult sample_siblings(std::span<float> logits, std::span<const int32_t> banned, std::span<const int32_t> siblings);
   // Why this request's next token cannot be drawn by Backend::sample (penalties, logprobs, banned tokens; a
   // speculative draft is the caller's to exclude), or nullptr when it can.
   const char* device_refusal(std::span<const int32_t> banned) const;
@@ -51,10 +56,14 @@ class Sampler {
  private:
   void apply_penalties(std::span<float> logits) const;
   std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t n, float lse);
-  int32_t draw(std::span<const float> logits, int32_t draft, std::span<const float> draft_probs);
-  // Draws among scratch_.p[0, n) (scratch_.order maps index to token), verifying `draft` at index `draft_index` (n when
-  // the draft is not among them) drawn from `draft_probs` (empty: deterministic).
-  int32_t pick(size_t n, int32_t draft, size_t draft_index, std::span<const float> draft_probs);
+  // Penalties, logprobs and banned tokens applied to `logits`; then `choose` picks the token.
+  template <class Choose>
+  SampleResult sample_with(std::span<float> logits, std::span<const int32_t> banned, Choose&& choose);
+  // Deterministic drafts `drafts` (tried in order) or one draft drawn from `draft_probs`.
+  int32_t draw(std::span<const float> logits, std::span<const int32_t> drafts, std::span<const float> draft_probs);
+  // Draws among scratch_.p[0, n) (scratch_.order maps index to token), verifying `drafts` at indices `draft_index` (n
+  // when a draft is not among them): deterministic ones in order, or one drawn from `draft_probs`.
+  int32_t pick(size_t n, std::span<const int32_t> drafts, std::span<const size_t> draft_index, std::span<const float> draft_probs);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

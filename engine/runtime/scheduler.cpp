@@ -39,6 +39,7 @@ int64_t Scheduler::prefill_limit(int64_t remaining, int64_t budget) const {
 void Scheduler::preempt(Sequence* seq, SchedulerOutput& out) {
   blocks_.release(*seq);
   seq->draft.clear();
+  seq->draft_parents.clear();
   seq->status = SeqStatus::kWaiting;
   ++seq->num_preemptions;
   waiting_.push_front(seq);
@@ -76,11 +77,14 @@ SchedulerOutput Scheduler::schedule() {
     if (k > 0) {
       seq->tokens.insert(seq->tokens.end(), seq->draft.begin(), seq->draft.begin() + k);
       seq->draft.clear();
+      // A tree's first k nodes are a tree too (parents come first); verification reads their parents.
+      if (!seq->draft_parents.empty()) seq->draft_parents.resize(static_cast<size_t>(k));
       out.seqs.push_back({seq, 1 + k, true, k});
       budget -= 1 + k;
       continue;
     }
     seq->draft.clear();
+    seq->draft_parents.clear();
     bool preempted_self = false;
     while (!blocks_.allocate(*seq, seq->num_computed + n)) {
       Sequence* victim = running_.back();

@@ -23,6 +23,9 @@ struct Sequence {
   int64_t arrival = 0;          // submission order, for fcfs
   int64_t num_preemptions = 0;
   std::vector<int32_t> draft;   // proposed speculative tokens for the next decode step (not in tokens)
+  // A draft tree (empty: a chain): draft_parents[i] is the index in `draft` of draft i's parent, or -1 for the
+  // sequence's last token; parents come first. Kept, cut to the scheduled drafts, until they are verified.
+  std::vector<int32_t> draft_parents;
   // Request::prompt_logits: prompt positions [0, prompt_len - 1) return their logits; those before
   // prompt_logits_done have (a recompute after preemption does not return them again). No prefix-cache reuse.
   bool prompt_logits = false;

@@ -15,6 +15,9 @@ namespace {
 
 constexpr int64_t kDefaultDraftTokens = 4;
 constexpr int64_t kDefaultEagleSteps = 3;  // SGLang's choice for DeepSeek-V3 MTP (steps 3, topk 1, draft tokens 4)
+// SGLang's default tree for llama-family targets: 5 steps, topk 4, 8 draft tokens (the root included).
+constexpr int64_t kDefaultTreeSteps = 5;
+constexpr int64_t kDefaultTreeDraftTokens = 8;
 
 }  // namespace
 
@@ -65,10 +68,13 @@ std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const Sp
     throw_unsupported("speculative_algorithm " + to_string(algo) + " needs the target's hidden states, which this "
                       "model does not return; use another algorithm");
   }
-  const int64_t steps = speculative_draft_tokens(config);
+  DraftTreeShape shape;
+  shape.num_steps = speculative_draft_steps(config);
+  shape.topk = std::max<int64_t>(1, config.speculative_eagle_topk);
+  shape.num_nodes = speculative_draft_tokens(config);
   if (algo == SpeculativeAlgorithm::kEagle && !config.speculative_draft_model.empty()) {
     auto head = std::make_shared<EagleHead>(config.speculative_draft_model, *context.target, *context.backend);
-    return std::make_unique<DraftHeadSpeculator>(std::shared_ptr<Model>(head, &head->model()), context, steps, "eagle");
+    return std::make_unique<DraftHeadSpeculator>(std::shared_ptr<Model>(head, &head->model()), context, shape, "eagle");
   }
   if (context.target->config().nextn_layers == 0) {
     throw_unsupported("speculative_algorithm " + to_string(algo) + " without a draft model runs the model's own "
@@ -76,17 +82,26 @@ std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const Sp
                       " has none: give an EAGLE head (--speculative-draft-model DIR with --speculative-algorithm EAGLE)");
   }
   return std::make_unique<DraftHeadSpeculator>(std::shared_ptr<Model>(context.target->load_next_n(*context.backend)),
-                                               context, steps, "mtp");
+                                               context, shape, "mtp");
+}
+
+int64_t speculative_draft_steps(const EngineConfig& config) {
+  if (config.speculative_algorithm == SpeculativeAlgorithm::kNone) return 0;
+  if (config.speculative_algorithm == SpeculativeAlgorithm::kNgram) return speculative_draft_tokens(config);
+  if (config.speculative_num_steps > 0) return config.speculative_num_steps;
+  if (config.speculative_eagle_topk > 1) return kDefaultTreeSteps;
+  if (config.speculative_num_draft_tokens > 0) return config.speculative_num_draft_tokens - 1;
+  return config.speculative_algorithm == SpeculativeAlgorithm::kDraft ? kDefaultDraftTokens : kDefaultEagleSteps;
 }
 
 int64_t speculative_draft_tokens(const EngineConfig& config) {
   if (config.speculative_algorithm == SpeculativeAlgorithm::kNone) return 0;
-  if (config.speculative_algorithm != SpeculativeAlgorithm::kNgram) {
-    if (config.speculative_num_steps > 0) return config.speculative_num_steps;
-    if (config.speculative_num_draft_tokens > 0) return config.speculative_num_draft_tokens - 1;
-    return config.speculative_algorithm == SpeculativeAlgorithm::kDraft ? kDefaultDraftTokens : kDefaultEagleSteps;
+  if (config.speculative_algorithm == SpeculativeAlgorithm::kNgram) {
+    return config.speculative_num_draft_tokens > 0 ? config.speculative_num_draft_tokens : kDefaultDraftTokens;
   }
-  return config.speculative_num_draft_tokens > 0 ? config.speculative_num_draft_tokens : kDefaultDraftTokens;
+  if (config.speculative_eagle_topk <= 1) return speculative_draft_steps(config);
+  // A tree: num_draft_tokens counts its nodes with the root (the last accepted token), as in SGLang.
+  return (config.speculative_num_draft_tokens > 0 ? config.speculative_num_draft_tokens : kDefaultTreeDraftTokens) - 1;
 }
 
 int64_t verify_draft(Sampler& sampler, std::span<const int32_t> draft, const std::function<std::span<float>(size_t)>& row,
@@ -110,6 +125,35 @@ int64_t verify_draft(Sampler& sampler, std::span<const int32_t> draft, const std
     if (finished || !match) break;
   }
   return accepted;
+}
+
+std::vector<int32_t> verify_tree(Sampler& sampler, std::span<const int32_t> draft, std::span<const int32_t> parents,
+                                 const std::function<std::span<float>(size_t)>& row,
+                                 const std::function<std::vector<int32_t>()>& banned,
+                                 const std::function<bool(SampleResult&)>& emit) {
+  if (parents.size() != draft.size()) throw Error(ErrorKind::kInternal, "verify_tree: one parent per draft node");
+  std::vector<int32_t> path;
+  std::vector<int32_t> children, tokens;
+  int32_t node = -1;  // the root: the request's last token, logits row 0
+  for (;;) {
+    children.clear();
+    tokens.clear();
+    for (size_t i = 0; i < draft.size(); ++i) {
+      if (parents[i] == node) {
+        children.push_back(static_cast<int32_t>(i));
+        tokens.push_back(draft[i]);
+      }
+    }
+    const std::vector<int32_t> ban = banned();
+    SampleResult r = sampler.sample_siblings(row(static_cast<size_t>(node + 1)), ban, tokens);
+    sampler.accept(r.token);
+    const bool finished = emit(r);
+    const auto match = std::find(tokens.begin(), tokens.end(), r.token);
+    if (match == tokens.end()) return path;
+    node = children[static_cast<size_t>(match - tokens.begin())];
+    path.push_back(node);
+    if (finished) return path;
+  }
 }
 
 }  // namespace servetune

@@ -32,6 +32,7 @@ struct DraftSlot {
   std::vector<int32_t>* draft = nullptr;      // out: the proposed tokens (cleared first; may stay empty)
   std::vector<float>* draft_probs = nullptr;  // out: [draft.size() x vocab] q rows the drafts were drawn from,
                                               // or empty for deterministic drafts (q = one-hot)
+  std::vector<int32_t>* draft_parents = nullptr;  // out (tree drafters): Sequence::draft_parents, or empty for a chain
 };
 
 class Speculator {
@@ -90,10 +91,13 @@ struct SpeculatorContext {
 // `mtp` (or `eagle` without a draft model) runs the target's own multi-token-prediction layer (DraftHeadSpeculator);
 // Error(kUnsupported) for EAGLE draft heads of other models, which are not implemented yet.
 std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const SpeculatorContext& context);
-// Draft tokens per step the config asks for: ngram: speculative_num_draft_tokens (default 4); draft:
-// speculative_num_steps (default 4, or speculative_num_draft_tokens - 1 when only that is given, SGLang's rule);
-// eagle / mtp: the same rule with SGLang's DeepSeek default of 3 steps.
+// Draft tokens per step the config asks for (the most a request verifies): ngram: speculative_num_draft_tokens
+// (default 4); draft: speculative_num_steps (default 4, or speculative_num_draft_tokens - 1 when only that is given,
+// SGLang's rule); eagle / mtp: the same rule with SGLang's DeepSeek default of 3 steps, and with topk > 1 (a tree)
+// speculative_num_draft_tokens - 1 nodes (default 8 - 1, SGLang's llama default).
 int64_t speculative_draft_tokens(const EngineConfig& config);
+// Draft forwards per step (speculative_num_steps; defaults as above, 5 for trees); ngram: its draft tokens.
+int64_t speculative_draft_steps(const EngineConfig& config);
 
 // Verifies `draft` (k tokens) against logits rows 0..k (row j: the target's logits after the context plus
 // draft[0..j)). Per row: banned() gives the tokens the sampler must not pick, the sampler draws with the draft
@@ -106,5 +110,15 @@ int64_t speculative_draft_tokens(const EngineConfig& config);
 int64_t verify_draft(Sampler& sampler, std::span<const int32_t> draft, const std::function<std::span<float>(size_t)>& row,
                      const std::function<std::vector<int32_t>()>& banned, const std::function<bool(SampleResult&)>& emit,
                      std::span<const float> draft_probs = {});
+
+// Verifies a draft tree: `draft` nodes with `parents` (Sequence::draft_parents), logits row 0 after the context, row
+// 1 + i after node i. From the root, each row's token is drawn by Sampler::sample_siblings over the node's children;
+// a matching child is accepted and the walk goes on from it, otherwise the drawn token ends the step (as does a
+// finish, or a leaf's bonus token). Returns the accepted nodes' indices, root to leaf (their K/V stays valid once
+// moved to consecutive positions).
+std::vector<int32_t> verify_tree(Sampler& sampler, std::span<const int32_t> draft, std::span<const int32_t> parents,
+                                 const std::function<std::span<float>(size_t)>& row,
+                                 const std::function<std::vector<int32_t>()>& banned,
+                                 const std::function<bool(SampleResult&)>& emit);
 
 }  // namespace servetune

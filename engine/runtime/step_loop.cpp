@@ -264,8 +264,9 @@ void StepLoop::execute(const SchedulerOutput& out) {
   parts_.scheduler->complete(out);
   const auto now = EngineClock::now();
   size_t row = 0;
+  size_t token_offset = 0;  // the sequence's first row in the batch
   std::vector<uint64_t> done;
-  for (size_t i = 0; i < out.seqs.size(); ++i) {
+  for (size_t i = 0; i < out.seqs.size(); ++i, token_offset += static_cast<size_t>(out.seqs[i - 1].num_tokens)) {
     const ScheduledSeq& s = out.seqs[i];
     RequestState& st = *states_[static_cast<uint64_t>(s.seq->id)];
     if (!st.admitted) {
@@ -288,7 +289,7 @@ void StepLoop::execute(const SchedulerOutput& out) {
       continue;
     }
     try {
-      if (emit_tokens(st, s, row, now, rows.empty() ? -1 : parts_.runner->token(row), std::move(prompt_logits))) {
+      if (emit_tokens(st, s, row, token_offset, now, rows.empty() ? -1 : parts_.runner->token(row), std::move(prompt_logits))) {
         done.push_back(st.id());
       }
     } catch (const std::exception& ex) {
@@ -337,8 +338,8 @@ std::vector<SampleRow> StepLoop::device_rows(const SchedulerOutput& out) {
 // Takes one sampling sequence's tokens (from its logits rows starting at `row`, or `device_token` >= 0 drawn on the
 // device), counts them, lets the scheduler and speculator drop rejected drafts, and queues the step's event for it;
 // returns true when the request is finished.
-bool StepLoop::emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, EngineClock::time_point now,
-                           int32_t device_token, std::vector<float> prompt_logits) {
+bool StepLoop::emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, size_t token_offset,
+                           EngineClock::time_point now, int32_t device_token, std::vector<float> prompt_logits) {
   TokenEvent e;
   e.prompt_logits = std::move(prompt_logits);
   const RequestState::Emitted r =
@@ -353,6 +354,7 @@ bool StepLoop::emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, 
     if (per_position.size() < num_draft) per_position.resize(num_draft, 0);
     for (int64_t i = 0; i < r.accepted; ++i) ++per_position[static_cast<size_t>(i)];
     if (!r.finished) {
+      if (!r.path.empty()) keep_tree_path(st.seq, token_offset, r.path);
       parts_.scheduler->accept_draft(&st.seq, r.accepted);
       parts_.speculator->rollback(st.seq.id, st.seq.tokens);
     }
@@ -372,12 +374,35 @@ void StepLoop::hand_hidden_states(const SchedulerOutput& out) {
     throw Error(ErrorKind::kInternal, "the model returned no hidden states for the draft head");
   }
   const size_t width = rows.size() / static_cast<size_t>(out.num_tokens);
+  hidden_width_ = width;
   size_t offset = 0;
   for (const ScheduledSeq& s : out.seqs) {
-    const size_t count = static_cast<size_t>(s.num_tokens) * width;
+    // A draft tree's nodes are not positions yet: its root's row now, the accepted path's after verification.
+    const bool tree = s.num_draft > 0 && !s.seq->draft_parents.empty();
+    const size_t count = static_cast<size_t>(tree ? s.num_tokens - s.num_draft : s.num_tokens) * width;
     parts_.speculator->target_hidden(s.seq->id, s.seq->num_computed, rows.subspan(offset, count));
-    offset += count;
+    offset += static_cast<size_t>(s.num_tokens) * width;
   }
+}
+
+// An accepted draft-tree path (node indices, root to leaf): its K/V moves to the consecutive cache indices after the
+// root (complete() left num_computed just past the root; node j sits at num_computed + j), where accept_draft()
+// keeps it, and a draft head gets its hidden rows for those positions.
+void StepLoop::keep_tree_path(const Sequence& seq, size_t token_offset, std::span<const int32_t> path) {
+  std::vector<int64_t> src, dst;
+  for (size_t k = 0; k < path.size(); ++k) {
+    src.push_back(seq.num_computed + path[k]);
+    dst.push_back(seq.num_computed + static_cast<int64_t>(k));
+  }
+  parts_.runner->move_kv(seq.block_table, src, dst);
+  if (!parts_.speculator->wants_hidden()) return;
+  const std::span<const float> rows = parts_.runner->hidden_rows();
+  std::vector<float> kept;
+  for (const int32_t node : path) {
+    const auto from = rows.begin() + static_cast<long>((token_offset + 1 + static_cast<size_t>(node)) * hidden_width_);
+    kept.insert(kept.end(), from, from + static_cast<long>(hidden_width_));
+  }
+  parts_.speculator->target_hidden(seq.id, seq.num_computed, kept);
 }
 
 // Proposes speculative drafts for every decoding sequence in one batched call (the scheduler takes what fits
@@ -388,10 +413,12 @@ void StepLoop::propose_drafts() {
   for (auto& [id, st] : states_) {
     Sequence& seq = st->seq;
     st->draft_probs.clear();
+    seq.draft_parents.clear();
     if (seq.status != SeqStatus::kRunning || seq.num_uncomputed() != 1) continue;
     const int64_t room = std::min(parts_.num_draft_tokens, seq.max_total_len - seq.size() - 1);
     if (room <= 0 && !parts_.speculator->wants_hidden()) continue;
-    slots.push_back({seq.id, seq.tokens, std::max<int64_t>(room, 0), &st->params, st->draft_seed, &seq.draft, &st->draft_probs});
+    slots.push_back({seq.id, seq.tokens, std::max<int64_t>(room, 0), &st->params, st->draft_seed, &seq.draft,
+                     &st->draft_probs, &seq.draft_parents});
   }
   if (slots.empty()) return;
   // Too many decoding requests for speculation to pay: no drafts this step (a draft head still catches up on the

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -73,8 +74,9 @@ class StepLoop {
   void fail_step(const SchedulerOutput& out, const std::string& error);
   void abort_all();
   std::vector<SampleRow> device_rows(const SchedulerOutput& out);
-  bool emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, EngineClock::time_point now,
+  bool emit_tokens(RequestState& st, const ScheduledSeq& s, size_t row, size_t token_offset, EngineClock::time_point now,
                    int32_t device_token, std::vector<float> prompt_logits = {});
+  void keep_tree_path(const Sequence& seq, size_t token_offset, std::span<const int32_t> path);
   std::vector<float> take_prompt_logits(RequestState& st, size_t row, int64_t count);
   void propose_drafts();
   void hand_hidden_states(const SchedulerOutput& out);
@@ -100,7 +102,8 @@ class StepLoop {
   std::thread thread_;
 
   // Engine thread only.
-  bool replicas_busy_ = false;  // DP attention: some replica had a batch at the last step (so no waiting now)
+  bool replicas_busy_ = false;
+  size_t hidden_width_ = 0;  // the model's hidden size, as the last hand_hidden_states() found it  // DP attention: some replica had a batch at the last step (so no waiting now)
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> states_;
   EventOutbox outbox_;
   EngineStats counters_;  // the counters; publish_stats adds the gauges

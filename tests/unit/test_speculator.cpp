@@ -4,6 +4,7 @@
 // sampling (with temperature, top-k and penalties), and that it catches a deliberately broken acceptance rule.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -185,6 +186,52 @@ int draft_model_run(const SamplingParams& p, uint64_t seed, bool broken, int64_t
   return encode(out);
 }
 
+// A draft tree (as DraftHeadSpeculator builds one, deterministic): the root's three most likely tokens under the fake
+// draft model, and each of those's two most likely children; verified in one go with verify_tree.
+std::vector<int32_t> top_tokens(const std::vector<float>& l, size_t k) {
+  std::vector<int32_t> ids(l.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[static_cast<size_t>(a)] > l[static_cast<size_t>(b)]; });
+  ids.resize(k);
+  return ids;
+}
+
+int tree_run(const SamplingParams& p, uint64_t seed, bool broken, int64_t& drafted, int64_t& accepted) {
+  Sampler sampler(p, seed, kPrompt);
+  if (broken) sampler.break_verification_for_test();
+  std::vector<int32_t> ctx = kPrompt, out;
+  while (static_cast<int>(out.size()) < kOutputLen) {
+    std::vector<int32_t> draft, parents;
+    for (const int32_t child : top_tokens(fake_draft_logits(ctx), 3)) {
+      const auto at = static_cast<int32_t>(draft.size());
+      draft.push_back(child);
+      parents.push_back(-1);
+      std::vector<int32_t> c = ctx;
+      c.push_back(child);
+      for (const int32_t grandchild : top_tokens(fake_draft_logits(c), 2)) {
+        draft.push_back(grandchild);
+        parents.push_back(at);
+      }
+    }
+    std::vector<std::vector<float>> rows = {fake_logits(ctx)};  // row 1 + i: after node i's path
+    for (size_t i = 0; i < draft.size(); ++i) {
+      std::vector<int32_t> c = ctx;
+      if (parents[i] >= 0) c.push_back(draft[static_cast<size_t>(parents[i])]);
+      c.push_back(draft[i]);
+      rows.push_back(fake_logits(c));
+    }
+    drafted += 2;  // the tree's depth: what a chain of its length could have accepted
+    accepted += static_cast<int64_t>(verify_tree(
+        sampler, draft, parents, [&](size_t j) { return std::span<float>(rows[j]); }, [] { return std::vector<int32_t>{}; },
+        [&](SampleResult& r) {
+          ctx.push_back(r.token);
+          out.push_back(r.token);
+          return static_cast<int>(out.size()) >= kOutputLen;
+        }).size());
+  }
+  return encode(out);
+}
+
 // Two-sample chi-square statistic over the joint distribution of the whole output (cells with few observations
 // pooled) and the critical value at p = 1e-6 (Wilson-Hilferty).
 std::pair<double, double> chi_square(const std::map<int, int64_t>& a, const std::map<int, int64_t>& b) {
@@ -218,18 +265,22 @@ struct Outcome {
   double acceptance;
 };
 
-Outcome compare(const SamplingParams& p, bool broken, bool draft_model = false) {
+enum class Drafts { kNgram, kDraftModel, kTree };
+
+Outcome compare(const SamplingParams& p, bool broken, Drafts drafts = Drafts::kNgram) {
   constexpr int kRuns = 40000;
   std::map<int, int64_t> plain, spec;
   int64_t drafted = 0, accepted = 0;
+  const auto run = drafts == Drafts::kTree ? &tree_run : drafts == Drafts::kDraftModel ? &draft_model_run : &speculative_run;
   for (int i = 0; i < kRuns; ++i) {
     ++plain[plain_run(p, 1000003ull * static_cast<uint64_t>(i) + 1)];
     const uint64_t seed = 2000003ull * static_cast<uint64_t>(i) + 7;
-    ++spec[draft_model ? draft_model_run(p, seed, broken, drafted, accepted) : speculative_run(p, seed, broken, drafted, accepted)];
+    ++spec[run(p, seed, broken, drafted, accepted)];
   }
   auto [stat, critical] = chi_square(plain, spec);
   std::printf("%s%s rule, temperature %.1f top_k %d: chi-square %.1f (critical at p=1e-6: %.1f), acceptance %.2f\n",
-              draft_model ? "draft-model drafts, " : "", broken ? "broken" : "correct", static_cast<double>(p.temperature), p.top_k, stat, critical,
+              drafts == Drafts::kTree ? "tree drafts, " : drafts == Drafts::kDraftModel ? "draft-model drafts, " : "",
+              broken ? "broken" : "correct", static_cast<double>(p.temperature), p.top_k, stat, critical,
               static_cast<double>(accepted) / static_cast<double>(std::max<int64_t>(1, drafted)));
   return {stat, critical, static_cast<double>(accepted) / static_cast<double>(std::max<int64_t>(1, drafted))};
 }
@@ -263,7 +314,7 @@ TEST(VerifyDraft, ChiSquareCatchesABrokenAcceptanceRule) {
 
 TEST(VerifyDraft, DraftModelSamplingKeepsTheTargetDistribution) {
   for (const SamplingParams& p : param_sets()) {
-    const Outcome o = compare(p, false, true);
+    const Outcome o = compare(p, false, Drafts::kDraftModel);
     EXPECT_LT(o.stat, o.critical) << "temperature " << p.temperature << " top_k " << p.top_k;
     EXPECT_GT(o.acceptance, 0.2) << "the test needs drafts that get accepted";
     EXPECT_LT(o.acceptance, 0.95) << "the test needs drafts that get rejected";
@@ -273,9 +324,61 @@ TEST(VerifyDraft, DraftModelSamplingKeepsTheTargetDistribution) {
 TEST(VerifyDraft, ChiSquareCatchesABrokenDraftModelAcceptanceRule) {
   // After a rejection, drawing from p instead of the residual max(0, p - q) over-weights the draft's tokens.
   for (const SamplingParams& p : param_sets()) {
-    const Outcome o = compare(p, true, true);
+    const Outcome o = compare(p, true, Drafts::kDraftModel);
     EXPECT_GT(o.stat, o.critical) << "temperature " << p.temperature << " top_k " << p.top_k;
   }
+}
+
+// Siblings tried in order, each with its probability under p minus the siblings rejected before it (recursive
+// rejection sampling with one-hot draft distributions), keep p.
+TEST(VerifyTree, SiblingRejectionSamplingKeepsTheTargetDistribution) {
+  for (const SamplingParams& p : param_sets()) {
+    const Outcome o = compare(p, false, Drafts::kTree);
+    EXPECT_LT(o.stat, o.critical) << "temperature " << p.temperature << " top_k " << p.top_k;
+    EXPECT_GT(o.acceptance, 0.2) << "the test needs drafts that get accepted";
+  }
+}
+
+TEST(VerifyTree, ChiSquareCatchesABrokenSiblingRule) {
+  // Trying each sibling against the full p (not p without the rejected ones) over-weights the later siblings.
+  for (const SamplingParams& p : param_sets()) {
+    const Outcome o = compare(p, true, Drafts::kTree);
+    EXPECT_GT(o.stat, o.critical) << "temperature " << p.temperature << " top_k " << p.top_k;
+  }
+}
+
+// Greedy: the walk follows the target's argmax through the tree and stops where no child has it.
+TEST(VerifyTree, GreedyFollowsTheArgmaxPath) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  Sampler sampler(greedy, 1, kPrompt);
+  std::vector<int32_t> ctx = kPrompt;
+  const auto argmax = [](const std::vector<float>& l) {
+    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  };
+  const int32_t a = argmax(fake_logits(ctx));
+  std::vector<int32_t> c = ctx;
+  c.push_back(a);
+  const int32_t b = argmax(fake_logits(c));
+  // Node 0: a wrong child of the root; node 1: a (right); node 2: a wrong child of 1; node 3: b (right, a leaf).
+  const std::vector<int32_t> draft = {(a + 1) % kVocab, a, (b + 2) % kVocab, b}, parents = {-1, -1, 1, 1};
+  std::vector<std::vector<float>> rows = {fake_logits(ctx)};
+  for (size_t i = 0; i < draft.size(); ++i) {
+    std::vector<int32_t> r = ctx;
+    if (parents[i] >= 0) r.push_back(draft[static_cast<size_t>(parents[i])]);
+    r.push_back(draft[i]);
+    rows.push_back(fake_logits(r));
+  }
+  std::vector<int32_t> emitted;
+  const std::vector<int32_t> path = verify_tree(
+      sampler, draft, parents, [&](size_t j) { return std::span<float>(rows[j]); }, [] { return std::vector<int32_t>{}; },
+      [&](SampleResult& r) {
+        emitted.push_back(r.token);
+        return false;
+      });
+  EXPECT_EQ(path, (std::vector<int32_t>{1, 3}));
+  c.push_back(b);
+  EXPECT_EQ(emitted, (std::vector<int32_t>{a, b, argmax(fake_logits(c))}));  // the leaf's bonus token last
 }
 
 TEST(DraftDistribution, IsTheSamplersFilteredTemperedSoftmax) {
