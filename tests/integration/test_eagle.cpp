@@ -88,7 +88,7 @@ TEST(EagleHead, ChainedDraftsMatchTransformers) {
   ctx.kv_tokens = 256;
   ctx.page_size = 4;
   ctx.max_batch_tokens = 5;  // catch-up in chunks
-  DraftHeadSpeculator spec(std::shared_ptr<Model>(head, &head->model()), ctx, 3, "eagle");
+  DraftHeadSpeculator spec(std::shared_ptr<Model>(head, &head->model()), ctx, DraftTreeShape{3, 1, 3}, "eagle");
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   int64_t id = 1;

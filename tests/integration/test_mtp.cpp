@@ -136,7 +136,7 @@ TEST(DraftHeadSpeculatorRollback, DraftsEqualAFreshSpeculatorsUnderRandomSteps) 
   SpeculatorContext ctx = head_context(ck, *backend, 2048, false);
   ctx.max_batch_tokens = 24;  // prompt catch-up in several chunks
   const int64_t width = ck.config().hidden, vocab = ck.config().vocab;
-  DraftHeadSpeculator spec(ck.load_next_n(*backend), ctx, 3, "mtp");
+  DraftHeadSpeculator spec(ck.load_next_n(*backend), ctx, DraftTreeShape{3, 1, 3}, "mtp");
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   std::mt19937_64 rng(7);
@@ -169,7 +169,7 @@ TEST(DraftHeadSpeculatorRollback, DraftsEqualAFreshSpeculatorsUnderRandomSteps) 
       const std::vector<int32_t>& d = drafts[i];
       ASSERT_FALSE(d.empty());
       {  // a fresh speculator given the whole history drafts the same
-        DraftHeadSpeculator fresh(ck.load_next_n(*backend), ctx, 3, "mtp");
+        DraftHeadSpeculator fresh(ck.load_next_n(*backend), ctx, DraftTreeShape{3, 1, 3}, "mtp");
         const auto n = static_cast<int64_t>(tokens.size());
         fresh.target_hidden(ids[i], 0, fake_rows(tokens, 0, n - 1, width));
         std::vector<int32_t> fd;
@@ -217,8 +217,8 @@ TEST(DraftHeadSpeculatorPrefixCache, ACachedPrefixNeedsNoStatesItDidNotGet) {
   auto backend = make_backend("cpu", 2);
   const SpeculatorContext ctx = head_context(ck, *backend, 512, true);
   const int64_t width = ck.config().hidden;
-  DraftHeadSpeculator spec(ck.load_next_n(*backend), ctx, 2, "mtp");
-  DraftHeadSpeculator fresh(ck.load_next_n(*backend), ctx, 2, "mtp");
+  DraftHeadSpeculator spec(ck.load_next_n(*backend), ctx, DraftTreeShape{2, 1, 2}, "mtp");
+  DraftHeadSpeculator fresh(ck.load_next_n(*backend), ctx, DraftTreeShape{2, 1, 2}, "mtp");
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   std::vector<int32_t> shared(40);

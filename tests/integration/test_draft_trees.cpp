@@ -1,0 +1,77 @@
+// Draft trees (speculative_eagle_topk > 1) end to end: greedy outputs identical with and without speculation at topk
+// 2-4 (concurrency 1 and 32, chunked prefill, prefix caching, preemption) for a random EAGLE head on stories260K,
+// DeepSeek-V3 tiny's trained MTP layer and SmolLM2's trained EAGLE head; sampled token distributions unchanged
+// (chi-square); tree settings the engine cannot honour are clear errors.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "speculative_checks.h"
+
+namespace servetune {
+namespace {
+
+// A random head rarely agrees with the target: identity through rejections of whole trees, partial paths and KV moves.
+TEST(DraftTrees, Stories260KGreedyIdenticalWithRandomEagleHeadTopk2) {
+  check_model(testing::stories_path(), kStoriesTexts, 64, 80, {"EAGLE", testing::data_path(kStoriesHead), -1.0, 3, 0, 2, 6});
+}
+TEST(DraftTrees, Stories260KGreedyIdenticalWithRandomEagleHeadTopk4) {
+  check_model(testing::stories_path(), kStoriesTexts, 64, 80, {"EAGLE", testing::data_path(kStoriesHead), -1.0, 4, 0, 4, 12});
+}
+// The trained MTP layer (a latent cache: MLA tree attention in the target and in the head): drafts get accepted.
+TEST(DraftTrees, DeepSeekV3MtpGreedyIdenticalTopk2) {
+  check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"mtp", "", 0.05, 3, 0, 2, 6});
+}
+TEST(DraftTrees, DeepSeekV3MtpGreedyIdenticalTopk3AsEagle) {
+  check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"EAGLE", "", 0.05, 2, 0, 3, 8});
+}
+// SGLang's llama default tree (5 steps, topk 4, 8 draft tokens) on the trained SmolLM2 head.
+TEST(DraftTrees, SmolLM2GreedyIdenticalWithTrainedEagleHeadTopk4) {
+  SERVETUNE_REQUIRE_FILE(testing::data_path("eagle/smollm2_head/model.safetensors"));
+  check_model(testing::smollm2_path(), kSmolTexts, 40, 48, {"EAGLE", testing::data_path("eagle/smollm2_head"), 0.05, 5, 0, 4, 8});
+}
+// Steps with 8 or more decoding requests draft nothing; the others verify trees.
+TEST(DraftTrees, DeepSeekV3MtpGreedyIdenticalWhenDisabledByBatchSize) {
+  check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"mtp", "", 0.05, 2, 8, 2, 5});
+}
+
+// Siblings verified by recursive rejection sampling keep the target's distribution.
+TEST(DraftTrees, Stories260KSampledDistributionUnchangedWithEagleHeadTree) {
+  check_sampled_distribution({"EAGLE", testing::data_path(kStoriesHead), 0.0, 3, 0, 3, 8});
+}
+TEST(DraftTrees, DeepSeekV3MtpSampledDistributionUnchangedWithTree) {
+  check_sampled_distribution({"mtp", "", 0.0, 2, 0, 2, 5}, testing::data_path(kMtpModel));
+}
+
+TEST(DraftTrees, BadTreeSettingsAreClearErrors) {
+  struct Bad {
+    int steps, topk, draft_tokens;
+    std::string device;
+    int tp_size;
+    ErrorKind kind;
+    std::string says;
+  };
+  for (const Bad& b : {Bad{2, 2, 8, "cpu", 1, ErrorKind::kUsage, "exceeds the tree's 6 candidates"},
+                       Bad{20, 4, 8, "cpu", 1, ErrorKind::kUsage, "must be at most 64 (the draft head's tree)"},
+                       Bad{2, 2, 5, "cuda", 1, ErrorKind::kUnsupported, "implemented on device cpu only"},
+                       Bad{2, 2, 5, "cpu", 2, ErrorKind::kUnsupported, "tp_size > 1 is not implemented yet"}}) {
+    EngineConfig c = config(testing::data_path(kMtpModel), {"mtp", "", 0.0, b.steps, 0, b.topk, b.draft_tokens});
+    c.device = parse_device(b.device);
+    c.tp_size = b.tp_size;
+    try {
+      c.validate();
+      ADD_FAILURE() << "steps " << b.steps << " topk " << b.topk << " draft tokens " << b.draft_tokens << " on " << b.device
+                    << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), b.kind) << e.what();
+      EXPECT_NE(std::string(e.what()).find(b.says), std::string::npos) << e.what();
+    }
+  }
+  EngineConfig ok = config(testing::data_path(kMtpModel), {"mtp", "", 0.0, 5, 0, 4, 8});
+  EXPECT_NO_THROW(ok.validate());
+  ok.speculative_num_steps = 0;  // SGLang's llama defaults fill in the steps (5)
+  ok.speculative_num_draft_tokens = 0;
+  EXPECT_NO_THROW(ok.validate());
+}
+
+}  // namespace
+}  // namespace servetune
