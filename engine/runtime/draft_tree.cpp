@@ -2,10 +2,10 @@
 // children, the expansion steps over the head's own tree-masked cache, and the choice of the num_nodes best nodes.
 // Invariant: the fed nodes' cache rows lie past the request's real positions and propose() truncates them.
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 #include <utility>
 
+#include "backend/cpu/vector_math.h"
 #include "core/error.h"
 #include "model/kv_storage.h"
 #include "model/model.h"
@@ -14,24 +14,25 @@
 namespace servetune {
 namespace {
 
-// The k most probable tokens of softmax(logits), ties to the lower id, with their probabilities.
-void draft_top_k(std::span<const float> logits, int64_t k, std::vector<int32_t>& order,
+// The k most probable tokens of softmax(logits), ties to the lower id, with their probabilities: one pass keeping the
+// best k (k is small), and the softmax's normaliser from the vectorised exp.
+void draft_top_k(std::span<const float> logits, int64_t k, std::vector<float>& scratch,
                  std::vector<std::pair<int32_t, double>>& out) {
-  const float max = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (const float l : logits) sum += std::exp(static_cast<double>(l - max));
-  order.resize(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  const auto count = static_cast<long>(std::min<size_t>(static_cast<size_t>(k), order.size()));
-  std::partial_sort(order.begin(), order.begin() + count, order.end(), [&](int32_t a, int32_t b) {
-    const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
-    return la > lb || (la == lb && a < b);
-  });
-  out.clear();
-  for (long i = 0; i < count; ++i) {
-    const int32_t t = order[static_cast<size_t>(i)];
-    out.emplace_back(t, std::exp(static_cast<double>(logits[static_cast<size_t>(t)] - max)) / sum);
+  const float max = cpu::max_value(logits);
+  scratch.resize(logits.size());
+  const double sum = cpu::exp_scaled(logits, max, 1.0f, scratch);
+  const auto count = static_cast<size_t>(std::min<int64_t>(k, static_cast<int64_t>(logits.size())));
+  std::vector<int32_t> best;  // ids, best first
+  for (size_t t = 0; t < logits.size(); ++t) {
+    const float l = logits[t];
+    if (best.size() == count && !(l > logits[static_cast<size_t>(best.back())])) continue;
+    size_t at = best.size();
+    while (at > 0 && l > logits[static_cast<size_t>(best[at - 1])]) --at;
+    best.insert(best.begin() + static_cast<long>(at), static_cast<int32_t>(t));
+    if (best.size() > count) best.pop_back();
   }
+  out.clear();
+  for (const int32_t t : best) out.emplace_back(t, static_cast<double>(scratch[static_cast<size_t>(t)]) / sum);
 }
 
 // Candidate indices by score, best first; ties keep the lower index (so a parent ranks before its children).
@@ -48,9 +49,9 @@ std::vector<int32_t> by_score(const std::vector<Candidate>& cands, std::vector<i
 // The first draft forward's distribution: its top-k tokens are the root's children, all of them fed next.
 void DraftHeadSpeculator::tree_root(Active& a, std::span<const float> logits, std::span<const float> hidden) {
   a.last.assign(hidden.begin(), hidden.end());
-  std::vector<int32_t> order;
+  std::vector<float> scratch;
   std::vector<std::pair<int32_t, double>> top;
-  draft_top_k(logits, topk_, order, top);
+  draft_top_k(logits, topk_, scratch, top);
   for (const auto& [token, p] : top) {
     a.beam.push_back(static_cast<int32_t>(a.cands.size()));
     a.cands.push_back({token, -1, p, 1, 0, {}});
@@ -62,7 +63,7 @@ void DraftHeadSpeculator::tree_root(Active& a, std::span<const float> logits, st
 void DraftHeadSpeculator::tree_steps(std::vector<Active>& active) {
   const auto vocab = static_cast<size_t>(model_->config().vocab);
   const auto width = static_cast<size_t>(hidden_);
-  std::vector<int32_t> order;
+  std::vector<float> scratch;
   std::vector<std::pair<int32_t, double>> top;
   for (int64_t step = 1;; ++step) {
     std::vector<Active*> stepping;
@@ -113,7 +114,7 @@ void DraftHeadSpeculator::tree_steps(std::vector<Active>& active) {
       for (const int32_t c : a.beam) {
         const auto h = hidden.subspan(row * width, width);
         a.cands[static_cast<size_t>(c)].out.assign(h.begin(), h.end());
-        draft_top_k(std::span<const float>(logits_.data() + row * vocab, vocab), topk_, order, top);
+        draft_top_k(std::span<const float>(logits_.data() + row * vocab, vocab), topk_, scratch, top);
         ++row;
         const double score = a.cands[static_cast<size_t>(c)].score;
         const int32_t depth = a.cands[static_cast<size_t>(c)].depth + 1;
