@@ -180,13 +180,13 @@ void validate_draft_tree(const EngineConfig& c) {
     if (!ok) throw_unsupported(what);
   };
   const int64_t topk = c.speculative_eagle_topk;
-  const int64_t steps = c.speculative_num_steps > 0 ? c.speculative_num_steps : 5;  // speculator.cpp's tree default
-  const int64_t nodes = c.speculative_num_draft_tokens > 0 ? c.speculative_num_draft_tokens : 8;
   usage(topk <= 16, "speculative_eagle_topk must be at most 16");
+  const int64_t steps = c.speculative_num_steps > 0 ? c.speculative_num_steps : 5;  // speculator.cpp's tree defaults
+  const int64_t candidates = topk + (steps - 1) * topk * topk;
+  const int64_t nodes = c.speculative_num_draft_tokens > 0 ? c.speculative_num_draft_tokens : std::min<int64_t>(8, candidates + 1);
   // The head's tree holds (steps - 1) x topk expanded nodes, the target's `nodes`: one 64-bit ancestor mask each.
   usage((steps - 1) * topk <= 64, "speculative_eagle_topk x (speculative_num_steps - 1) must be at most 64 (the draft "
                                   "head's tree), got " + std::to_string(topk) + " x " + std::to_string(steps - 1));
-  const int64_t candidates = topk + (steps - 1) * topk * topk;
   usage(nodes - 1 <= candidates, "speculative_num_draft_tokens " + std::to_string(nodes) + " exceeds the tree's " +
                                      std::to_string(candidates) + " candidates + 1 (topk + (num_steps - 1) x topk^2, "
                                      "plus the root)");

@@ -100,8 +100,11 @@ int64_t speculative_draft_tokens(const EngineConfig& config) {
     return config.speculative_num_draft_tokens > 0 ? config.speculative_num_draft_tokens : kDefaultDraftTokens;
   }
   if (config.speculative_eagle_topk <= 1) return speculative_draft_steps(config);
-  // A tree: num_draft_tokens counts its nodes with the root (the last accepted token), as in SGLang.
-  return (config.speculative_num_draft_tokens > 0 ? config.speculative_num_draft_tokens : kDefaultTreeDraftTokens) - 1;
+  // A tree: num_draft_tokens counts its nodes with the root (the last accepted token), as in SGLang; by default 8,
+  // or every candidate of a smaller tree.
+  if (config.speculative_num_draft_tokens > 0) return config.speculative_num_draft_tokens - 1;
+  const int64_t topk = config.speculative_eagle_topk, steps = speculative_draft_steps(config);
+  return std::min<int64_t>(kDefaultTreeDraftTokens - 1, topk + (steps - 1) * topk * topk);
 }
 
 int64_t verify_draft(Sampler& sampler, std::span<const int32_t> draft, const std::function<std::span<float>(size_t)>& row,

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "chi_square.h"
 #include "servetune/engine.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
@@ -241,26 +242,8 @@ void check_sampled_distribution(const Spec& speculation, const std::string& mode
     std::map<int32_t, std::pair<int64_t, int64_t>> cells;
     for (const auto& o : plain) ++cells[o[static_cast<size_t>(pos)]].first;
     for (const auto& o : spec) ++cells[o[static_cast<size_t>(pos)]].second;
-    double stat = 0.0;
-    int df = -1;
-    int64_t pa = 0, pb = 0;
-    for (const auto& [tok, ab] : cells) {
-      if (ab.first + ab.second < 20) {
-        pa += ab.first;
-        pb += ab.second;
-        continue;
-      }
-      const double d = static_cast<double>(ab.first - ab.second);
-      stat += d * d / static_cast<double>(ab.first + ab.second);
-      ++df;
-    }
-    if (pa + pb > 0) {
-      const double d = static_cast<double>(pa - pb);
-      stat += d * d / static_cast<double>(pa + pb);
-      ++df;
-    }
+    const auto [stat, critical, df] = testing::two_sample_chi_square(cells);
     ASSERT_GT(df, 0);
-    const double k = 2.0 / (9.0 * df), critical = df * std::pow(1.0 - k + 4.753 * std::sqrt(k), 3.0);
     EXPECT_LT(stat, critical) << "position " << pos << " (df " << df << ")";
     std::printf("position %d: chi-square %.1f, df %d, critical %.1f\n", pos, stat, df, critical);
   }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "runtime/speculator.h"
 #include "speculative_checks.h"
 
 namespace servetune {
@@ -71,6 +72,10 @@ TEST(DraftTrees, BadTreeSettingsAreClearErrors) {
   ok.speculative_num_steps = 0;  // SGLang's llama defaults fill in the steps (5)
   ok.speculative_num_draft_tokens = 0;
   EXPECT_NO_THROW(ok.validate());
+  EXPECT_EQ(speculative_draft_tokens(ok), 7);
+  ok.speculative_num_steps = 1;  // a tree of 4 candidates: all of them by default
+  EXPECT_NO_THROW(ok.validate());
+  EXPECT_EQ(speculative_draft_tokens(ok), 4);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <random>
 
+#include "chi_square.h"
 #include "runtime/draft_speculator.h"
 #include "runtime/speculator.h"
 
@@ -232,32 +233,13 @@ int tree_run(const SamplingParams& p, uint64_t seed, bool broken, int64_t& draft
   return encode(out);
 }
 
-// Two-sample chi-square statistic over the joint distribution of the whole output (cells with few observations
-// pooled) and the critical value at p = 1e-6 (Wilson-Hilferty).
+// Two-sample chi-square over the joint distribution of the whole output (tests/chi_square.h).
 std::pair<double, double> chi_square(const std::map<int, int64_t>& a, const std::map<int, int64_t>& b) {
   std::map<int, std::pair<int64_t, int64_t>> cells;
   for (const auto& [k, v] : a) cells[k].first += v;
   for (const auto& [k, v] : b) cells[k].second += v;
-  double stat = 0.0;
-  int df = -1;
-  int64_t pool_a = 0, pool_b = 0;
-  for (const auto& [k, ab] : cells) {
-    if (ab.first + ab.second < 20) {
-      pool_a += ab.first;
-      pool_b += ab.second;
-      continue;
-    }
-    const double d = static_cast<double>(ab.first - ab.second);
-    stat += d * d / static_cast<double>(ab.first + ab.second);
-    ++df;
-  }
-  if (pool_a + pool_b > 0) {
-    const double d = static_cast<double>(pool_a - pool_b);
-    stat += d * d / static_cast<double>(pool_a + pool_b);
-    ++df;
-  }
-  const double z = 4.753, k = 2.0 / (9.0 * df);
-  return {stat, df * std::pow(1.0 - k + z * std::sqrt(k), 3.0)};
+  const testing::ChiSquare c = testing::two_sample_chi_square(cells);
+  return {c.stat, c.critical};
 }
 
 struct Outcome {
