@@ -1,9 +1,11 @@
 // EAGLE draft heads (EAGLE-2's layout): a random head for stories260K (scripts/gen_eagle_goldens.py) gives
 // transformers' logits and hidden states given the target's hidden states, in one pass and token by token; the
 // target's returned hidden states match transformers'; the draft-head speculator chains its drafts as the reference
-// does; heads that do not fit their target, and heads given as models, are clear errors.
+// does, and its draft trees expand each node as the head run on that node's path alone; heads that do not fit their
+// target, and heads given as models, are clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -102,6 +104,81 @@ TEST(EagleHead, ChainedDraftsMatchTransformers) {
     EXPECT_EQ(draft, c.at("chain").at("tokens").get<std::vector<int32_t>>()) << "case " << id;
     spec.release(id++);
   }
+  EXPECT_EQ(spec.blocks().num_used_blocks(), 0);
+}
+
+// A draft tree (topk 2, 3 steps, every candidate kept): the children of the root and of every expanded node are the
+// top 2 of the head run on that node's path alone (each path's own cache, the head's hidden states chained), so the
+// tree-masked draft steps see exactly their ancestors.
+TEST(EagleHead, TreeChildrenAreTheTopKOfEachPathAlone) {
+  SERVETUNE_REQUIRE_FILE(testing::data_path(kHead + "/model.safetensors"));
+  Checkpoint ck(testing::stories_path(), LoadFormat::kAuto);
+  auto backend = make_backend("cpu", 2);
+  auto head = std::make_shared<EagleHead>(testing::data_path(kHead), ck, *backend);
+  Model& m = head->model();
+  SpeculatorContext ctx;
+  ctx.backend = backend.get();
+  ctx.kv_tokens = 256;
+  ctx.page_size = 4;
+  DraftHeadSpeculator spec(std::shared_ptr<Model>(head, &head->model()), ctx, DraftTreeShape{3, 2, 10}, "eagle");
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const auto& c = goldens().at("cases").at(0);
+  const auto tokens = c.at("tokens").get<std::vector<int32_t>>();
+  const std::vector<float> h = flat_rows(c.at("hidden").get<std::vector<std::vector<float>>>());
+  spec.target_hidden(1, 0, h);
+  std::vector<int32_t> draft, parents;
+  std::vector<float> q;
+  const DraftSlot slot{1, tokens, 10, &greedy, 0, &draft, &q, &parents};
+  spec.propose(std::span<const DraftSlot>(&slot, 1));
+  ASSERT_EQ(draft.size(), 10u);  // 2 + 2 x 2^2 candidates
+  ASSERT_EQ(parents.size(), 10u);
+  const auto vocab = static_cast<size_t>(m.config().vocab);
+  const auto d = static_cast<size_t>(m.config().hidden);
+  const int n = static_cast<int>(tokens.size());
+  const auto top2 = [&](const std::vector<float>& logits, size_t row) {
+    std::vector<int32_t> ids(vocab);
+    for (size_t i = 0; i < vocab; ++i) ids[i] = static_cast<int32_t>(i);
+    const float* l = logits.data() + row * vocab;
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    ids.resize(2);
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  };
+  // The head on the context, then on `path` one token at a time: the top 2 after the last.
+  const auto children_of_path = [&](const std::vector<int32_t>& path) {
+    std::vector<int32_t> seq(tokens.begin() + 1, tokens.end());
+    seq.insert(seq.end(), path.begin(), path.end());
+    KvStorage kv(*backend, m.config(), m.local_kv_heads(), 16, 4, DType::kF32);
+    Batch b = one_sequence(seq, 0, n - 1, 4, 16);
+    b.input_hidden = h;
+    b.return_hidden = true;
+    std::vector<float> logits;
+    m.forward(b, kv, logits);
+    size_t row = static_cast<size_t>(n - 2);
+    for (size_t j = 0; j < path.size(); ++j) {
+      const auto hidden = m.hidden_rows();
+      std::vector<float> last(hidden.begin() + static_cast<long>(row * d), hidden.begin() + static_cast<long>((row + 1) * d));
+      Batch step = one_sequence(seq, n - 1 + static_cast<int>(j), n + static_cast<int>(j), 4, 16);
+      step.input_hidden = last;
+      step.return_hidden = true;
+      m.forward(step, kv, logits);
+      row = 0;
+    }
+    return top2(logits, row);
+  };
+  for (int32_t node = -1; node < 10; ++node) {
+    std::vector<int32_t> children;
+    for (size_t i = 0; i < draft.size(); ++i) {
+      if (parents[i] == node) children.push_back(draft[i]);
+    }
+    if (children.empty()) continue;  // a leaf, or a candidate the beam did not expand
+    std::sort(children.begin(), children.end());
+    std::vector<int32_t> path;
+    for (int32_t a = node; a >= 0; a = parents[static_cast<size_t>(a)]) path.insert(path.begin(), draft[static_cast<size_t>(a)]);
+    EXPECT_EQ(children, children_of_path(path)) << "node " << node << " at depth " << path.size();
+  }
+  spec.release(1);
   EXPECT_EQ(spec.blocks().num_used_blocks(), 0);
 }
 
