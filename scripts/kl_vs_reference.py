@@ -9,7 +9,10 @@ Inputs are two runs over the same chunks (llama-perplexity's windowing):
   servetune perplexity ... --ctx C --chunks K --save-logprobs ST.logprobs
   llama-perplexity -m MODEL -f TEXT -c C -b C --chunks K --kl-divergence-base LLAMA.kld
 The chunk tokens come from the files (both must hold the same). Prints, per engine, KL(reference || engine) mean,
-median, p99 and max in nats, and top-1 agreement with the reference; --json writes them.
+median, p99 and max in nats, and top-1 agreement with the reference, then the paired difference of the two engines'
+mean KL with a 95% bootstrap interval over chunks (each chunk's activation-quantisation noise is an independent draw
+per engine, so the chunks are the unit of resampling); --json writes them. The files are read a chunk at a time
+(a servetune file holds 200 KB per position), so hundreds of chunks fit in memory.
 
 Usage: .venv/bin/python scripts/kl_vs_reference.py MODEL.gguf ST.logprobs LLAMA.kld [--json OUT]
 """
@@ -94,35 +97,43 @@ def read_servetune(path):
             sys.exit(f'{path}: not a servetune --save-logprobs file')
         ctx, vocab, chunks = struct.unpack('<3i', f.read(12))
         tokens = np.frombuffer(f.read(4 * ctx * chunks), dtype=np.int32).reshape(chunks, ctx)
-        first = ctx // 2
-        rows = np.frombuffer(f.read(), dtype=np.float32).reshape(chunks, ctx - 1 - first, vocab)
+    first = ctx // 2
+    rows = np.memmap(path, dtype=np.float32, mode='r', offset=20 + 4 * ctx * chunks, shape=(chunks, ctx - 1 - first, vocab))
     return ctx, vocab, tokens, rows
 
 
-def read_llama(path, vocab_expected):
-    with open(path, 'rb') as f:
-        if f.read(8) != b'_logits_':
-            sys.exit(f'{path}: not a llama-perplexity --kl-divergence-base file')
-        ctx, vocab, chunks = struct.unpack('<3i', f.read(12))
-        if vocab != vocab_expected:
-            sys.exit(f'{path}: vocabulary {vocab}, servetune file {vocab_expected}')
-        tokens = np.frombuffer(f.read(4 * ctx * chunks), dtype=np.int32).reshape(chunks, ctx)
+class LlamaRows:
+    """llama-perplexity's --kl-divergence-base file: per position a float32 scale and minimum, then uint16 codes."""
+
+    def __init__(self, path, vocab_expected):
+        with open(path, 'rb') as f:
+            if f.read(8) != b'_logits_':
+                sys.exit(f'{path}: not a llama-perplexity --kl-divergence-base file')
+            ctx, vocab, chunks = struct.unpack('<3i', f.read(12))
+            if vocab != vocab_expected:
+                sys.exit(f'{path}: vocabulary {vocab}, servetune file {vocab_expected}')
+            self.tokens = np.frombuffer(f.read(4 * ctx * chunks), dtype=np.int32).reshape(chunks, ctx)
+        self.ctx, self.vocab = ctx, vocab
         nv = 2 * ((vocab + 1) // 2) + 4
-        first = ctx // 2
-        raw = np.frombuffer(f.read(), dtype=np.uint16).reshape(chunks, ctx - 1 - first, nv)
-    head = raw[..., :4].copy().view(np.float32)  # scale, min log-prob
-    q = raw[..., 4:4 + vocab].astype(np.float64)
-    rows = head[..., 1:2].astype(np.float64) + head[..., 0:1].astype(np.float64) * q
-    return ctx, tokens, rows
+        self.raw = np.memmap(path, dtype=np.uint16, mode='r', offset=20 + 4 * ctx * chunks,
+                             shape=(chunks, ctx - 1 - ctx // 2, nv))
+
+    def __getitem__(self, c):
+        r = self.raw[c]
+        head = r[:, :4].copy().view(np.float32).astype(np.float64)  # scale, min log-prob
+        return head[:, 1:2] + head[:, 0:1] * r[:, 4:4 + self.vocab].astype(np.float64)
 
 
-def kl_stats(ref, rows):
+def kl_rows(ref, rows):
     # As llama-perplexity sums it: over the reference's tokens with log-probability above -16 (its file keeps 16 nats).
     p = np.where(ref > -16.0, np.exp(ref), 0.0)
-    kl = np.maximum((p * (ref - rows)).sum(-1), 0.0).ravel()
-    agree = (ref.argmax(-1) == rows.argmax(-1)).mean()
+    return np.maximum((p * (ref - rows)).sum(-1), 0.0), ref.argmax(-1) == rows.argmax(-1)
+
+
+def stats(kl, agree):
+    kl = kl.ravel()
     return {'kl_mean': float(kl.mean()), 'kl_median': float(np.median(kl)), 'kl_p99': float(np.percentile(kl, 99)),
-            'kl_max': float(kl.max()), 'top1_agreement': float(agree)}
+            'kl_max': float(kl.max()), 'top1_agreement': float(agree.mean())}
 
 
 def main():
@@ -133,18 +144,33 @@ def main():
     ap.add_argument('--json')
     a = ap.parse_args()
     ctx, vocab, tokens, st = read_servetune(a.servetune)
-    lctx, ltokens, ll = read_llama(a.llama, vocab)
-    if lctx != ctx or ltokens.shape != tokens.shape or not np.array_equal(ltokens, tokens):
+    ll = LlamaRows(a.llama, vocab)
+    if ll.ctx != ctx or ll.tokens.shape != tokens.shape or not np.array_equal(ll.tokens, tokens):
         sys.exit('the two runs scored other chunks (same text, ctx and chunks needed)')
     model = Reference(a.model)
     first = ctx // 2
-    ref = np.stack([model.logprobs(t)[first:ctx - 1] for t in tokens])
-    out = {'model': a.model, 'ctx': ctx, 'chunks': int(tokens.shape[0]), 'scored': int(ref.shape[0] * ref.shape[1]),
-           'servetune': kl_stats(ref, st.astype(np.float64)), 'llama.cpp': kl_stats(ref, ll)}
+    kl = {'servetune': [], 'llama.cpp': []}
+    agree = {'servetune': [], 'llama.cpp': []}
+    for c in range(tokens.shape[0]):
+        ref = model.logprobs(tokens[c])[first:ctx - 1]
+        for name, rows in (('servetune', st[c].astype(np.float64)), ('llama.cpp', ll[c])):
+            k, g = kl_rows(ref, rows)
+            kl[name].append(k)
+            agree[name].append(g)
+    out = {'model': a.model, 'ctx': ctx, 'chunks': int(tokens.shape[0]), 'scored': int(tokens.shape[0] * (ctx - 1 - first))}
     for name in ('servetune', 'llama.cpp'):
+        out[name] = stats(np.array(kl[name]), np.array(agree[name]))
         s = out[name]
         print(f"{name:10s} KL vs f32 reference: mean {s['kl_mean']:.6f} median {s['kl_median']:.6f} p99 {s['kl_p99']:.6f} "
               f"max {s['kl_max']:.6f}; top-1 agreement {100 * s['top1_agreement']:.2f}%")
+    d = np.array(kl['servetune']).mean(1) - np.array(kl['llama.cpp']).mean(1)
+    rng = np.random.default_rng(0)
+    boot = [d[rng.integers(0, len(d), len(d))].mean() for _ in range(4000)]
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    base = out['llama.cpp']['kl_mean']
+    out['difference'] = {'mean': float(d.mean()), 'ci95': [float(lo), float(hi)], 'chunks_servetune_closer': int((d < 0).sum())}
+    print(f"servetune - llama.cpp mean KL: {d.mean():+.6f} ({100 * d.mean() / base:+.1f}%), 95% interval over chunks "
+          f"[{100 * lo / base:+.1f}%, {100 * hi / base:+.1f}%]; servetune closer on {(d < 0).sum()} of {len(d)} chunks")
     if a.json:
         json.dump(out, open(a.json, 'w'), indent=2)
 
