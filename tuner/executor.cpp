@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "servetune/error.h"
+#include "tuner/progress.h"
 
 namespace servetune::tuner {
 namespace fs = std::filesystem;
@@ -26,7 +27,6 @@ void Executor::check(const ExecutorOptions& o, const SweepSpec& spec) {
 }
 
 std::unique_ptr<Executor> Executor::make(const ExecutorOptions& o, const ExecutorContext& c) {
-  check(o, c.spec);
   return o.kind == "slurm" ? make_slurm_executor(o, c) : make_local_executor(o, c);
 }
 
@@ -37,6 +37,18 @@ std::vector<std::string> trial_command(const std::string& run_dir, const Trial& 
   std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
   if (ec) throw Error(ErrorKind::kIo, "cannot find this program's path (/proc/self/exe): " + ec.message());
   return {exe, "sweep", "--resume", fs::absolute(run_dir).lexically_normal().string(), "--trial", trial_key(t)};
+}
+
+std::optional<bool> trial_ended(const ExecutorContext& c, const Trial& t, const std::string& who, double seconds) {
+  c.progress.child_done(max_runs(t.workloads, c.spec.repeat), seconds);
+  const auto marker = c.store.trial(t.candidate.id, t.tag);
+  if (!marker) return std::nullopt;
+  const std::string status = marker->value("status", std::string());
+  c.progress.note(t.candidate.id + " (" + t.candidate.label + "): " + who +
+                  (status == "ok" ? std::string("done")
+                                  : status + " (" + marker->value("failure", std::string()) + "): " + marker->value("reason", std::string())) +
+                  " in " + format_duration(seconds));
+  return status != "ok";
 }
 
 std::string trial_log_path(const ResultsStore& store, const Trial& t) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,7 @@ class Executor {
   // Checks the options against the sweep and the machine before anything is created or run: Error(kUsage) naming what
   // does not fit, Error(kIo) when Slurm does not answer.
   static void check(const ExecutorOptions& options, const SweepSpec& spec);
-  // An executor for options that passed check().
+  // An executor for options that passed check() (run_sweep checks them before the run folder exists).
   static std::unique_ptr<Executor> make(const ExecutorOptions& options, const ExecutorContext& context);
   // Runs the trials to their markers; returns how many failed. Stops starting trials once the sweep is interrupted.
   virtual size_t run(const std::vector<Trial>& trials) = 0;
@@ -56,6 +57,10 @@ class Executor {
 std::string trial_key(const Trial& t);
 // The command a trial's own process runs (an absolute path to this program, the run folder made absolute).
 std::vector<std::string> trial_command(const std::string& run_dir, const Trial& t);
+// A trial whose own process or job has ended: counts its runs for the ETA and, when the trial wrote its marker, notes
+// how it ended ("<candidate> (<label>): <who>done in 3s", or failed with its failure and reason). nullopt when there is
+// no marker (the executor records the failure), else whether the trial failed.
+std::optional<bool> trial_ended(const ExecutorContext& c, const Trial& t, const std::string& who, double seconds);
 // The log a trial's own process writes (raw/<candidate>/trial-<tag>.log).
 std::string trial_log_path(const ResultsStore& store, const Trial& t);
 

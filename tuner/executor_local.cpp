@@ -233,17 +233,12 @@ class ParallelExecutor final : public Executor {
   void finish(const Running& r, int status) {
     const Trial& t = r.trial;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
-    c_.progress.child_done(max_runs(t.workloads, c_.spec.repeat), seconds);
-    const std::string log = trial_log_path(c_.store, t);
-    const std::string log_rel = fs::relative(log, c_.store.dir()).string();
-    if (const auto marker = c_.store.trial(t.candidate.id, t.tag)) {
-      const std::string st = marker->value("status", std::string());
-      if (st != "ok") ++failed_;
-      c_.progress.note(t.candidate.id + " (" + t.candidate.label + "): " + (st == "ok" ? std::string("done") :
-                       st + " (" + marker->value("failure", std::string()) + "): " + marker->value("reason", std::string())) +
-                       " in " + format_duration(seconds));
+    if (const auto failed = trial_ended(c_, t, "", seconds)) {
+      failed_ += *failed ? 1 : 0;
       return;
     }
+    const std::string log = trial_log_path(c_.store, t);
+    const std::string log_rel = fs::relative(log, c_.store.dir()).string();
     if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != kTrialFailedExit &&
         WEXITSTATUS(status) != 127) {
       // The trial's process stopped on an error that is the sweep's (a dataset that cannot be read, ...).

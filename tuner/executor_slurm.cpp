@@ -204,12 +204,8 @@ class SlurmExecutor final : public Executor {
   void finish(const Job& job, const std::optional<SlurmJobState>& state, bool cancelled) {
     const Trial& t = job.trial;
     const double seconds = std::chrono::duration<double>(Clock::now() - job.start).count();
-    c_.progress.child_done(max_runs(t.workloads, c_.spec.repeat), seconds);
-    if (const auto marker = c_.store.trial(t.candidate.id, t.tag)) {
-      const std::string st = marker->value("status", std::string());
-      if (st != "ok") ++failed_;
-      c_.progress.note(t.candidate.id + " (" + t.candidate.label + "): Slurm job " + job.id + " " +
-                       (st == "ok" ? std::string("done") : st + " (" + marker->value("failure", std::string()) + ")"));
+    if (const auto failed = trial_ended(c_, t, "Slurm job " + job.id + " ", seconds)) {
+      failed_ += *failed ? 1 : 0;
       return;
     }
     ++failed_;
