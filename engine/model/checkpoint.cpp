@@ -113,13 +113,13 @@ std::unique_ptr<Model> Checkpoint::load(Backend& backend, ParallelContext parall
   return std::make_unique<LlamaModel>(config_, loader, backend, parallel, compile);
 }
 
-std::unique_ptr<Model> Checkpoint::load_next_n(Backend& backend, int64_t nextn) const {
+std::unique_ptr<Model> Checkpoint::load_next_n(Backend& backend, int64_t nextn, std::span<const int32_t> draft_vocab) const {
   if (config_.nextn_layers == 0 || !config_.is_mla()) {
     throw_usage(path_ + " has no multi-token-prediction layer (DeepSeek-V3's num_nextn_predict_layers with its "
                         "model.layers.N.* tensors), which speculative_algorithm mtp / EAGLE without a draft model runs");
   }
   WeightLoader loader(*source_, backend, ParallelContext{});
-  return MoeDecoderModel::next_n(config_, nextn, loader, backend);
+  return MoeDecoderModel::next_n(config_, nextn, loader, backend, draft_vocab);
 }
 
 std::unique_ptr<Tokenizer> Checkpoint::load_tokenizer() const {

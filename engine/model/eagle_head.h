@@ -4,7 +4,9 @@
 // without embedding or head: those are the target's. The head runs as MoeDecoderModel's EAGLE mode.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "backend/backend.h"
@@ -20,7 +22,8 @@ class EagleHead {
  public:
   // Loads the head in `dir` for `target` on `backend`. Error(kUsage) naming `dir` when it is not an EAGLE head of the
   // target's hidden size and vocabulary; Error(kFormat) for missing or misshapen tensors (the loader names them).
-  EagleHead(const std::string& dir, const Checkpoint& target, Backend& backend);
+  // `draft_vocab` (sorted target ids; empty: all) restricts the head's output to those tokens (moe_decoder.h).
+  EagleHead(const std::string& dir, const Checkpoint& target, Backend& backend, std::span<const int32_t> draft_vocab = {});
   ~EagleHead();
   Model& model() { return *model_; }
 

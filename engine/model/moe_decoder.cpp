@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/error.h"
@@ -18,17 +19,17 @@ namespace {
 enum Slot : size_t {
   kX, kH, kOut, kQ, kK, kV, kAttn, kQA, kLatent, kRopeKey, kQAbsorbed, kAttnLatent, kRouter,
   kGathered, kExpertOut, kSharedOut, kSharedGate, kLogitsIn, kLogits, kReplicaTokens, kReplicaSums,
-  kDispatch, kDispatched, kCombine, kCombined, kSharedSum, kSlotCount
+  kDispatch, kDispatched, kCombine, kCombined, kSharedSum, kDraftLogits, kSlotCount
 };
 
 }  // namespace
 
 MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend,
                                  ParallelContext parallel, CompileOptions compile)
-    : MoeDecoderModel(config, loader, backend, parallel, compile, -1, false) {}
+    : MoeDecoderModel(config, loader, backend, parallel, compile, -1, false, {}) {}
 
 std::unique_ptr<MoeDecoderModel> MoeDecoderModel::next_n(const ModelConfig& target, int64_t nextn, WeightLoader& loader,
-                                                         Backend& backend) {
+                                                         Backend& backend, std::span<const int32_t> draft_vocab) {
   if (nextn < 0 || nextn >= target.nextn_layers) {
     throw_usage("the model has " + std::to_string(target.nextn_layers) + " multi-token-prediction (next-n) layers "
                 "(num_nextn_predict_layers); layer " + std::to_string(nextn) + " was asked for");
@@ -39,20 +40,23 @@ std::unique_ptr<MoeDecoderModel> MoeDecoderModel::next_n(const ModelConfig& targ
   c.nextn_layers = 0;
   // MoE or dense by the family's rule for its block index, which the checkpoint shows by the router's presence.
   if (c.is_moe()) c.moe.moe_layer = {loader.has(blk(block, "ffn_gate_inp.weight"))};
-  return std::unique_ptr<MoeDecoderModel>(new MoeDecoderModel(c, loader, backend, ParallelContext{}, CompileOptions{}, block, false));
+  return std::unique_ptr<MoeDecoderModel>(new MoeDecoderModel(c, loader, backend, ParallelContext{}, CompileOptions{}, block, false, draft_vocab));
 }
 
-std::unique_ptr<MoeDecoderModel> MoeDecoderModel::eagle_head(const ModelConfig& head, WeightLoader& loader, Backend& backend) {
+std::unique_ptr<MoeDecoderModel> MoeDecoderModel::eagle_head(const ModelConfig& head, WeightLoader& loader, Backend& backend,
+                                                             std::span<const int32_t> draft_vocab) {
   if (head.n_layers != 1 || head.is_moe() || head.is_mla()) {
     throw_unsupported("EAGLE heads with one dense decoder layer are supported; this one has " + std::to_string(head.n_layers) +
                       " layers" + (head.is_moe() || head.is_mla() ? " and mixture-of-experts or latent attention" : ""));
   }
-  return std::unique_ptr<MoeDecoderModel>(new MoeDecoderModel(head, loader, backend, ParallelContext{}, CompileOptions{}, -1, true));
+  return std::unique_ptr<MoeDecoderModel>(new MoeDecoderModel(head, loader, backend, ParallelContext{}, CompileOptions{}, -1, true, draft_vocab));
 }
 
 MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend,
-                                 ParallelContext parallel, CompileOptions compile, int64_t nextn_block, bool eagle)
-    : nextn_block_(nextn_block), eagle_(eagle), config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused),
+                                 ParallelContext parallel, CompileOptions compile, int64_t nextn_block, bool eagle,
+                                 std::span<const int32_t> draft_vocab)
+    : nextn_block_(nextn_block), eagle_(eagle), draft_vocab_(draft_vocab.begin(), draft_vocab.end()), config_(config),
+      parallel_(parallel), backend_(backend), fused_(compile.fused),
       share_(tensor_parallel_share(config, parallel.tp_size, parallel.tp_rank)),
       expert_share_(parallel.dp_attention()
                         ? expert_parallel_share(config, parallel.moe_comm->size(), parallel.ep_size, parallel.moe_comm->rank(),
@@ -134,7 +138,7 @@ void MoeDecoderModel::load_next_n_inputs(WeightLoader& loader, int64_t block) {
   tok_embd_ = loader.matrix(loader.has(embed) ? embed : "token_embd.weight", vocab, d);
   output_norm_ = loader.vector(blk(block, "nextn.shared_head_norm.weight"), d);
   const std::string target_head = config_.tied_embeddings ? "token_embd.weight" : "output.weight";
-  output_ = loader.matrix(loader.has(head) ? head : target_head, vocab, d);
+  load_head_output(loader, loader.has(head) ? head : target_head);
   enorm_ = loader.vector(blk(block, "nextn.enorm.weight"), d);
   hnorm_ = loader.vector(blk(block, "nextn.hnorm.weight"), d);
   const std::string eh = blk(block, "nextn.eh_proj.weight");
@@ -145,10 +149,29 @@ void MoeDecoderModel::load_next_n_inputs(WeightLoader& loader, int64_t block) {
 void MoeDecoderModel::load_eagle_inputs(WeightLoader& loader) {
   const int64_t d = config_.hidden, vocab = config_.vocab;
   tok_embd_ = loader.matrix("token_embd.weight", vocab, d);
-  output_ = loader.matrix(loader.has("output.weight") ? "output.weight" : "token_embd.weight", vocab, d);
+  load_head_output(loader, loader.has("output.weight") ? "output.weight" : "token_embd.weight");
   eh_embed_ = loader.matrix_cols("eagle_fc.weight", d, 2 * d, {0, d});
   eh_hidden_ = loader.matrix_cols("eagle_fc.weight", d, 2 * d, {d, d});
   if (loader.has("eagle_fc.bias")) fc_bias_ = loader.vector("eagle_fc.bias", d);
+}
+
+void MoeDecoderModel::load_head_output(WeightLoader& loader, const std::string& name) {
+  if (draft_vocab_.empty()) {
+    output_ = loader.matrix(name, config_.vocab, config_.hidden);
+    return;
+  }
+  if (!backend_.host_memory()) throw Error(ErrorKind::kInternal, "a draft vocabulary needs a host-memory backend");
+  output_ = loader.matrix_row_subset(name, config_.vocab, config_.hidden, draft_vocab_);
+}
+
+void MoeDecoderModel::scatter_draft_logits(int64_t n_out) {
+  const auto hot = static_cast<int64_t>(draft_vocab_.size());
+  const float* scored = scratch(kDraftLogits, n_out * hot);
+  float* logits = scratch(kLogits, n_out * config_.vocab);
+  std::fill(logits, logits + n_out * config_.vocab, -std::numeric_limits<float>::infinity());
+  for (int64_t r = 0; r < n_out; ++r) {
+    for (int64_t j = 0; j < hot; ++j) logits[r * config_.vocab + draft_vocab_[static_cast<size_t>(j)]] = scored[r * hot + j];
+  }
 }
 
 void MoeDecoderModel::embed_head_input(const Batch& batch, float* x) {
@@ -409,7 +432,13 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   const WeightMatrix hidden{x, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
   backend_.embed(hidden, batch.logits_indices.data(), n_out, xs);
   if (output_norm_ != nullptr) backend_.rms_norm(xs, output_norm_, xs, n_out, d, eps);
-  backend_.matmul(output_, nullptr, xs, n_out, scratch(kLogits, n_out * output_.rows));
+  if (draft_vocab_.empty()) {
+    backend_.matmul(output_, nullptr, xs, n_out, scratch(kLogits, n_out * output_.rows));
+    return;
+  }
+  backend_.matmul(output_, nullptr, xs, n_out, scratch(kDraftLogits, n_out * output_.rows));
+  backend_.synchronize();
+  scatter_draft_logits(n_out);
 }
 
 void MoeDecoderModel::exchange_replica_sizes(int64_t n) {

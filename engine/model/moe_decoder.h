@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,16 +39,22 @@ namespace servetune {
 // EAGLE mode (EAGLE-2's head, SGLang's LlamaForCausalLMEagle; model/eagle_head.h loads it): the same input pair
 // through fc([embed(t); h]) (+ bias) without norms, one dense decoder layer whose input norm is optional, and the
 // target's head applied to the layer's output without a final norm; hidden_rows() are that output.
+//
+// Either head may score a draft vocabulary only (FR-Spec, SGLang's --speculative-token-map): its output head is the
+// target's rows for those token ids, and the logits of every other token are -inf (never drafted; a sampled draft's
+// q is 0 there, which verification handles as any other q).
 class MoeDecoderModel final : public Model {
  public:
   MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel,
                   CompileOptions compile = {});
   // Next-n layer `nextn` of the target model `target` (Error(kUsage) naming the tensor when the checkpoint lacks it).
+  // `draft_vocab` (sorted target ids; empty: all) restricts the head's output as above.
   static std::unique_ptr<MoeDecoderModel> next_n(const ModelConfig& target, int64_t nextn, WeightLoader& loader,
-                                                 Backend& backend);
+                                                 Backend& backend, std::span<const int32_t> draft_vocab = {});
   // An EAGLE head of config `head` (one layer) whose loader finds eagle_fc.weight [d, 2d] (and eagle_fc.bias), the
   // layer as blk.0.*, and the target's token_embd / output.
-  static std::unique_ptr<MoeDecoderModel> eagle_head(const ModelConfig& head, WeightLoader& loader, Backend& backend);
+  static std::unique_ptr<MoeDecoderModel> eagle_head(const ModelConfig& head, WeightLoader& loader, Backend& backend,
+                                                     std::span<const int32_t> draft_vocab = {});
 
   const ModelConfig& config() const override { return config_; }
   const ParallelContext& parallel() const override { return parallel_; }
@@ -63,7 +70,7 @@ class MoeDecoderModel final : public Model {
 
  private:
   MoeDecoderModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel,
-                  CompileOptions compile, int64_t nextn_block, bool eagle);
+                  CompileOptions compile, int64_t nextn_block, bool eagle, std::span<const int32_t> draft_vocab);
 
   struct Mlp {
     WeightMatrix gate, up, down;
@@ -136,6 +143,10 @@ class MoeDecoderModel final : public Model {
   void place_experts();
   void load_next_n_inputs(WeightLoader& loader, int64_t block);
   void load_eagle_inputs(WeightLoader& loader);
+  // output_ = the output head `name`'s rows for draft_vocab_, or all of it.
+  void load_head_output(WeightLoader& loader, const std::string& name);
+  // Logits rows [n_out, vocab] from the draft vocabulary's [n_out, draft_vocab_.size()] (-inf elsewhere).
+  void scatter_draft_logits(int64_t n_out);
   // A draft head's input: x = eh_proj([enorm(embed(tokens)); hnorm(input_hidden)]) (EAGLE: no norms, fc's bias).
   void embed_head_input(const Batch& batch, float* x);
   void run(const Batch& batch, KvStorage& kv);
@@ -149,6 +160,7 @@ class MoeDecoderModel final : public Model {
   const float* hnorm_ = nullptr;
   WeightMatrix eh_embed_, eh_hidden_;  // eh_proj's (EAGLE: fc's) columns [0, d) (embedding) and [d, 2d) (hidden)
   const float* fc_bias_ = nullptr;     // EAGLE's fc bias, when the head has one
+  std::vector<int32_t> draft_vocab_;   // the target ids output_'s rows score (empty: every token, in order)
   std::vector<float> hidden_;          // hidden_rows()
 
   ModelConfig config_;

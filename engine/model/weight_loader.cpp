@@ -237,6 +237,29 @@ WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t rows, in
   return place_matrix(name, DType::kFP8_E4M3_B128, range.count, cols, first, row_bytes, &scales);
 }
 
+WeightMatrix WeightLoader::matrix_row_subset(const std::string& name, int64_t rows, int64_t cols,
+                                             std::span<const int32_t> ids) {
+  const TensorRef t = require_matrix(name, rows, cols);
+  if (matrix_type(t.type) == DType::kFP8_E4M3_B128) {
+    throw_unsupported(source_.path() + ": tensor '" + name + "': a row subset of block-scaled FP8 weights is not supported");
+  }
+  const int64_t row_bytes = *dtype_row_bytes(t.type, cols);
+  std::vector<uint8_t> picked(ids.size() * static_cast<size_t>(row_bytes));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= rows) throw Error(ErrorKind::kInternal, "row id out of bounds in tensor '" + name + "'");
+    std::memcpy(picked.data() + i * static_cast<size_t>(row_bytes), t.data + ids[i] * row_bytes, static_cast<size_t>(row_bytes));
+  }
+  WeightMatrix w;
+  w.type = backend_.matrix_storage_type(t.type);
+  w.rows = static_cast<int64_t>(ids.size());
+  w.cols = cols;
+  w.row_bytes = *dtype_row_bytes(w.type, cols);
+  std::vector<uint8_t> stored;
+  append_rows(name, t.type, w.rows, cols, picked.data(), row_bytes, stored, nullptr);
+  w.data = place(stored.data(), stored.size());
+  return w;
+}
+
 TensorRef WeightLoader::require_stacked(const std::string& name, int64_t n, int64_t rows, int64_t cols) const {
   TensorRef t = require(name);
   if (t.shape.size() != 3 || t.shape[0] != n || t.shape[1] != rows || t.shape[2] != cols) {

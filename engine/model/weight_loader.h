@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ class WeightLoader {
   // Rows [range) of a [rows, cols] matrix (column-parallel layers: output features). An FP8 slice may start inside a
   // 128-row scale block: its scales keep the block grid through BlockScales::row_offset.
   WeightMatrix matrix_rows(const std::string& name, int64_t rows, int64_t cols, SliceRange range);
+  // The rows `ids` (any order, each in [0, rows)) of a [rows, cols] matrix, gathered into one matrix in that order
+  // (a draft head's output rows for its draft vocabulary). The source tensor is left to its other users. Not for
+  // block-scaled FP8 (Error(kUnsupported) naming the tensor: its scales come in 128-row blocks).
+  WeightMatrix matrix_row_subset(const std::string& name, int64_t rows, int64_t cols, std::span<const int32_t> ids);
   // Matrices [which) of a stack of `n` [rows, cols] matrices stored as one [n, rows, cols] tensor (llama.cpp's
   // stacked experts, DeepSeek's per-head attn_k_b / attn_v_b), as one [which.count * rows, cols] matrix.
   WeightMatrix stacked_matrices(const std::string& name, int64_t n, int64_t rows, int64_t cols, SliceRange which);

@@ -274,6 +274,8 @@ void EngineConfig::validate() const {
           "rule with topk 1: the draft tokens plus the last accepted one), got " + std::to_string(speculative_num_draft_tokens) +
               " and " + std::to_string(speculative_num_steps) + "; give either one");
   }
+  usage(speculative_token_map.empty() || algo == SpeculativeAlgorithm::kEagle || algo == SpeculativeAlgorithm::kMtp,
+        "speculative_token_map restricts a draft head's vocabulary: it needs speculative_algorithm EAGLE or mtp");
   usage(speculative_disable_by_batch_size >= 0, "speculative_disable_by_batch_size must be non-negative (0: never)");
   usage(algo != SpeculativeAlgorithm::kNone || speculative_disable_by_batch_size == 0,
         "speculative_disable_by_batch_size needs speculative_algorithm");

@@ -2,8 +2,10 @@
 #include "runtime/speculator.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "core/error.h"
+#include "formats/token_map.h"
 #include "model/checkpoint.h"
 #include "model/eagle_head.h"
 #include "runtime/draft_speculator.h"
@@ -72,8 +74,12 @@ std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const Sp
   shape.num_steps = speculative_draft_steps(config);
   shape.topk = std::max<int64_t>(1, config.speculative_eagle_topk);
   shape.num_nodes = speculative_draft_tokens(config);
+  std::vector<int32_t> draft_vocab;
+  if (!config.speculative_token_map.empty()) {
+    draft_vocab = read_token_map(config.speculative_token_map, context.target->config().vocab);
+  }
   if (algo == SpeculativeAlgorithm::kEagle && !config.speculative_draft_model.empty()) {
-    auto head = std::make_shared<EagleHead>(config.speculative_draft_model, *context.target, *context.backend);
+    auto head = std::make_shared<EagleHead>(config.speculative_draft_model, *context.target, *context.backend, draft_vocab);
     return std::make_unique<DraftHeadSpeculator>(std::shared_ptr<Model>(head, &head->model()), context, shape, "eagle");
   }
   if (context.target->config().nextn_layers == 0) {
@@ -81,7 +87,7 @@ std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const Sp
                       "multi-token-prediction layer (DeepSeek-V3's num_nextn_predict_layers); " + config.model +
                       " has none: give an EAGLE head (--speculative-draft-model DIR with --speculative-algorithm EAGLE)");
   }
-  return std::make_unique<DraftHeadSpeculator>(std::shared_ptr<Model>(context.target->load_next_n(*context.backend)),
+  return std::make_unique<DraftHeadSpeculator>(std::shared_ptr<Model>(context.target->load_next_n(*context.backend, 0, draft_vocab)),
                                                context, shape, "mtp");
 }
 

@@ -86,6 +86,7 @@ struct Spec {
   int disable_by_batch_size = 0;
   int topk = 0;                 // eagle / mtp: > 1 drafts a tree of num_draft_tokens nodes (the root included)
   int num_draft_tokens = 0;
+  std::string token_map;        // eagle / mtp: a draft vocabulary file (speculative_token_map)
 };
 const Spec kNoSpec{};
 const Spec kNgram{"ngram", "", 0.0};
@@ -110,6 +111,7 @@ EngineConfig config(const std::string& model, const Spec& spec) {
     c.speculative_draft_model = spec.draft_model;  // EAGLE's head, or none (MTP)
     c.speculative_eagle_topk = spec.topk;
     c.speculative_num_draft_tokens = spec.num_draft_tokens;
+    c.speculative_token_map = spec.token_map;
   }
   return c;
 }

@@ -1,11 +1,12 @@
 // EAGLE draft heads (EAGLE-2's layout): a random head for stories260K (scripts/gen_eagle_goldens.py) gives
 // transformers' logits and hidden states given the target's hidden states, in one pass and token by token; the
-// target's returned hidden states match transformers'; the draft-head speculator chains its drafts as the reference
-// does, and its draft trees expand each node as the head run on that node's path alone; heads that do not fit their
-// target, and heads given as models, are clear errors.
+// target's returned hidden states match transformers'; with a draft vocabulary it scores only those tokens; the
+// draft-head speculator chains its drafts as the reference does, and its draft trees expand each node as the head run
+// on that node's path alone; heads that do not fit their target, and heads given as models, are clear errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -192,6 +193,41 @@ std::string error_of(const std::string& head_dir, const std::string& target) {
     return e.what();
   }
   return "(accepted)";
+}
+
+// A draft vocabulary (every third token id): the head's logits are the whole head's at those ids and -inf elsewhere.
+TEST(EagleHead, DraftVocabularyScoresOnlyItsTokens) {
+  SERVETUNE_REQUIRE_FILE(testing::data_path(kHead + "/model.safetensors"));
+  Checkpoint ck(testing::stories_path(), LoadFormat::kAuto);
+  auto backend = make_backend("cpu", 2);
+  const int64_t vocab = ck.config().vocab;
+  std::vector<int32_t> hot;
+  for (int32_t t = 1; t < vocab; t += 3) hot.push_back(t);
+  EagleHead whole(testing::data_path(kHead), ck, *backend);
+  EagleHead part(testing::data_path(kHead), ck, *backend, hot);
+  const auto& c = goldens().at("cases").at(0);
+  const auto tokens = c.at("tokens").get<std::vector<int32_t>>();
+  const std::vector<int32_t> next(tokens.begin() + 1, tokens.end());
+  const int n = static_cast<int>(tokens.size());
+  const int64_t page = 4, blocks = 8;
+  std::vector<float> logits[2];
+  EagleHead* heads[2] = {&whole, &part};
+  for (int k = 0; k < 2; ++k) {
+    Model& m = heads[k]->model();
+    KvStorage kv(*backend, m.config(), m.local_kv_heads(), blocks, page, DType::kF32);
+    Batch b = one_sequence(next, 0, n - 1, page, blocks);
+    b.input_hidden = flat_rows(c.at("hidden").get<std::vector<std::vector<float>>>());
+    m.forward(b, kv, logits[k]);
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  for (size_t i = 0; i < logits[0].size(); ++i) {
+    const auto token = static_cast<int32_t>(i % static_cast<size_t>(vocab));
+    if (std::binary_search(hot.begin(), hot.end(), token)) {
+      EXPECT_NEAR(logits[1][i], logits[0][i], 1e-5f * (1.0f + std::fabs(logits[0][i]))) << "row " << i / vocab << " token " << token;
+    } else {
+      EXPECT_TRUE(std::isinf(logits[1][i]) && logits[1][i] < 0) << "row " << i / vocab << " token " << token;
+    }
+  }
 }
 
 TEST(EagleHead, BadHeadsAreClearErrors) {

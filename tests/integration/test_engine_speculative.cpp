@@ -97,6 +97,41 @@ TEST(EngineSpeculative, SmolLM2GreedyIdenticalWithTrainedEagleHead) {
   check_model(testing::smollm2_path(), kSmolTexts, 40, 48, {"EAGLE", testing::data_path("eagle/smollm2_head"), 0.1, 2});
 }
 
+// A draft vocabulary file (a JSON array) of the ids below `vocab` divisible by `every`, in a temporary file.
+std::string token_map_file(int64_t vocab, int every, const std::string& tag) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("servetune_token_map_" + std::to_string(getpid()) + "_" + tag + ".json")).string();
+  std::ofstream out(path);
+  out << "[";
+  for (int64_t t = 0; t < vocab; t += every) out << (t > 0 ? ", " : "") << t;
+  out << "]\n";
+  return path;
+}
+
+// Draft heads on a draft vocabulary (speculative_token_map): every other token can never be drafted, so the head's
+// best token is often outside it; outputs stay identical, chained drafts and rollbacks included.
+TEST(EngineSpeculative, Stories260KGreedyIdenticalWithRandomEagleHeadOnADraftVocabulary) {
+  const std::string map = token_map_file(512, 2, "stories");
+  Spec spec{"EAGLE", testing::data_path(kStoriesHead), -1.0, 3};
+  spec.token_map = map;
+  check_model(testing::stories_path(), kStoriesTexts, 64, 80, spec);
+  std::filesystem::remove(map);
+}
+TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalOnADraftVocabulary) {
+  const std::string map = token_map_file(320, 2, "mtp");
+  Spec spec{"mtp", "", 0.05, 2};
+  spec.token_map = map;
+  check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, spec);
+  std::filesystem::remove(map);
+}
+// The trained SmolLM2 head with the draft vocabulary it was trained on (scripts/train_eagle_head.py's token_map.json).
+TEST(EngineSpeculative, SmolLM2GreedyIdenticalWithTrainedEagleHeadAndTokenMap) {
+  SERVETUNE_REQUIRE_FILE(testing::data_path("eagle/smollm2_head/token_map.json"));
+  Spec spec{"EAGLE", testing::data_path("eagle/smollm2_head"), 0.1, 2};
+  spec.token_map = testing::data_path("eagle/smollm2_head/token_map.json");
+  check_model(testing::smollm2_path(), kSmolTexts, 40, 48, spec);
+}
+
 // Steps with 8 or more decoding requests draft nothing, while the head keeps catching up on the target's states.
 TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalWhenDisabledByBatchSize) {
   check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"mtp", "", 0.2, 2, 8});
@@ -114,6 +149,15 @@ TEST(EngineSpeculative, Stories260KSampledDistributionUnchangedWithDraftModel) {
 // EAGLE drafts drawn from a random head's q, chained over two steps.
 TEST(EngineSpeculative, Stories260KSampledDistributionUnchangedWithEagleHead) {
   check_sampled_distribution({"EAGLE", testing::data_path(kStoriesHead), 0.0, 2});
+}
+
+// Drafts drawn from a q that is 0 outside a draft vocabulary of half the tokens: still the target's distribution.
+TEST(EngineSpeculative, Stories260KSampledDistributionUnchangedWithEagleHeadOnADraftVocabulary) {
+  const std::string map = token_map_file(512, 2, "stories_sampled");
+  Spec spec{"EAGLE", testing::data_path(kStoriesHead), 0.0, 2};
+  spec.token_map = map;
+  check_sampled_distribution(spec);
+  std::filesystem::remove(map);
 }
 
 // MTP drafts drawn from the head's q, chained over two steps.
@@ -236,6 +280,16 @@ TEST(EngineSpeculative, DraftModelAbortsLeakNoBlocks) {
   EXPECT_GT(s.spec_accepted_tokens, 0);
 }
 
+// The error an engine with `c` stops with (bad settings and models: one clear message naming the input).
+std::string error_of(const EngineConfig& c) {
+  try {
+    Engine engine(c);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
 // EAGLE / MTP without a head on a model without a multi-token-prediction layer, MTP with a draft model, and tree
 // drafts from a draft model (chains only): clear errors naming what to do.
 TEST(EngineSpeculative, UnimplementedAlgorithmsAreClearErrors) {
@@ -279,17 +333,24 @@ TEST(EngineSpeculative, UnimplementedAlgorithmsAreClearErrors) {
   c.speculative_num_steps = 2;  // not an ngram setting
   EXPECT_THROW(c.validate(), Error);
   c = config(testing::stories_path(), kNgram);
-  EXPECT_NO_THROW(c.validate());
-}
-
-// Bad draft settings and models: one clear message naming the input.
-std::string error_of(const EngineConfig& c) {
+  c.speculative_token_map = "hot.json";  // a draft head's setting
   try {
-    Engine engine(c);
+    c.validate();
+    ADD_FAILURE() << "a token map with ngram speculation was accepted";
   } catch (const Error& e) {
-    return e.what();
+    EXPECT_NE(std::string(e.what()).find("speculative_token_map"), std::string::npos) << e.what();
   }
-  return "(accepted)";
+  c = config(testing::stories_path(), kNgram);
+  EXPECT_NO_THROW(c.validate());
+  // A token map the engine cannot read, or with an id past the target's vocabulary, names the file.
+  Spec eagle{"EAGLE", testing::data_path(kStoriesHead), 0.0, 2};
+  eagle.token_map = "/nonexistent/hot.json";
+  c = config(testing::stories_path(), eagle);
+  EXPECT_NE(error_of(c).find("/nonexistent/hot.json: cannot be read"), std::string::npos) << error_of(c);
+  eagle.token_map = token_map_file(1024, 1, "too_big");
+  c = config(testing::stories_path(), eagle);
+  EXPECT_NE(error_of(c).find("token id 512 is outside the target's vocabulary [0, 512)"), std::string::npos) << error_of(c);
+  std::filesystem::remove(eagle.token_map);
 }
 
 TEST(EngineSpeculative, DraftModelBadInputsAreClearErrors) {

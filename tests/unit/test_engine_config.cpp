@@ -60,6 +60,7 @@ EngineConfig all_changed() {
   c.speculative_num_draft_tokens = 4;
   c.speculative_draft_model = "draft dir/it's.gguf";  // needs quoting in a shell
   c.speculative_disable_by_batch_size = 16;
+  c.speculative_token_map = "hot tokens.json";
   c.speculative_ngram_min_match_window_size = 2;
   c.speculative_ngram_max_match_window_size = 6;
   c.seed = 18446744073709551615ull;
@@ -140,7 +141,7 @@ TEST(EngineSettingsTable, JsonIsByteIdenticalToBefore) {
       R"("speculative_algorithm":"","speculative_disable_by_batch_size":0,"speculative_draft_model":"",)"
       R"("speculative_eagle_topk":0,)"
       R"("speculative_ngram_max_match_window_size":12,"speculative_ngram_min_match_window_size":1,)"
-      R"("speculative_num_draft_tokens":0,"speculative_num_steps":0,"threads":0,"tp_size":1})";
+      R"("speculative_num_draft_tokens":0,"speculative_num_steps":0,"speculative_token_map":"","threads":0,"tp_size":1})";
   EXPECT_EQ(nlohmann::json(EngineConfig{}).dump(), defaults);
   EngineConfig c = all_changed();
   c.device = Device::kCpu;
@@ -149,6 +150,7 @@ TEST(EngineSettingsTable, JsonIsByteIdenticalToBefore) {
   c.ep_num_redundant_experts = 0;
   c.init_expert_location = "trivial";
   c.speculative_draft_model = "d.gguf";
+  c.speculative_token_map = "t.json";
   const std::string changed =
       R"({"chunked_prefill_size":-1,"comm_backend":"gloo","compile":"eager","context_length":512,"cuda_graph_max_bs":8,)"
       R"("device":"cpu","disable_radix_cache":true,"dist_init_addr":"127.0.0.1:29500","dist_timeout":60,"dp_size":2,)"
@@ -159,7 +161,7 @@ TEST(EngineSettingsTable, JsonIsByteIdenticalToBefore) {
       R"("speculative_disable_by_batch_size":16,"speculative_draft_model":"d.gguf","speculative_eagle_topk":1,)"
       R"("speculative_ngram_max_match_window_size":6,)"
       R"("speculative_ngram_min_match_window_size":2,"speculative_num_draft_tokens":4,"speculative_num_steps":3,)"
-      R"("threads":2,"tp_size":2})";
+      R"("speculative_token_map":"t.json","threads":2,"tp_size":2})";
   EXPECT_EQ(nlohmann::json(c).dump(), changed);
   // bench JSON's engine_config: the sorted object carried into the ordered record without text.
   EXPECT_EQ(nlohmann::ordered_json(nlohmann::json(c)).dump(), changed);
