@@ -113,12 +113,14 @@ std::unique_ptr<Model> Checkpoint::load(Backend& backend, ParallelContext parall
   return std::make_unique<LlamaModel>(config_, loader, backend, parallel, compile);
 }
 
-std::unique_ptr<Model> Checkpoint::load_next_n(Backend& backend, int64_t nextn, std::span<const int32_t> draft_vocab) const {
+std::unique_ptr<Model> Checkpoint::load_next_n(Backend& backend, int64_t nextn, std::span<const int32_t> draft_vocab,
+                                               bool quantize_q8_0) const {
   if (config_.nextn_layers == 0 || !config_.is_mla()) {
     throw_usage(path_ + " has no multi-token-prediction layer (DeepSeek-V3's num_nextn_predict_layers with its "
                         "model.layers.N.* tensors), which speculative_algorithm mtp / EAGLE without a draft model runs");
   }
   WeightLoader loader(*source_, backend, ParallelContext{});
+  if (quantize_q8_0) loader.quantize_float_matrices(DType::kQ8_0);
   return MoeDecoderModel::next_n(config_, nextn, loader, backend, draft_vocab);
 }
 

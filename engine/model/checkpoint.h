@@ -38,9 +38,10 @@ class Checkpoint {
 
   std::unique_ptr<Model> load(Backend& backend, ParallelContext parallel, CompileOptions compile = {}) const;
   // The model's multi-token-prediction layer `nextn` (DeepSeek-V3's next-n layers) as a one-rank draft head on
-  // `backend` (model/moe_decoder.h), scoring `draft_vocab` only when given. Error(kUsage) naming the file when the
-  // model has none.
-  std::unique_ptr<Model> load_next_n(Backend& backend, int64_t nextn = 0, std::span<const int32_t> draft_vocab = {}) const;
+  // `backend` (model/moe_decoder.h), scoring `draft_vocab` only when given, its float matrices as Q8_0 with
+  // `quantize_q8_0`. Error(kUsage) naming the file when the model has none.
+  std::unique_ptr<Model> load_next_n(Backend& backend, int64_t nextn = 0, std::span<const int32_t> draft_vocab = {},
+                                     bool quantize_q8_0 = false) const;
   std::unique_ptr<Tokenizer> load_tokenizer() const;
   // The checkpoint's tensors (an EAGLE head shares the target's embedding and output head).
   const WeightSource& weights() const { return *source_; }

@@ -53,7 +53,8 @@ class HeadWeightSource final : public WeightSource {
 
 }  // namespace
 
-EagleHead::EagleHead(const std::string& dir, const Checkpoint& target, Backend& backend, std::span<const int32_t> draft_vocab) {
+EagleHead::EagleHead(const std::string& dir, const Checkpoint& target, Backend& backend, std::span<const int32_t> draft_vocab,
+                     bool quantize_q8_0) {
   const std::string config_file = (std::filesystem::path(dir) / "config.json").string();
   if (!std::filesystem::is_directory(dir) || !std::filesystem::exists(config_file)) {
     throw_usage("speculative_draft_model '" + dir + "' is not an EAGLE head directory (config.json + safetensors)");
@@ -73,6 +74,7 @@ EagleHead::EagleHead(const std::string& dir, const Checkpoint& target, Backend& 
   files_ = std::make_unique<SafetensorsSet>(dir);
   source_ = std::make_unique<HeadWeightSource>(*files_, dir, target.weights());
   WeightLoader loader(*source_, backend, ParallelContext{});
+  if (quantize_q8_0) loader.quantize_float_matrices(DType::kQ8_0);
   model_ = MoeDecoderModel::eagle_head(head, loader, backend, draft_vocab);
 }
 

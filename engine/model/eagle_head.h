@@ -22,8 +22,10 @@ class EagleHead {
  public:
   // Loads the head in `dir` for `target` on `backend`. Error(kUsage) naming `dir` when it is not an EAGLE head of the
   // target's hidden size and vocabulary; Error(kFormat) for missing or misshapen tensors (the loader names them).
-  // `draft_vocab` (sorted target ids; empty: all) restricts the head's output to those tokens (moe_decoder.h).
-  EagleHead(const std::string& dir, const Checkpoint& target, Backend& backend, std::span<const int32_t> draft_vocab = {});
+  // `draft_vocab` (sorted target ids; empty: all) restricts the head's output to those tokens (moe_decoder.h);
+  // `quantize_q8_0` stores its float matrices as Q8_0 (WeightLoader::quantize_float_matrices).
+  EagleHead(const std::string& dir, const Checkpoint& target, Backend& backend, std::span<const int32_t> draft_vocab = {},
+            bool quantize_q8_0 = false);
   ~EagleHead();
   Model& model() { return *model_; }
 

@@ -39,6 +39,18 @@ TensorRef WeightLoader::require(const std::string& name) const {
   return *t;
 }
 
+void WeightLoader::quantize_float_matrices(DType type) {
+  if (type != DType::kQ8_0 || !backend_.host_memory()) {
+    throw Error(ErrorKind::kInternal, "float matrices are re-quantized to Q8_0 on host-memory backends only");
+  }
+  float_matrices_ = type;
+}
+
+DType WeightLoader::storage_type(DType type) const {
+  const bool is_float = type == DType::kF32 || type == DType::kF16 || type == DType::kBF16;
+  return is_float && float_matrices_ ? *float_matrices_ : backend_.matrix_storage_type(type);
+}
+
 const void* WeightLoader::place(const void* host, size_t bytes) {
   if (backend_.host_memory()) {
     constexpr size_t kArenaBytes = size_t{64} << 20, kAlign = 64;
@@ -62,7 +74,7 @@ const void* WeightLoader::place(const void* host, size_t bytes) {
 
 void WeightLoader::append_rows(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first,
                                int64_t stride, std::vector<uint8_t>& out, const BlockScales* scales) const {
-  const DType store = backend_.matrix_storage_type(type);
+  const DType store = storage_type(type);
   const int64_t row_bytes = *dtype_row_bytes(store, cols);
   const size_t begin = out.size();
   out.resize(begin + static_cast<size_t>(rows * row_bytes));
@@ -72,6 +84,18 @@ void WeightLoader::append_rows(const std::string& name, DType type, int64_t rows
     return;
   }
   const bool block_scaled = type == DType::kFP8_E4M3_B128;
+  if (store == DType::kQ8_0 && float_matrices_) {  // quantize_float_matrices: a float matrix re-quantized row by row
+    if (cols % 32 != 0) {
+      throw_unsupported(source_.path() + ": tensor '" + name + "' has " + std::to_string(cols) +
+                        " columns, not whole Q8_0 blocks of 32: it cannot be quantized to Q8_0");
+    }
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(type, first + r * stride, row.data(), cols);
+      quantize_row(DType::kQ8_0, row.data(), dst + r * row_bytes, cols);
+    }
+    return;
+  }
   if (store != DType::kBF16 || !(can_dequantize(type) || block_scaled)) {
     throw_unsupported(source_.path() + ": tensor '" + name + "' (" + std::string(dtype_name(type)) + ") cannot be converted to " +
                       std::string(dtype_name(store)) + " for the " + backend_.name() + " backend");
@@ -95,7 +119,7 @@ WeightMatrix WeightLoader::place_matrix(const std::string& name, DType type, int
     throw Error(ErrorKind::kInternal, "tensor '" + name + "': block scales go with FP8_E4M3_B128 rows and nothing else");
   }
   WeightMatrix w;
-  w.type = backend_.matrix_storage_type(type);
+  w.type = storage_type(type);
   w.rows = rows;
   w.cols = cols;
   w.row_bytes = *dtype_row_bytes(w.type, cols);
@@ -129,7 +153,7 @@ bool WeightLoader::stackable(const std::vector<std::string>& names) const {
     if (auto recipe = source_.random_recipe(name)) type = recipe->dtype;
     else if (auto t = source_.find(name)) type = matrix_type(t->type);
     if (!type) return false;
-    const DType stored = backend_.matrix_storage_type(*type);
+    const DType stored = storage_type(*type);
     if (stored == DType::kFP8_E4M3_B128) return false;
     if (common && *common != stored) return false;
     common = stored;
@@ -152,7 +176,7 @@ WeightMatrix WeightLoader::stacked_rows(const std::vector<RowPart>& parts) {
   std::vector<std::optional<RandomRecipe>> recipes;
   for (const RowPart& part : parts) recipes.push_back(backend_.host_memory() ? std::nullopt : source_.random_recipe(part.name));
   if (std::all_of(recipes.begin(), recipes.end(), [&](const auto& r) { return r && r->dtype == recipes.front()->dtype; })) {
-    WeightMatrix w{nullptr, backend_.matrix_storage_type(recipes.front()->dtype), rows, cols, 0};
+    WeightMatrix w{nullptr, storage_type(recipes.front()->dtype), rows, cols, 0};
     w.row_bytes = *dtype_row_bytes(w.type, cols);
     auto buffer = backend_.allocate(static_cast<size_t>(rows * w.row_bytes));
     int64_t offset = 0;
@@ -180,8 +204,8 @@ WeightMatrix WeightLoader::stacked_rows(const std::vector<RowPart>& parts) {
     const RowPart& part = parts[i];
     TensorRef t = require_matrix(part.name, part.rows, part.cols);
     const DType part_type = matrix_type(t.type);
-    const DType stored = backend_.matrix_storage_type(part_type);
-    if ((i > 0 && stored != backend_.matrix_storage_type(type)) || stored == DType::kFP8_E4M3_B128) {
+    const DType stored = storage_type(part_type);
+    if ((i > 0 && stored != storage_type(type)) || stored == DType::kFP8_E4M3_B128) {
       throw Error(ErrorKind::kInternal, "tensor '" + part.name + "' cannot be stacked with '" + parts.front().name +
                                             "' (check stackable() first)");
     }
@@ -198,7 +222,7 @@ WeightMatrix WeightLoader::stacked_rows(const std::vector<RowPart>& parts) {
     }
     source_.copied(first, part.range.count * row_bytes);  // now in `bytes`
   }
-  WeightMatrix w{nullptr, backend_.matrix_storage_type(type), rows, cols, 0};
+  WeightMatrix w{nullptr, storage_type(type), rows, cols, 0};
   w.row_bytes = *dtype_row_bytes(w.type, cols);
   w.data = place(bytes.data(), bytes.size());
   return w;
@@ -250,7 +274,7 @@ WeightMatrix WeightLoader::matrix_row_subset(const std::string& name, int64_t ro
     std::memcpy(picked.data() + i * static_cast<size_t>(row_bytes), t.data + ids[i] * row_bytes, static_cast<size_t>(row_bytes));
   }
   WeightMatrix w;
-  w.type = backend_.matrix_storage_type(t.type);
+  w.type = storage_type(t.type);
   w.rows = static_cast<int64_t>(ids.size());
   w.cols = cols;
   w.row_bytes = *dtype_row_bytes(w.type, cols);

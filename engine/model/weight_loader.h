@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -70,6 +71,11 @@ class WeightLoader {
   };
   const float* stacked_vectors(const std::vector<VectorPart>& parts);
 
+  // From now on, float (f32 / f16 / bf16) matrices are stored quantized to `type` (Q8_0 only; host-memory backends,
+  // rows of whole 32-value blocks, else Error(kUnsupported) naming the tensor): a draft head's weights made cheaper to
+  // read (speculative_draft_model_quantization). Other types load as before.
+  void quantize_float_matrices(DType type);
+
   // Buffers the loaded weights live in; the model keeps them.
   std::vector<std::unique_ptr<Buffer>> take_buffers() {
     arena_ = nullptr;
@@ -79,6 +85,8 @@ class WeightLoader {
   }
 
  private:
+  // How a matrix of `type` is stored: the backend's choice, or quantize_float_matrices' for float types.
+  DType storage_type(DType type) const;
   TensorRef require(const std::string& name) const;
   TensorRef require_matrix(const std::string& name, int64_t rows, int64_t cols) const;
   // A [n, rows, cols] tensor in whole quant blocks per row, not block-scaled FP8.
@@ -106,6 +114,7 @@ class WeightLoader {
   // Appends values [range) of vector `name` as f32; sets host_view_ when they can be used in place from the map.
   void append_vector(const std::string& name, int64_t n, SliceRange range, std::vector<float>& out);
 
+  std::optional<DType> float_matrices_;  // quantize_float_matrices
   const WeightSource& source_;
   Backend& backend_;
   ParallelContext parallel_;

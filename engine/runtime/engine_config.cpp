@@ -276,6 +276,12 @@ void EngineConfig::validate() const {
   }
   usage(speculative_token_map.empty() || algo == SpeculativeAlgorithm::kEagle || algo == SpeculativeAlgorithm::kMtp,
         "speculative_token_map restricts a draft head's vocabulary: it needs speculative_algorithm EAGLE or mtp");
+  if (speculative_draft_model_quantization != DraftModelQuantization::kNone) {
+    usage(algo == SpeculativeAlgorithm::kEagle || algo == SpeculativeAlgorithm::kMtp,
+          "speculative_draft_model_quantization applies to draft heads: it needs speculative_algorithm EAGLE or mtp");
+    unsupported(device == Device::kCpu, "speculative_draft_model_quantization q8_0 is implemented on device cpu only "
+                                        "(the draft heads run there)");
+  }
   usage(speculative_disable_by_batch_size >= 0, "speculative_disable_by_batch_size must be non-negative (0: never)");
   usage(algo != SpeculativeAlgorithm::kNone || speculative_disable_by_batch_size == 0,
         "speculative_disable_by_batch_size needs speculative_algorithm");

@@ -78,8 +78,9 @@ std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const Sp
   if (!config.speculative_token_map.empty()) {
     draft_vocab = read_token_map(config.speculative_token_map, context.target->config().vocab);
   }
+  const bool q8_0 = config.speculative_draft_model_quantization == DraftModelQuantization::kQ8_0;
   if (algo == SpeculativeAlgorithm::kEagle && !config.speculative_draft_model.empty()) {
-    auto head = std::make_shared<EagleHead>(config.speculative_draft_model, *context.target, *context.backend, draft_vocab);
+    auto head = std::make_shared<EagleHead>(config.speculative_draft_model, *context.target, *context.backend, draft_vocab, q8_0);
     return std::make_unique<DraftHeadSpeculator>(std::shared_ptr<Model>(head, &head->model()), context, shape, "eagle");
   }
   if (context.target->config().nextn_layers == 0) {
@@ -87,7 +88,7 @@ std::unique_ptr<Speculator> make_speculator(const EngineConfig& config, const Sp
                       "multi-token-prediction layer (DeepSeek-V3's num_nextn_predict_layers); " + config.model +
                       " has none: give an EAGLE head (--speculative-draft-model DIR with --speculative-algorithm EAGLE)");
   }
-  return std::make_unique<DraftHeadSpeculator>(std::shared_ptr<Model>(context.target->load_next_n(*context.backend, 0, draft_vocab)),
+  return std::make_unique<DraftHeadSpeculator>(std::shared_ptr<Model>(context.target->load_next_n(*context.backend, 0, draft_vocab, q8_0)),
                                                context, shape, "mtp");
 }
 

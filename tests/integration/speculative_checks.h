@@ -87,6 +87,7 @@ struct Spec {
   int topk = 0;                 // eagle / mtp: > 1 drafts a tree of num_draft_tokens nodes (the root included)
   int num_draft_tokens = 0;
   std::string token_map;        // eagle / mtp: a draft vocabulary file (speculative_token_map)
+  bool q8_0 = false;            // eagle / mtp: speculative_draft_model_quantization q8_0
 };
 const Spec kNoSpec{};
 const Spec kNgram{"ngram", "", 0.0};
@@ -112,6 +113,7 @@ EngineConfig config(const std::string& model, const Spec& spec) {
     c.speculative_eagle_topk = spec.topk;
     c.speculative_num_draft_tokens = spec.num_draft_tokens;
     c.speculative_token_map = spec.token_map;
+    if (spec.q8_0) c.speculative_draft_model_quantization = DraftModelQuantization::kQ8_0;
   }
   return c;
 }

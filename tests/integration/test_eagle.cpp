@@ -230,6 +230,47 @@ TEST(EagleHead, DraftVocabularyScoresOnlyItsTokens) {
   }
 }
 
+// speculative_draft_model_quantization q8_0 on the trained SmolLM2 head (f16): its logits stay within Q8_0's rounding
+// of the stored head's, and are not the same (the weights were quantized). Heads whose matrices are not whole Q8_0
+// blocks (stories260K's: 172 columns) are refused, naming the tensor.
+TEST(EagleHead, Q8_0WeightsStayCloseToTheStoredOnes) {
+  const std::string dir = testing::data_path("eagle/smollm2_head");
+  SERVETUNE_REQUIRE_FILE(dir + "/model.safetensors");
+  SERVETUNE_REQUIRE_FILE(testing::smollm2_path());
+  Checkpoint ck(testing::smollm2_path(), LoadFormat::kAuto);
+  auto backend = make_backend("cpu", 2);
+  EagleHead stored(dir, ck, *backend);
+  EagleHead q8(dir, ck, *backend, {}, true);
+  const std::vector<int32_t> tokens = {1, 4093, 314, 253, 1345, 28, 940, 30};
+  const int64_t d = ck.config().hidden, page = 4, blocks = 8;
+  std::vector<float> hidden(tokens.size() * static_cast<size_t>(d));
+  for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = std::sin(0.37f * static_cast<float>(i)) * 2.0f;
+  std::vector<float> logits[2];
+  EagleHead* heads[2] = {&stored, &q8};
+  for (int k = 0; k < 2; ++k) {
+    Model& m = heads[k]->model();
+    KvStorage kv(*backend, m.config(), m.local_kv_heads(), blocks, page, DType::kF32);
+    Batch b = one_sequence(tokens, 0, static_cast<int>(tokens.size()), page, blocks);
+    b.input_hidden = hidden;
+    m.forward(b, kv, logits[k]);
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  float scale = 0, diff = 0;
+  for (size_t i = 0; i < logits[0].size(); ++i) {
+    scale = std::max(scale, std::fabs(logits[0][i]));
+    diff = std::max(diff, std::fabs(logits[1][i] - logits[0][i]));
+  }
+  EXPECT_GT(diff, 0.0f) << "the Q8_0 head computed exactly the stored head's logits: were its weights quantized?";
+  EXPECT_LT(diff, 0.05f * scale) << "largest logit " << scale;
+  Checkpoint stories(testing::stories_path(), LoadFormat::kAuto);
+  try {
+    EagleHead odd(testing::data_path(kHead), stories, *backend, {}, true);
+    ADD_FAILURE() << "a head with 172-column matrices was quantized to Q8_0";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("172 columns, not whole Q8_0 blocks"), std::string::npos) << e.what();
+  }
+}
+
 TEST(EagleHead, BadHeadsAreClearErrors) {
   SERVETUNE_REQUIRE_FILE(testing::data_path(kHead + "/model.safetensors"));
   const std::string missing = testing::data_path("eagle/no_such_head");

@@ -117,10 +117,12 @@ TEST(EngineSpeculative, Stories260KGreedyIdenticalWithRandomEagleHeadOnADraftVoc
   check_model(testing::stories_path(), kStoriesTexts, 64, 80, spec);
   std::filesystem::remove(map);
 }
-TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalOnADraftVocabulary) {
+// ... and with the MTP layer's float weights stored as Q8_0 (speculative_draft_model_quantization).
+TEST(EngineSpeculative, DeepSeekV3MtpGreedyIdenticalOnADraftVocabularyWithQ8_0Weights) {
   const std::string map = token_map_file(320, 2, "mtp");
   Spec spec{"mtp", "", 0.05, 2};
   spec.token_map = map;
+  spec.q8_0 = true;
   check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, spec);
   std::filesystem::remove(map);
 }
@@ -340,6 +342,9 @@ TEST(EngineSpeculative, UnimplementedAlgorithmsAreClearErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("speculative_token_map"), std::string::npos) << e.what();
   }
+  c = config(testing::stories_path(), kNgram);
+  c.speculative_draft_model_quantization = DraftModelQuantization::kQ8_0;  // a draft head's setting too
+  EXPECT_THROW(c.validate(), Error);
   c = config(testing::stories_path(), kNgram);
   EXPECT_NO_THROW(c.validate());
   // A token map the engine cannot read, or with an id past the target's vocabulary, names the file.

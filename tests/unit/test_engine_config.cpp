@@ -61,6 +61,7 @@ EngineConfig all_changed() {
   c.speculative_draft_model = "draft dir/it's.gguf";  // needs quoting in a shell
   c.speculative_disable_by_batch_size = 16;
   c.speculative_token_map = "hot tokens.json";
+  c.speculative_draft_model_quantization = DraftModelQuantization::kQ8_0;
   c.speculative_ngram_min_match_window_size = 2;
   c.speculative_ngram_max_match_window_size = 6;
   c.seed = 18446744073709551615ull;
@@ -139,7 +140,7 @@ TEST(EngineSettingsTable, JsonIsByteIdenticalToBefore) {
       R"("kv_cache_dtype":"auto","load_balance_method":"round_robin","load_format":"auto","max_prefill_tokens":8192,"max_running_requests":256,"max_total_tokens":null,)"
       R"("mem_fraction_static":0.0,"model":"","moe_a2a_backend":"none","nnodes":1,"node_rank":0,"page_size":16,"schedule_policy":"fcfs","seed":0,)"
       R"("speculative_algorithm":"","speculative_disable_by_batch_size":0,"speculative_draft_model":"",)"
-      R"("speculative_eagle_topk":0,)"
+      R"("speculative_draft_model_quantization":"","speculative_eagle_topk":0,)"
       R"("speculative_ngram_max_match_window_size":12,"speculative_ngram_min_match_window_size":1,)"
       R"("speculative_num_draft_tokens":0,"speculative_num_steps":0,"speculative_token_map":"","threads":0,"tp_size":1})";
   EXPECT_EQ(nlohmann::json(EngineConfig{}).dump(), defaults);
@@ -158,7 +159,8 @@ TEST(EngineSettingsTable, JsonIsByteIdenticalToBefore) {
       R"("kv_cache_dtype":"fp8_e4m3","load_balance_method":"shortest_queue","load_format":"dummy","max_prefill_tokens":1024,"max_running_requests":8,"max_total_tokens":4096,)"
       R"("mem_fraction_static":0.25,"model":"models/x.gguf","moe_a2a_backend":"deepep","nnodes":2,"node_rank":1,"page_size":32,)"
       R"("schedule_policy":"lpm","seed":18446744073709551615,"speculative_algorithm":"draft",)"
-      R"("speculative_disable_by_batch_size":16,"speculative_draft_model":"d.gguf","speculative_eagle_topk":1,)"
+      R"("speculative_disable_by_batch_size":16,"speculative_draft_model":"d.gguf",)"
+      R"("speculative_draft_model_quantization":"q8_0","speculative_eagle_topk":1,)"
       R"("speculative_ngram_max_match_window_size":6,)"
       R"("speculative_ngram_min_match_window_size":2,"speculative_num_draft_tokens":4,"speculative_num_steps":3,)"
       R"("speculative_token_map":"t.json","threads":2,"tp_size":2})";

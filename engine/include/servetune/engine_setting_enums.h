@@ -20,6 +20,7 @@ enum class CompileLevel { kEager, kFused, kGraphs };
 enum class KvCacheDtype { kAuto, kF32, kF16, kFp8E4m3 };
 enum class SchedulePolicy { kFcfs, kLpm };
 enum class SpeculativeAlgorithm { kNone, kNgram, kDraft, kEagle, kMtp };
+enum class DraftModelQuantization { kNone, kQ8_0 };
 
 template <typename E>
 struct EnumSpelling {
@@ -114,6 +115,15 @@ struct SettingEnum<SpeculativeAlgorithm> {
        {SpeculativeAlgorithm::kMtp, "mtp"}}};
 };
 
+// "" keeps the draft head's weights as stored.
+template <>
+struct SettingEnum<DraftModelQuantization> {
+  static constexpr std::string_view kKey = "speculative_draft_model_quantization";
+  static constexpr bool kAnyCase = true;
+  static constexpr std::array<EnumSpelling<DraftModelQuantization>, 2> kSpellings = {
+      {{DraftModelQuantization::kNone, ""}, {DraftModelQuantization::kQ8_0, "q8_0"}}};
+};
+
 template <typename E>
 concept SettingEnumType = requires { SettingEnum<E>::kSpellings; };
 
@@ -182,6 +192,9 @@ inline KvCacheDtype parse_kv_cache_dtype(std::string_view text) { return parse_s
 inline SchedulePolicy parse_schedule_policy(std::string_view text) { return parse_setting_enum<SchedulePolicy>(text); }
 inline SpeculativeAlgorithm parse_speculative_algorithm(std::string_view text) {
   return parse_setting_enum<SpeculativeAlgorithm>(text);
+}
+inline DraftModelQuantization parse_draft_model_quantization(std::string_view text) {
+  return parse_setting_enum<DraftModelQuantization>(text);
 }
 
 }  // namespace servetune
