@@ -12,7 +12,8 @@ int64_t KvStorage::block_bytes(const ModelConfig& config, int64_t local_kv_heads
 
 DType kv_storage_dtype(KvCacheDtype setting, bool host_memory) {
   if (setting == KvCacheDtype::kFp8E4m3) return DType::kFP8_E4M3;
-  if (setting == KvCacheDtype::kF16 || (setting == KvCacheDtype::kAuto && !host_memory)) return DType::kF16;
+  if (setting == KvCacheDtype::kF16) return DType::kF16;
+  if (setting == KvCacheDtype::kBf16 || (setting == KvCacheDtype::kAuto && !host_memory)) return DType::kBF16;
   return DType::kF32;
 }
 
@@ -21,7 +22,7 @@ KvStorage::KvStorage(Backend& backend, const ModelConfig& config, int64_t local_
     : num_blocks_(num_blocks), page_size_(page_size), dtype_(dtype) {
   if (!backend.supports_kv_dtype(dtype)) {
     throw_unsupported("kv_cache_dtype " + std::string(dtype_name(dtype)) + " is not supported on the " + backend.name() +
-                      " backend");
+                      " backend" + (dtype == DType::kBF16 ? " (bf16 KV is GPU only; on the cpu use f32, f16 or fp8_e4m3)" : ""));
   }
   // MLA: one latent row per token (kv_lora_rank + rope dims) in the K buffer, no V.
   const bool latent = config.is_mla();

@@ -15,8 +15,10 @@
 
 namespace servetune {
 
-// The element type of a KV cache for the kv_cache_dtype setting: fp8_e4m3, f16, f32 as named; auto is f32 in host
-// memory (exact against the reference) and f16 on GPUs (half the memory and bandwidth).
+// The element type of a KV cache for the kv_cache_dtype setting: fp8_e4m3, bf16, f16, f32 as named; auto is f32 in
+// host memory (exact against the reference) and bf16 on GPUs: half the memory and bandwidth, and f32's exponent range,
+// so large activations cannot overflow as they can in f16 (vLLM's auto is the model's dtype, bf16 for bf16 models; the
+// GPU backend keeps every non-f32 model's weights in bf16 and runs its GEMMs on bf16 activations already).
 DType kv_storage_dtype(KvCacheDtype setting, bool host_memory);
 
 class KvStorage {

@@ -236,7 +236,7 @@ TEST(EngineSettingsTable, ErrorsNameTheKey) {
   EXPECT_EQ(json_error({{"compile", "fusd"}}), "compile must be eager, fused or graphs, got 'fusd'");
   EXPECT_EQ(json_error(nlohmann::json::array()), "engine config must be a JSON object");
   EXPECT_EQ(usage_error([&] { check_engine_setting("kv_cache_dtype", "fp8"); }),
-            "kv_cache_dtype must be auto, f32, f16 or fp8_e4m3, got 'fp8'");
+            "kv_cache_dtype must be auto, f32, f16, bf16 or fp8_e4m3, got 'fp8'");
   EXPECT_EQ(usage_error([&] { check_engine_setting("speculative_algorithm", "medusa"); }),
             "speculative_algorithm must be ngram, draft, eagle or mtp (or empty), got 'medusa'");
   EXPECT_EQ(usage_error([&] { parse_flags("-m m --compile fusd"); }),
@@ -274,7 +274,7 @@ TEST(EngineSettingsTable, SweepFilesAreCheckedAgainstTheTable) {
                 .find("target.settings.threads (line 2): engine setting 'threads' has the wrong type (string)"),
             std::string::npos);
   EXPECT_NE(error_of(target + ", settings: {kv_cache_dtype: fp4}}\n" + workloads)
-                .find("target.settings.kv_cache_dtype (line 2): kv_cache_dtype must be auto, f32, f16 or fp8_e4m3"),
+                .find("target.settings.kv_cache_dtype (line 2): kv_cache_dtype must be auto, f32, f16, bf16 or fp8_e4m3"),
             std::string::npos);
   EXPECT_NE(error_of(target + ", settings: {max_batch: 4}}\n" + workloads)
                 .find("unknown engine setting 'max_batch' (known: model,"),

@@ -1,6 +1,7 @@
 // Every GPU backend op (the fused ones of compile = fused and the on-device random fill included) against the CPU
-// reference on random inputs of awkward sizes: f32 paths within 1e-5 relative error (of the largest reference value),
-// bf16 GEMMs within 1e-2. Skips, saying why, when no GPU is visible.
+// reference on random inputs of awkward sizes and on the Llama-3-8B shape's attention (head_dim 128 and 256, page size
+// 16, contexts of over a thousand): f32 paths within 1e-5 relative error (of the largest reference value), bf16 GEMMs
+// within 1e-2; f32, f16 and bf16 KV caches. Skips, saying why, when no GPU is visible.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +32,20 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, floa
   return v;
 }
 
+// bf16 bit patterns of `values` (round to nearest even) and the floats they stand for.
+struct Bf16Values {
+  std::vector<uint16_t> bits;
+  std::vector<float> rounded;
+};
+Bf16Values to_bf16(const std::vector<float>& values) {
+  Bf16Values out{std::vector<uint16_t>(values.size()), std::vector<float>(values.size())};
+  for (size_t i = 0; i < values.size(); ++i) {
+    out.bits[i] = f32_to_bf16(values[i]);
+    out.rounded[i] = bf16_to_f32(out.bits[i]);
+  }
+  return out;
+}
+
 // Largest |a - b| over the largest |b|.
 double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -56,7 +71,8 @@ class GpuOps : public ::testing::Test {
     return static_cast<T*>(buffers_.back()->data());
   }
   float* dev_zeros(size_t n) { return dev(std::vector<float>(n, 0.0f)); }
-  void check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t n_heads, int64_t n_kv, int64_t prefill);
+  void check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t n_heads, int64_t n_kv, int64_t prefill,
+                             int64_t page = 3);
   std::vector<float> host(const float* device, size_t n) {
     std::vector<float> out(n);
     for (const auto& b : buffers_) {
@@ -128,12 +144,7 @@ TEST_F(GpuOps, MatmulBf16WeightsWithinBf16Error) {
   for (int64_t n : {1, 7, 130}) {
     const int64_t rows = 257, cols = 96;
     const auto wf = random_floats(static_cast<size_t>(rows * cols), 7);
-    std::vector<uint16_t> w(wf.size());
-    std::vector<float> w_rounded(wf.size());
-    for (size_t i = 0; i < wf.size(); ++i) {
-      w[i] = f32_to_bf16(wf[i]);
-      w_rounded[i] = bf16_to_f32(w[i]);
-    }
+    const auto [w, w_rounded] = to_bf16(wf);
     const auto x = random_floats(static_cast<size_t>(n * cols), 8);
     cpu::CpuBackend cpu(1);
     std::vector<float> expected(static_cast<size_t>(n * rows));
@@ -282,14 +293,18 @@ TEST_F(GpuOps, FillRandomDrawsNormalValuesDeterministically) {
 }
 
 // Three sequences (a prefill from position 0, a chunk continuing cached positions, one decode token) in one
-// flattened batch, pages of 3 slots with the block tables interleaving the sequences' blocks, GQA 3 and 8 query heads
-// per KV head; K/V stored through store_kv on both backends. The 300-token prefill gives enough (token, KV head)
-// pairs for the grouped kernel, the 50-token one keeps one block per query head.
-void GpuOps::check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t n_heads, int64_t n_kv, int64_t prefill) {
-  const int64_t page = 3, max_blocks = 110, n_seqs = 3;
-  const int64_t num_blocks = n_seqs * max_blocks;
+// flattened batch, pages of `page` slots with the block tables interleaving the sequences' blocks, GQA 3 and 8 query
+// heads per KV head; K/V stored through store_kv on both backends. The 300-token prefill gives enough (token, KV head)
+// pairs for the grouped kernel, the 50-token one keeps one block per query head. A bf16 cache (GPU only) is checked
+// against the CPU's f32 cache holding the same values rounded to bf16.
+void GpuOps::check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t n_heads, int64_t n_kv, int64_t prefill,
+                                   int64_t page) {
+  const int64_t n_seqs = 3;
   const int64_t cached[n_seqs] = {0, 20, 44};     // positions already in the cache per sequence
   const int64_t fresh[n_seqs] = {prefill, 7, 1};  // new tokens of this batch per sequence
+  const int64_t longest = std::max(prefill, int64_t{45});
+  const int64_t max_blocks = (longest + page - 1) / page;
+  const int64_t num_blocks = n_seqs * max_blocks;
   std::vector<int32_t> tables(static_cast<size_t>(n_seqs * max_blocks));
   for (int64_t s = 0; s < n_seqs; ++s) {
     for (int64_t b = 0; b < max_blocks; ++b) tables[static_cast<size_t>(s * max_blocks + b)] = static_cast<int32_t>(b * n_seqs + (n_seqs - 1 - s));
@@ -315,13 +330,17 @@ void GpuOps::check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t n_h
   const auto v_new = random_floats(static_cast<size_t>(n * width), 23);
   const auto q = random_floats(static_cast<size_t>(n * n_heads * head_dim), 24, -2.0f, 2.0f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const size_t cache_bytes = static_cast<size_t>(num_blocks * page * width) * (kv_dtype == DType::kF16 ? 2 : 4);
+  const size_t cache_bytes = static_cast<size_t>(num_blocks * page * width) * (kv_dtype == DType::kF32 ? 4 : 2);
 
-  cpu::CpuBackend cpu(1);
-  auto ck = cpu.allocate(cache_bytes), cv = cpu.allocate(cache_bytes);
-  const KvLayerView ckv{ck->data(), cv->data(), kv_dtype, num_blocks, page, n_kv, head_dim};
-  cpu.store_kv(ckv, k_old.data(), v_old.data(), old_slots.data(), n_old);
-  cpu.store_kv(ckv, k_new.data(), v_new.data(), slots.data(), n);
+  const bool bf16 = kv_dtype == DType::kBF16;
+  const auto rounded = [&](const std::vector<float>& v) { return bf16 ? to_bf16(v).rounded : v; };
+  const DType cpu_dtype = bf16 ? DType::kF32 : kv_dtype;
+  const size_t cpu_cache_bytes = static_cast<size_t>(num_blocks * page * width) * (cpu_dtype == DType::kF32 ? 4 : 2);
+  cpu::CpuBackend cpu(4);
+  auto ck = cpu.allocate(cpu_cache_bytes), cv = cpu.allocate(cpu_cache_bytes);
+  const KvLayerView ckv{ck->data(), cv->data(), cpu_dtype, num_blocks, page, n_kv, head_dim};
+  cpu.store_kv(ckv, rounded(k_old).data(), rounded(v_old).data(), old_slots.data(), n_old);
+  cpu.store_kv(ckv, rounded(k_new).data(), rounded(v_new).data(), slots.data(), n);
   std::vector<float> expected(q.size());
   cpu.attention(ckv, AttentionBatch{n, positions.data(), seq_of_token.data(), tables.data(), max_blocks}, q.data(),
                 n_heads, scale, expected.data());
@@ -345,6 +364,27 @@ TEST_F(GpuOps, PagedAttentionPrefillAndDecodeF32AndF16Cache) {
       }
     }
   }
+}
+
+TEST_F(GpuOps, PagedAttentionBf16Cache) {
+  for (int64_t head_dim : {40, 128}) {
+    for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{6, 2}, {16, 2}}) {
+      for (int64_t prefill : {50, 300}) check_paged_attention(DType::kBF16, head_dim, n_heads, n_kv, prefill);
+    }
+  }
+}
+
+// head_dim 256 (Gemma's; the grouped kernel serves 4 query heads per block there), the engine's default page of 16,
+// and a 1200-token prefill (contexts far past the 344 positions above); the 8B shape's 32/8 heads at head_dim 128.
+TEST_F(GpuOps, PagedAttentionHeadDim256Page16LongContexts) {
+  for (DType kv_dtype : {DType::kF16, DType::kBF16}) {
+    for (int64_t prefill : {50, 300, 1200}) {
+      check_paged_attention(kv_dtype, 256, 16, 2, prefill, 16);
+      check_paged_attention(kv_dtype, 256, 8, 8, prefill, 16);
+      check_paged_attention(kv_dtype, 128, 32, 8, prefill, 16);
+    }
+  }
+  check_paged_attention(DType::kF32, 256, 16, 2, 300, 16);
 }
 
 }  // namespace

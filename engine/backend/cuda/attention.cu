@@ -1,9 +1,10 @@
 // Paged attention for flattened varlen batches (prefill and decode alike): one block per (token, query head), or per
 // (token, group of query heads sharing a KV head) when there are enough of those; each warp walks a strided share of
 // the token's visible positions through the block table with an online softmax, and the warps' partial results are
-// merged at the end. GQA maps query head h to KV head h / (n_heads / n_kv_heads).
+// merged at the end. GQA maps query head h to KV head h / (n_heads / n_kv_heads). K/V are f32, f16 or bf16.
 #include <cstdint>
 
+#include "backend/cuda/elem.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
 
@@ -11,12 +12,15 @@ namespace servetune::gpu {
 namespace {
 
 constexpr int kMaxHeadDim = 256;
-constexpr int kMaxGroup = 8;           // query heads one block serves from each K/V row it loads
+// Query heads one block serves from each K/V row it loads: 8, fewer for wide heads, so that a thread's q and
+// accumulator rows (2 * group * values per lane) stay at 64 registers at most (head_dim 256 with 8 would need 128
+// and spill to local memory).
+constexpr int group_for(int per_lane) { return per_lane <= 4 ? 8 : 32 / per_lane; }
 constexpr int64_t kManyBlocks = 256;   // below this many (token, KV head) pairs, one block per query head keeps SMs busy
 
 // One block per (token, group of up to kGroup query heads sharing a KV head); kWarps warps split the positions.
 template <int kPerLane, int kGroup, int kWarps>
-__global__ void attention_kernel(const void* k_cache, const void* v_cache, bool f16, int64_t page_size, int64_t n_kv_heads,
+__global__ void attention_kernel(const void* k_cache, const void* v_cache, int code, int64_t page_size, int64_t n_kv_heads,
                                  int64_t head_dim, const int32_t* positions, const int32_t* seq_of_token,
                                  const int32_t* block_tables, int64_t max_blocks, const float* q, int64_t n_heads,
                                  int64_t heads_per_block, float scale, float* out) {
@@ -52,10 +56,8 @@ __global__ void attention_kernel(const void* k_cache, const void* v_cache, bool 
       const int64_t d = lane + i * kWarpSize;
       kr[i] = vr[i] = 0.0f;
       if (d < head_dim) {
-        kr[i] = f16 ? fp16_bits_to_f32(static_cast<const unsigned short*>(k_cache)[base + d])
-                    : static_cast<const float*>(k_cache)[base + d];
-        vr[i] = f16 ? fp16_bits_to_f32(static_cast<const unsigned short*>(v_cache)[base + d])
-                    : static_cast<const float*>(v_cache)[base + d];
+        kr[i] = load_elem(k_cache, base + d, code);
+        vr[i] = load_elem(v_cache, base + d, code);
       }
     }
 #pragma unroll
@@ -106,22 +108,23 @@ template <int kPerLane>
 void launch_with(const KvLayerView& kv, const AttentionBatch& b, const float* q, int64_t n_heads, float scale, float* out,
                  cudaStream_t stream) {
   const int64_t group_size = n_heads / kv.n_kv_heads;
-  // Grouped blocks read each K/V row once for up to kMaxGroup query heads; with few (token, KV head) pairs (small
+  // Grouped blocks read each K/V row once for up to kGroup query heads; with few (token, KV head) pairs (small
   // decode batches) one block per query head with more warps keeps more of the GPU busy.
   const bool grouped = group_size > 1 && b.n_tokens * kv.n_kv_heads >= kManyBlocks;
   int64_t per_block = 1;
+  constexpr int kGroup = group_for(kPerLane);
   if (grouped) {
-    per_block = kMaxGroup;
+    per_block = kGroup;
     while (group_size % per_block != 0) --per_block;  // a divisor of the group, so blocks never straddle KV heads
   }
   const auto blocks = static_cast<unsigned>(b.n_tokens * (n_heads / per_block));
   if (per_block > 1) {
-    attention_kernel<kPerLane, kMaxGroup, 4><<<blocks, 4 * kWarpSize, 0, stream>>>(
-        kv.k, kv.v, kv.dtype == DType::kF16, kv.page_size, kv.n_kv_heads, kv.head_dim, b.positions, b.seq_of_token,
+    attention_kernel<kPerLane, kGroup, 4><<<blocks, 4 * kWarpSize, 0, stream>>>(
+        kv.k, kv.v, elem_code(kv.dtype), kv.page_size, kv.n_kv_heads, kv.head_dim, b.positions, b.seq_of_token,
         b.block_tables, b.max_blocks_per_seq, q, n_heads, per_block, scale, out);
   } else {
     attention_kernel<kPerLane, 1, 8><<<blocks, 8 * kWarpSize, 0, stream>>>(
-        kv.k, kv.v, kv.dtype == DType::kF16, kv.page_size, kv.n_kv_heads, kv.head_dim, b.positions, b.seq_of_token,
+        kv.k, kv.v, elem_code(kv.dtype), kv.page_size, kv.n_kv_heads, kv.head_dim, b.positions, b.seq_of_token,
         b.block_tables, b.max_blocks_per_seq, q, n_heads, 1, scale, out);
   }
   check(cudaGetLastError(), "attention kernel");

@@ -86,6 +86,7 @@ class GpuBackend final : public Backend {
   DType matrix_storage_type(DType file_type) const override {
     return file_type == DType::kF32 || file_type == DType::kBF16 ? file_type : DType::kBF16;
   }
+  bool supports_kv_dtype(DType t) const override { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
   std::optional<DeviceMemory> device_memory() const override {
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
@@ -122,10 +123,12 @@ class GpuBackend final : public Backend {
     launch_rope(x, positions, n, n_heads, p, theta_scale(p), p.freq_factors, stream_);
   }
   void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) override {
+    require_kv_type(kv);
     launch_store_kv(kv, k, v, slots, n, stream_);
   }
   void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                  float* out) override {
+    require_kv_type(kv);
     launch_attention(kv, batch, q, n_heads, scale, out, stream_);
   }
   void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) override {
@@ -137,6 +140,7 @@ class GpuBackend final : public Backend {
   }
   void rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots, int64_t n,
                       int64_t n_heads, const RopeParams& p, float* q_out) override {
+    require_kv_type(kv);
     launch_rope_store_qkv(kv, qkv, positions, slots, n, n_heads, p, theta_scale(p), q_out, stream_);
   }
   bool fill_random(void* dst, DType type, int64_t n, uint64_t seed, float mean, float std) override {
@@ -196,6 +200,11 @@ class GpuBackend final : public Backend {
   void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
  private:
+  void require_kv_type(const KvLayerView& kv) const {
+    if (!supports_kv_dtype(kv.dtype)) {
+      throw Error(ErrorKind::kInternal, "GPU KV cache must be f32, f16 or bf16, got " + std::string(dtype_name(kv.dtype)));
+    }
+  }
   // As the CPU reference computes it (host std::pow), so both backends start from the same float.
   static float theta_scale(const RopeParams& p) { return std::pow(p.theta, -2.0f / static_cast<float>(p.rope_dim)); }
   // The device sampler draws what SampleRow can say; anything outside the host Sampler's valid ranges is refused.

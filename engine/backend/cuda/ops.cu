@@ -2,6 +2,7 @@
 // rotary embedding, KV-cache stores, SwiGLU, adds and the f32 -> bf16 cast. Numerics follow backend/cpu/ops_reference.
 #include <cstdint>
 
+#include "backend/cuda/elem.h"
 #include "backend/cuda/kernels.h"
 
 namespace servetune::gpu {
@@ -13,15 +14,6 @@ unsigned blocks_for(int64_t n, int threads = kThreads) {
   const int64_t b = (n + threads - 1) / threads;
   return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
 }
-
-__device__ inline float load_elem(const void* base, int64_t i, int type) {
-  if (type == 1) return fp16_bits_to_f32(static_cast<const unsigned short*>(base)[i]);
-  if (type == 2) return bf16_bits_to_f32(static_cast<const unsigned short*>(base)[i]);
-  return static_cast<const float*>(base)[i];
-}
-
-// 0 f32, 1 f16, 2 bf16; anything else is rejected by the backend before launching.
-int elem_code(DType t) { return t == DType::kF16 ? 1 : t == DType::kBF16 ? 2 : 0; }
 
 __global__ void embed_kernel(const void* table, int type, int64_t rows, int64_t cols, int64_t row_elems,
                              const int32_t* ids, float* out) {
@@ -99,14 +91,9 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t n_heads,
   }
 }
 
-__device__ inline void store_elem(void* cache, bool f16, int64_t i, float v) {
-  if (f16) static_cast<unsigned short*>(cache)[i] = f32_to_fp16_bits(v);
-  else static_cast<float*>(cache)[i] = v;
-}
-
 // One block per (token, head of q, k or v): q heads rotate into q_out, k heads rotate into the cache (through shared
 // memory), v heads are copied into the cache.
-__global__ void rope_store_qkv_kernel(void* kc, void* vc, bool f16, int64_t n_kv_heads, const float* qkv,
+__global__ void rope_store_qkv_kernel(void* kc, void* vc, int code, int64_t n_kv_heads, const float* qkv,
                                       const int32_t* positions, const int32_t* slots, int64_t n_heads, RopeArgs r,
                                       float* q_out) {
   extern __shared__ float head[];
@@ -117,7 +104,7 @@ __global__ void rope_store_qkv_kernel(void* kc, void* vc, bool f16, int64_t n_kv
   const int64_t kv_width = n_kv_heads * hd;
   if (h >= n_heads + n_kv_heads) {  // v
     for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-      store_elem(vc, f16, slots[t] * kv_width + (h - n_heads - n_kv_heads) * hd + d, src[d]);
+      store_elem(vc, slots[t] * kv_width + (h - n_heads - n_kv_heads) * hd + d, code, src[d]);
     }
     return;
   }
@@ -127,21 +114,16 @@ __global__ void rope_store_qkv_kernel(void* kc, void* vc, bool f16, int64_t n_kv
   for (int64_t pair = threadIdx.x; pair < r.rope_dim / 2; pair += blockDim.x) rope_pair(dst, dst, position, pair, r);
   if (h < n_heads) return;
   __syncthreads();
-  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) store_elem(kc, f16, slots[t] * kv_width + (h - n_heads) * hd + d, head[d]);
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) store_elem(kc, slots[t] * kv_width + (h - n_heads) * hd + d, code, head[d]);
 }
 
-__global__ void store_kv_kernel(void* kc, void* vc, bool f16, const float* k, const float* v, const int32_t* slots,
+__global__ void store_kv_kernel(void* kc, void* vc, int code, const float* k, const float* v, const int32_t* slots,
                                 int64_t width) {
   const int64_t t = blockIdx.x;
   const int64_t base = static_cast<int64_t>(slots[t]) * width;
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-    if (f16) {
-      static_cast<unsigned short*>(kc)[base + i] = f32_to_fp16_bits(k[t * width + i]);
-      static_cast<unsigned short*>(vc)[base + i] = f32_to_fp16_bits(v[t * width + i]);
-    } else {
-      static_cast<float*>(kc)[base + i] = k[t * width + i];
-      static_cast<float*>(vc)[base + i] = v[t * width + i];
-    }
+    store_elem(kc, base + i, code, k[t * width + i]);
+    store_elem(vc, base + i, code, v[t * width + i]);
   }
 }
 
@@ -235,14 +217,14 @@ void launch_rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_
   if (n == 0) return;
   const int64_t heads = n_heads + 2 * kv.n_kv_heads;
   rope_store_qkv_kernel<<<static_cast<unsigned>(n * heads), 64, static_cast<size_t>(p.head_dim) * sizeof(float), stream>>>(
-      kv.k, kv.v, kv.dtype == DType::kF16, kv.n_kv_heads, qkv, positions, slots, n_heads, rope_args(p, theta_scale), q_out);
+      kv.k, kv.v, elem_code(kv.dtype), kv.n_kv_heads, qkv, positions, slots, n_heads, rope_args(p, theta_scale), q_out);
   check(cudaGetLastError(), "rope_store_qkv kernel");
 }
 
 void launch_store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n,
                      cudaStream_t stream) {
   if (n == 0) return;
-  store_kv_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(kv.k, kv.v, kv.dtype == DType::kF16, k, v, slots,
+  store_kv_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(kv.k, kv.v, elem_code(kv.dtype), k, v, slots,
                                                                      kv.n_kv_heads * kv.head_dim);
   check(cudaGetLastError(), "store_kv kernel");
 }

@@ -17,7 +17,7 @@ enum class LoadBalanceMethod { kRoundRobin, kShortestQueue };
 enum class CommBackend { kLocal, kGloo, kNccl };
 enum class MoeA2aBackend { kNone, kDeepep };
 enum class CompileLevel { kEager, kFused, kGraphs };
-enum class KvCacheDtype { kAuto, kF32, kF16, kFp8E4m3 };
+enum class KvCacheDtype { kAuto, kF32, kF16, kBf16, kFp8E4m3 };
 enum class SchedulePolicy { kFcfs, kLpm };
 enum class SpeculativeAlgorithm { kNone, kNgram, kDraft, kEagle, kMtp };
 enum class DraftModelQuantization { kNone, kQ8_0 };
@@ -88,9 +88,10 @@ template <>
 struct SettingEnum<KvCacheDtype> {
   static constexpr std::string_view kKey = "kv_cache_dtype";
   static constexpr bool kAnyCase = false;
-  static constexpr std::array<EnumSpelling<KvCacheDtype>, 4> kSpellings = {{{KvCacheDtype::kAuto, "auto"},
+  static constexpr std::array<EnumSpelling<KvCacheDtype>, 5> kSpellings = {{{KvCacheDtype::kAuto, "auto"},
                                                                             {KvCacheDtype::kF32, "f32"},
                                                                             {KvCacheDtype::kF16, "f16"},
+                                                                            {KvCacheDtype::kBf16, "bf16"},
                                                                             {KvCacheDtype::kFp8E4m3, "fp8_e4m3"}}};
 };
 

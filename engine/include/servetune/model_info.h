@@ -33,7 +33,7 @@ struct ModelInfo {
 };
 
 // Bytes of one KV cache element for the kv_cache_dtype setting on `device`, as the engine sizes its cache (auto: f32
-// on the cpu, f16 on GPUs); times kv_values_per_token, a token's KV bytes.
+// on the cpu, bf16 on GPUs); times kv_values_per_token, a token's KV bytes.
 int64_t kv_element_bytes(KvCacheDtype setting, Device device);
 
 // "1.5 GiB" / "70.3 KiB": a byte count for messages.
