@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
+
 namespace servetune {
 namespace {
 
@@ -40,7 +42,11 @@ template <class F>
 void ProfilingBackend::timed(const std::string& op, int64_t n, F&& fn) {
   const auto start = std::chrono::steady_clock::now();
   fn();
-  inner_->synchronize();
+  try {
+    inner_->synchronize();
+  } catch (const Error& e) {  // the wait after each op doubles as a fault check: name the op that faulted
+    throw Error(e.kind(), "after op " + op + ": " + e.what());
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mutex_);
   OpStats& stats = ops_[op];

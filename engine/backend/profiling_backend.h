@@ -1,5 +1,5 @@
 // A Backend that forwards every call to another one and records the wall time of each op (synchronizing after
-// it, so a GPU's queued work is charged to the op that issued it); make_backend wraps the backend in one when
+// it, so a GPU's queued work is charged to the op that issued it, and a kernel fault is reported naming that op); make_backend wraps the backend in one when
 // SERVETUNE_PROFILE_OPS is set, and the table is written when the backend is destroyed: every op, then the ops that
 // take tokens again split by tokens per call (decode batches and prompt chunks run different kernels and costs).
 #pragma once

@@ -1,12 +1,17 @@
 // Every GPU backend op (the fused ones of compile = fused and the on-device random fill included) against the CPU
-// reference on random inputs of awkward sizes and on the Llama-3-8B shape's attention (head_dim 128 and 256, page size
-// 16, contexts of over a thousand): f32 paths within 1e-5 relative error (of the largest reference value), bf16 GEMMs
-// within 1e-2; f32, f16 and bf16 KV caches. Skips, saying why, when no GPU is visible.
+// reference on random inputs of awkward sizes and on the Llama-3-8B shape's (GEMMs of 4096 x 14336, head_dim 128 and
+// 256, page size 16, contexts of over a thousand): f32 paths within 1e-5 relative error (of the largest reference
+// value), bf16 GEMMs within 1e-2; f32, f16 and bf16 KV caches; the tiled GEMM (the HIP build's) through
+// SERVETUNE_GPU_GEMM=tiled; and a kernel fault under the sync check naming its op. Skips, saying why, when no GPU is
+// visible.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -152,6 +157,53 @@ TEST_F(GpuOps, MatmulBf16WeightsWithinBf16Error) {
     float* y = dev_zeros(expected.size());
     gpu_->matmul(WeightMatrix{dev(w), DType::kBF16, rows, cols, cols * 2}, nullptr, dev(x), n, y);
     EXPECT_LT(rel_error(host(y, expected.size()), expected), 1e-2) << "n " << n;
+  }
+}
+
+// The Llama-3-8B shape's GEMMs (fused QKV 6144 x 4096, down 4096 x 14336) at decode and prefill-chunk sizes: cuBLAS
+// picks other kernels (split-K, large tiles) at these sizes than at the small ones above.
+TEST_F(GpuOps, MatmulBf16WeightsLlama8BShapes) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{6144, 4096}, {4096, 14336}}) {
+    const auto wf = random_floats(static_cast<size_t>(rows * cols), 40);
+    const auto [w, w_rounded] = to_bf16(wf);
+    const uint16_t* w_dev = dev(w);
+    cpu::CpuBackend cpu(8);
+    for (int64_t n : {1, 64}) {
+      const auto x = random_floats(static_cast<size_t>(n * cols), 41);
+      std::vector<float> expected(static_cast<size_t>(n * rows));
+      cpu.matmul(WeightMatrix{w_rounded.data(), DType::kF32, rows, cols, cols * 4}, nullptr, x.data(), n, expected.data());
+      float* y = dev_zeros(expected.size());
+      gpu_->matmul(WeightMatrix{w_dev, DType::kBF16, rows, cols, cols * 2}, nullptr, dev(x), n, y);
+      EXPECT_LT(rel_error(host(y, expected.size()), expected), 1e-2) << rows << "x" << cols << " n " << n;
+    }
+  }
+}
+
+// The tiled GEMM (gemm.cu; the HIP build's only GEMM) on f32 and bf16 weights, with tile tails in every dimension. It
+// multiplies f32 activations (no bf16 cast), so both types match the f32 reference on the same weight values.
+TEST_F(GpuOps, TiledGemmF32AndBf16Weights) {
+  setenv("SERVETUNE_GPU_GEMM", "tiled", 1);
+  std::unique_ptr<Backend> tiled = make_backend(gpu_backend_name(), 1);
+  unsetenv("SERVETUNE_GPU_GEMM");
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{257, 96}, {70, 1001}}) {
+    const auto wf = random_floats(static_cast<size_t>(rows * cols), 42);
+    const auto [w, w_rounded] = to_bf16(wf);
+    cpu::CpuBackend cpu(1);
+    for (int64_t n : {1, 7, 130}) {
+      const auto x = random_floats(static_cast<size_t>(n * cols), 43);
+      const auto b = random_floats(static_cast<size_t>(rows), 44);
+      for (DType type : {DType::kF32, DType::kBF16}) {
+        const std::vector<float>& w_values = type == DType::kF32 ? wf : w_rounded;
+        std::vector<float> expected(static_cast<size_t>(n * rows));
+        cpu.matmul(WeightMatrix{w_values.data(), DType::kF32, rows, cols, cols * 4}, b.data(), x.data(), n, expected.data());
+        const void* w_dev = type == DType::kF32 ? static_cast<const void*>(dev(wf)) : static_cast<const void*>(dev(w));
+        float* y = dev_zeros(expected.size());
+        tiled->matmul(WeightMatrix{w_dev, type, rows, cols, cols * (type == DType::kF32 ? 4 : 2)}, dev(b), dev(x), n, y);
+        tiled->synchronize();
+        EXPECT_LT(rel_error(host(y, expected.size()), expected), 1e-5)
+            << dtype_name(type) << " " << rows << "x" << cols << " n " << n;
+      }
+    }
   }
 }
 
@@ -385,6 +437,46 @@ TEST_F(GpuOps, PagedAttentionHeadDim256Page16LongContexts) {
     }
   }
   check_paged_attention(DType::kF32, 256, 16, 2, 300, 16);
+}
+
+}  // namespace
+}  // namespace servetune
+
+namespace servetune {
+namespace {
+
+// A kernel fault with SERVETUNE_GPU_SYNC_CHECK=1 is an error naming the op that faulted (block tables pointing far
+// past the cache make the attention kernel read out of bounds). A fault ends the process's GPU context, so it runs in
+// a child process (gtest's re-executing death-test style: CUDA cannot be used in a fork of a process that used it).
+TEST(GpuFaults, SyncCheckNamesTheFaultingOp) {
+  if (gpu_device_count() == 0) GTEST_SKIP() << "no GPU visible to the " << gpu_backend_name() << " runtime";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // The child: an out-of-bounds attention under the sync check; its error goes to stderr, exit code 3.
+  const auto child = [] {
+    setenv("SERVETUNE_GPU_SYNC_CHECK", "1", 1);
+    std::unique_ptr<Backend> gpu = make_backend(gpu_backend_name(), 1);
+    const int64_t page = 16, n_kv = 1, head_dim = 64, n = 4;
+    auto k = gpu->allocate(page * head_dim * 4), v = gpu->allocate(page * head_dim * 4);
+    const std::vector<int32_t> positions = {0, 1, 2, 3}, seqs = {0, 0, 0, 0}, table = {1 << 28};
+    auto upload = [&](const std::vector<int32_t>& h) {
+      auto b = gpu->allocate(h.size() * 4);
+      gpu->upload(*b, 0, h.data(), h.size() * 4);
+      return b;
+    };
+    auto p = upload(positions), s = upload(seqs), t = upload(table);
+    auto q = gpu->allocate(n * head_dim * 4), out = gpu->allocate(n * head_dim * 4);
+    const KvLayerView kv{k->data(), v->data(), DType::kF32, 1, page, n_kv, head_dim};
+    const AttentionBatch batch{n, static_cast<const int32_t*>(p->data()), static_cast<const int32_t*>(s->data()),
+                               static_cast<const int32_t*>(t->data()), 1};
+    try {
+      gpu->attention(kv, batch, static_cast<const float*>(q->data()), 1, 0.125f, static_cast<float*>(out->data()));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      std::exit(3);
+    }
+    std::exit(0);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(3), "fault in op attention");
 }
 
 }  // namespace

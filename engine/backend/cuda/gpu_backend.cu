@@ -1,7 +1,11 @@
-// The GPU backend (CUDA; HIP through gpu_shim.h): device buffers, one stream, the kernels of kernels.h, and GEMMs
-// through cuBLAS (bf16 weights x bf16-cast activations, f32 accumulate; f32 weights in plain fp32, no TF32). The HIP
-// build has no BLAS library (Debian packages none) and uses the tiled kernel of gemm.cu.
+// The GPU backend (CUDA; HIP through gpu_shim.h): device buffers, one non-blocking stream, the kernels of kernels.h,
+// and GEMMs through cuBLAS (bf16 weights x bf16-cast activations, f32 accumulate; f32 weights in plain fp32, no TF32).
+// The HIP build has no BLAS library (Debian packages none) and uses the tiled kernel of gemm.cu; SERVETUNE_GPU_GEMM=tiled
+// makes a CUDA build use it too (so the HIP build's GEMM is tested and timed where a GPU is).
+// Kernel faults are asynchronous: they surface at the next synchronizing call, under that call's name. With
+// SERVETUNE_GPU_SYNC_CHECK=1 (or CUDA_LAUNCH_BLOCKING=1) every op waits for its work and names itself in the error.
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,7 +27,29 @@ void check(cudaError_t status, const char* what) {
   }
 }
 
+bool sync_check_enabled() {
+  static const bool enabled = [] {
+    for (const char* name : {"SERVETUNE_GPU_SYNC_CHECK", "CUDA_LAUNCH_BLOCKING"}) {
+      const char* v = std::getenv(name);
+      if (v != nullptr && v[0] != '\0' && std::string(v) != "0") return true;
+    }
+    return false;
+  }();
+  return enabled;
+}
+
 namespace {
+
+// check() for a call that waits on the stream: without the sync check, the fault it reports may be any earlier op's.
+void check_wait(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  std::string message = std::string(SERVETUNE_GPU_VENDOR " error in ") + what + ": " + cudaGetErrorString(status);
+  if (!sync_check_enabled()) {
+    message += " (kernels run asynchronously, so an earlier op may have caused it: rerun with SERVETUNE_GPU_SYNC_CHECK=1 "
+               "to name the op)";
+  }
+  throw Error(ErrorKind::kInternal, message);
+}
 
 #if !defined(SERVETUNE_HIP)
 void check_blas(cublasStatus_t status, const char* what) {
@@ -62,7 +88,9 @@ class GpuBackend final : public Backend {
  public:
   GpuBackend() {
     check(cudaSetDevice(0), "cudaSetDevice");
-    check(cudaStreamCreate(&stream_), "cudaStreamCreate");
+    // Non-blocking: no implicit ordering with the legacy default stream, which this backend never uses (every launch,
+    // copy and cuBLAS call names stream_), so another thread's legacy-stream work cannot invalidate a graph capture.
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
 #if !defined(SERVETUNE_HIP)
     check_blas(cublasCreate(&blas_), "cublasCreate");
     check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
@@ -99,53 +127,67 @@ class GpuBackend final : public Backend {
     // From pageable memory the copy returns once the source is staged, so the caller may reuse it at once.
     check(cudaMemcpyAsync(static_cast<uint8_t*>(dst.data()) + offset, src, bytes, cudaMemcpyHostToDevice, stream_),
           "upload");
+    after("upload");
   }
   void download(void* dst, const Buffer& src, size_t offset, size_t bytes) override {
     if (offset + bytes > src.size()) throw Error(ErrorKind::kInternal, "GPU download past the end of its buffer");
     check(cudaMemcpyAsync(dst, static_cast<const uint8_t*>(const_cast<Buffer&>(src).data()) + offset, bytes,
                           cudaMemcpyDeviceToHost, stream_),
           "download");
-    synchronize();
+    check_wait(cudaStreamSynchronize(stream_), "download");
   }
 
   void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) override {
     require_float_type(table, "embedding table");
     launch_embed(table, ids, n, out, stream_);
+    after("embed");
   }
   void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) override {
     launch_rms_norm(const_cast<float*>(x), nullptr, w, y, n, dim, eps, stream_);
+    after("rms_norm");
   }
   void matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) override {
     if (n > 0 && w.rows > 0) gemm(w, x, n, y);
     if (bias != nullptr) launch_add_bias(y, bias, n, w.rows, stream_);
+    after("matmul");
   }
   void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) override {
     launch_rope(x, positions, n, n_heads, p, theta_scale(p), p.freq_factors, stream_);
+    after("rope");
   }
   void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) override {
     require_kv_type(kv);
     launch_store_kv(kv, k, v, slots, n, stream_);
+    after("store_kv");
   }
   void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                  float* out) override {
     require_kv_type(kv);
     launch_attention(kv, batch, q, n_heads, scale, out, stream_);
+    after("attention");
   }
   void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) override {
     launch_silu_mul(gate, up, in_stride, n, ffn, out, stream_);
+    after("silu_mul");
   }
-  void add(float* x, const float* y, int64_t n) override { launch_add(x, y, n, stream_); }
+  void add(float* x, const float* y, int64_t n) override {
+    launch_add(x, y, n, stream_);
+    after("add");
+  }
   void add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) override {
     launch_rms_norm(x, residual, w, y, n, dim, eps, stream_);
+    after("add_rms_norm");
   }
   void rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots, int64_t n,
                       int64_t n_heads, const RopeParams& p, float* q_out) override {
     require_kv_type(kv);
     launch_rope_store_qkv(kv, qkv, positions, slots, n, n_heads, p, theta_scale(p), q_out, stream_);
+    after("rope_store_qkv");
   }
   bool fill_random(void* dst, DType type, int64_t n, uint64_t seed, float mean, float std) override {
     if (type != DType::kF32 && type != DType::kBF16) return false;
     launch_fill_random(dst, type == DType::kBF16, n, seed, mean, std, stream_);
+    after("fill_random");
     return true;
   }
   bool device_sampling() const override { return true; }
@@ -159,7 +201,14 @@ class GpuBackend final : public Backend {
     upload(*sample_rows_, 0, rows.data(), row_bytes);
     launch_sample(logits, n, vocab, static_cast<const SampleRow*>(sample_rows_->data()),
                   static_cast<int32_t*>(sample_tokens_->data()), stream_);
+    after("sample");
     download(tokens, *sample_tokens_, 0, token_bytes);
+    for (int64_t i = 0; i < n; ++i) {
+      if (tokens[i] < 0) {
+        throw Error(ErrorKind::kInternal, "GPU sample: logits row " + std::to_string(i) +
+                                              " holds NaN or +inf (the forward pass produced non-finite values)");
+      }
+    }
   }
   bool begin_capture() override {
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
@@ -191,15 +240,27 @@ class GpuBackend final : public Backend {
     auto it = graphs_.find(key);
     if (it == graphs_.end()) throw Error(ErrorKind::kInternal, "no captured graph " + std::to_string(key));
     check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+    after("graph replay");
   }
   void drop_graphs() override {
     for (auto& [key, exec] : graphs_) (void)cudaGraphExecDestroy(exec);
     graphs_.clear();
     retired_.clear();
   }
-  void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  void synchronize() override { check_wait(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
  private:
+  // The sync check (see the file comment): waits for the op's work, so a fault is reported against `op`. Nothing runs
+  // while a graph is being captured (and a capturing stream cannot be synchronized), so captures are not checked; the
+  // replay is, as a whole.
+  void after(const char* op) {
+    if (!sync_check_ || capturing_) return;
+    const cudaError_t status = cudaStreamSynchronize(stream_);
+    if (status != cudaSuccess) {
+      throw Error(ErrorKind::kInternal, std::string(SERVETUNE_GPU_VENDOR " fault in op ") + op + " (sync check): " +
+                                            cudaGetErrorString(status));
+    }
+  }
   void require_kv_type(const KvLayerView& kv) const {
     if (!supports_kv_dtype(kv.dtype)) {
       throw Error(ErrorKind::kInternal, "GPU KV cache must be f32, f16 or bf16, got " + std::string(dtype_name(kv.dtype)));
@@ -226,6 +287,10 @@ class GpuBackend final : public Backend {
 #if defined(SERVETUNE_HIP)
     launch_gemm_tiled(w, x, n, y, stream_);
 #else
+    if (tiled_gemm_) {
+      launch_gemm_tiled(w, x, n, y, stream_);
+      return;
+    }
     const float alpha = 1.0f, beta = 0.0f;
     // Row-major y[n, rows] is column-major [rows, n] = W^T(col-major [cols, rows]) x (col-major [cols, n]).
     const int m = static_cast<int>(w.rows), nn = static_cast<int>(n), k = static_cast<int>(w.cols);
@@ -254,8 +319,14 @@ class GpuBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr;
   bool capturing_ = false;
+  const bool sync_check_ = sync_check_enabled();
   std::map<int64_t, cudaGraphExec_t> graphs_;
 #if !defined(SERVETUNE_HIP)
+  // Read per backend, not once per process, so a test can make one of each.
+  const bool tiled_gemm_ = [] {
+    const char* v = std::getenv("SERVETUNE_GPU_GEMM");
+    return v != nullptr && std::string(v) == "tiled";
+  }();
   static constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<DeviceBuffer> blas_workspace_;

@@ -26,6 +26,14 @@
 #define cudaMemGetInfo hipMemGetInfo
 #define cudaStream_t hipStream_t
 #define cudaStreamCreate hipStreamCreate
+#define cudaStreamCreateWithFlags hipStreamCreateWithFlags
+#define cudaStreamNonBlocking hipStreamNonBlocking
+#define cudaEvent_t hipEvent_t
+#define cudaEventCreate hipEventCreate
+#define cudaEventRecord hipEventRecord
+#define cudaEventSynchronize hipEventSynchronize
+#define cudaEventElapsedTime hipEventElapsedTime
+#define cudaEventDestroy hipEventDestroy
 #define cudaStreamDestroy hipStreamDestroy
 #define cudaStreamSynchronize hipStreamSynchronize
 #define cudaDeviceProp hipDeviceProp_t
@@ -53,6 +61,9 @@ namespace servetune::gpu {
 
 // Throws Error(kInternal) naming the call and the runtime's message when `status` is not success.
 void check(cudaError_t status, const char* what);
+// Whether SERVETUNE_GPU_SYNC_CHECK or CUDA_LAUNCH_BLOCKING is set (not "0"): each op then waits for its work, so a
+// kernel fault is reported against the op that caused it (gpu_backend.cu). Read once per process.
+bool sync_check_enabled();
 
 // Sum over one warp (float or double); every lane gets the result.
 template <typename T>

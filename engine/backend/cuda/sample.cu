@@ -4,7 +4,8 @@
 // (eight 4-bit digit passes), then the tied group of the chosen logit is resolved in id order. Probabilities are
 // float exp like the plain host path (the host's filtered path uses double exp); every sum is in double and in a fixed
 // order, so a row's draw is deterministic. A token differs from the host's only when uniform * mass falls within
-// rounding of a cumulative boundary.
+// rounding of a cumulative boundary. A row holding a NaN or +inf logit gets token -1 (the backend raises it as an
+// error): the model produced garbage, and an argmax over it would still hand back a plausible id.
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
@@ -170,16 +171,20 @@ __device__ Pick select_sorted(const Row& row, bool mass, double target, bool inc
   return Pick{prefix, tie >= 0 ? tie : last_in_id_order(row.vocab, tied, s)};  // j past the last tie: rounding
 }
 
-// Largest logit and its lowest id.
-__device__ void block_argmax(const float* l, int64_t vocab, Scratch& s, float& best, long long& arg) {
+// Largest logit and its lowest id; `nonfinite` (every thread) whether any logit is NaN or +inf.
+__device__ void block_argmax(const float* l, int64_t vocab, Scratch& s, float& best, long long& arg, bool& nonfinite) {
   float v = -INFINITY;
   long long idx = -1;
+  int bad = 0;
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
-    if (l[i] > v || idx < 0) {
-      v = l[i];
+    const float x = l[i];
+    if (!(x < INFINITY)) bad = 1;  // NaN compares false, +inf is not below itself
+    if (x > v || idx < 0) {
+      v = x;
       idx = i;
     }
   }
+  nonfinite = __syncthreads_or(bad) != 0;
   for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) {
     const float ov = SERVETUNE_SHFL_XOR(v, mask);
     const long long oi = SERVETUNE_SHFL_XOR(idx, mask);
@@ -214,7 +219,12 @@ __global__ void sample_kernel(const float* logits, int64_t vocab, const SampleRo
   row.logits = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   row.vocab = vocab;
   long long arg = 0;
-  block_argmax(row.logits, vocab, s, row.best, arg);
+  bool nonfinite = false;
+  block_argmax(row.logits, vocab, s, row.best, arg, nonfinite);
+  if (nonfinite) {  // uniform across the block
+    if (threadIdx.x == 0) out[blockIdx.x] = -1;
+    return;
+  }
   long long token = arg;
   if (p.temperature > 0.0f) {
     row.inv_t = 1.0f / p.temperature;
