@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "servetune/device_probe.h"
 
 namespace servetune {
 
@@ -13,5 +14,8 @@ const char* gpu_backend_name();
 int gpu_device_count();
 // The GPU backend on device 0; Error(kUnsupported) when no GPU is present.
 std::unique_ptr<Backend> make_gpu_backend();
+// Device 0's memory, copy-kernel bandwidth and bf16 GEMM rate (cuBLAS; the HIP build: the tiled kernel), timed with
+// events on the device (peaks.cu); the caller has checked that a GPU is visible.
+DeviceProbe probe_gpu();
 
 }  // namespace servetune
