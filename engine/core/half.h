@@ -54,6 +54,13 @@ inline uint16_t f32_to_fp16(float f) {
 
 inline float bf16_to_f32(uint16_t h) { return bits_to_f32(static_cast<uint32_t>(h) << 16); }
 
+// A bf16 value's bits as a type of its own, so kernels templated on the element type (the CPU attention) tell it
+// from an IEEE half stored as uint16_t. Same size and layout as uint16_t.
+struct Bf16Bits {
+  uint16_t bits;
+};
+static_assert(sizeof(Bf16Bits) == 2);
+
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u = f32_to_bits(f);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN

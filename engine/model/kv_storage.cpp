@@ -22,7 +22,7 @@ KvStorage::KvStorage(Backend& backend, const ModelConfig& config, int64_t local_
     : num_blocks_(num_blocks), page_size_(page_size), dtype_(dtype) {
   if (!backend.supports_kv_dtype(dtype)) {
     throw_unsupported("kv_cache_dtype " + std::string(dtype_name(dtype)) + " is not supported on the " + backend.name() +
-                      " backend" + (dtype == DType::kBF16 ? " (bf16 KV is GPU only; on the cpu use f32, f16 or fp8_e4m3)" : ""));
+                      " backend");
   }
   // MLA: one latent row per token (kv_lora_rank + rope dims) in the K buffer, no V.
   const bool latent = config.is_mla();

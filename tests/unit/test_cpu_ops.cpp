@@ -48,14 +48,17 @@ void check_attention(detail::AttentionGroupKernel kernel, int64_t width, DType k
         std::vector<float> k(static_cast<size_t>(num_blocks * page * n_kv * hd)), v(k.size());
         for (auto& x : k) x = normal(rng);
         for (auto& x : v) x = normal(rng);
-        std::vector<uint16_t> k16(k.size()), v16(v.size());
+        std::vector<uint16_t> k16(k.size()), v16(v.size()), kb16(k.size()), vb16(v.size());
         for (size_t i = 0; i < k.size(); ++i) k16[i] = f32_to_fp16(k[i]), v16[i] = f32_to_fp16(v[i]);
+        for (size_t i = 0; i < k.size(); ++i) kb16[i] = f32_to_bf16(k[i]), vb16[i] = f32_to_bf16(v[i]);
         std::vector<uint8_t> k8(k.size()), v8(v.size());
         for (size_t i = 0; i < k.size(); ++i) k8[i] = f32_to_fp8_e4m3(k[i]), v8[i] = f32_to_fp8_e4m3(v[i]);
         void* k_data = kv_dtype == DType::kF16        ? static_cast<void*>(k16.data())
+                       : kv_dtype == DType::kBF16     ? static_cast<void*>(kb16.data())
                        : kv_dtype == DType::kFP8_E4M3 ? static_cast<void*>(k8.data())
                                                       : k.data();
         void* v_data = kv_dtype == DType::kF16        ? static_cast<void*>(v16.data())
+                       : kv_dtype == DType::kBF16     ? static_cast<void*>(vb16.data())
                        : kv_dtype == DType::kFP8_E4M3 ? static_cast<void*>(v8.data())
                                                       : v.data();
         std::vector<int32_t> table(static_cast<size_t>(blocks));
@@ -109,6 +112,7 @@ TEST(CpuOps, AttentionAvx512MatchesReference) {
   if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
   check_attention(&detail::attention_group_avx512, 16, DType::kF32);
   check_attention(&detail::attention_group_avx512, 16, DType::kF16);
+  check_attention(&detail::attention_group_avx512, 16, DType::kBF16);
   check_attention(&detail::attention_group_avx512, 16, DType::kFP8_E4M3);
 }
 
@@ -116,6 +120,7 @@ TEST(CpuOps, AttentionAvx2MatchesReference) {
   if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2";
   check_attention(&detail::attention_group_avx2, 8, DType::kF32);
   check_attention(&detail::attention_group_avx2, 8, DType::kF16);
+  check_attention(&detail::attention_group_avx2, 8, DType::kBF16);
   check_attention(&detail::attention_group_avx2, 8, DType::kFP8_E4M3);
 }
 
@@ -426,7 +431,7 @@ TEST(CpuOps, FusedRopeStoreQkvEqualsRopeThenStore) {
   CpuBackend backend(2);
   // Positions inside the backend's rotary table, and a batch reaching past it (the per-token fallback).
   for (int32_t far : {9, 70000}) {
-    for (DType kv_dtype : {DType::kF32, DType::kF16, DType::kFP8_E4M3}) {
+    for (DType kv_dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8_E4M3}) {
       for (bool neox : {false, true}) {
         const int64_t n = 5, n_heads = 6, n_kv = 2, hd = 24, page = 4, num_blocks = 4;
         RopeParams p;

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/attention_simd.h"
 #include "backend/cpu/kv_layout.h"
+#include "core/half.h"
 
 namespace servetune::cpu::detail::attention_impl {
 
@@ -334,12 +335,14 @@ void attention_group_typed(const KvLayerView& kv, const AttentionBatch& batch, c
   }
 }
 
-// KV rows of f32, or of f16 or FP8 E4M3 (as ref::store_kv_row writes them) widened on load.
+// KV rows of f32, or of f16, bf16 or FP8 E4M3 (as ref::store_kv_row writes them) widened on load.
 template <class S>
 void attention_group(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                      int64_t t, int64_t head_begin, int64_t head_count, float* scratch, float* out) {
   if (kv.dtype == DType::kF16) {
     attention_group_typed<S, uint16_t>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);
+  } else if (kv.dtype == DType::kBF16) {
+    attention_group_typed<S, Bf16Bits>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);
   } else if (kv.dtype == DType::kFP8_E4M3) {
     attention_group_typed<S, uint8_t>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);
   } else {

@@ -12,7 +12,7 @@ namespace servetune::cpu::detail {
 
 // Heads [head_begin, head_begin + head_count) of token t. `out` is the batch's output ([n_tokens, n_heads,
 // head_dim]); `scratch` holds attention_scratch_floats(head_count, n_ctx) floats.
-// Requires kv.dtype f32, f16 or FP8 E4M3 and attention_simd_supports(head_dim) for the ISA.
+// Requires kv.dtype f32, f16, bf16 or FP8 E4M3 and attention_simd_supports(head_dim) for the ISA.
 using AttentionGroupKernel = void (*)(const KvLayerView& kv, const AttentionBatch& batch, const float* q,
                                       int64_t n_heads, float scale, int64_t t, int64_t head_begin, int64_t head_count,
                                       float* scratch, float* out);

@@ -211,7 +211,8 @@ void check_slots(const KvLayerView& kv, const int32_t* slots, int64_t n) {
   }
 }
 
-// ref::store_v_row / store_k_row with f16 and fp8 rows converted by the vector converters (the same rounding).
+// ref::store_v_row / store_k_row with f16 and fp8 rows converted by the vector converters (the same rounding); bf16
+// (and f32) rows by quantize_row, as the reference does.
 void convert_row(const KvLayerView& kv, const float* row, void* out) {
   const auto width = static_cast<size_t>(kv.n_kv_heads * kv.head_dim);
   if (kv.dtype == DType::kF16) {

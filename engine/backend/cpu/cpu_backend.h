@@ -24,7 +24,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   bool host_memory() const override { return true; }
   bool supports_kv_dtype(DType t) const override {
-    return t == DType::kF32 || t == DType::kF16 || t == DType::kFP8_E4M3;
+    return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kFP8_E4M3;
   }
   ThreadPool& pool() { return pool_; }
 

@@ -6,6 +6,8 @@
 
 #include <bit>
 #include <cstdint>
+
+#include "core/half.h"
 #include <cstring>
 
 namespace servetune::cpu::detail::simd {
@@ -18,6 +20,10 @@ struct Avx2 {
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
   static V load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static V load(const Bf16Bits* p) {  // bf16 is f32's top half: widen and shift, exactly
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
   static void store(uint16_t* p, V v) {  // to IEEE half, round to nearest even
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }

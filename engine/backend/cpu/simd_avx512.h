@@ -7,6 +7,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "core/half.h"
+
 // GCC 12 reports the undefined pass-through operand inside the AVX-512 shuffle intrinsics as (maybe) uninitialised.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -21,6 +23,10 @@ struct Avx512 {
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static V load(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static V load(const Bf16Bits* p) {  // bf16 is f32's top half: widen and shift, exactly
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
   static void store(uint16_t* p, V v) {  // to IEEE half, round to nearest even
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
