@@ -168,7 +168,9 @@ FLOPS_PER_TOKEN=$(python3 -c "print(2*$L*($D*($H+2*$KV)+$H*$D+3*$D*$F))")
 MODEL_BYTES=$(python3 -c "print($WEIGHT_BYTES + 2*$V*$D + 2*$D*(2*$L+1))")
 KV_TOKEN_BYTES=$((2 * L * KV * KV_ELEM))
 KV_FIT_TOKENS=$(python3 -c "print(max(0, int((0.88*$FREE_BYTES - $MODEL_BYTES) // $KV_TOKEN_BYTES)))")
-SEQ_TOKENS=$(( (2 * IO_LEN + PAGE - 1) / PAGE * PAGE ))  # one sequence's pages at its full length
+# One sequence's pages at its full length, plus a page: a random prompt re-encodes to within a few tokens of the
+# length asked, and a sequence a page short would wait for another to finish.
+SEQ_TOKENS=$(( (2 * IO_LEN + 2 * PAGE - 1) / PAGE * PAGE ))
 # The dry run's tiny model fits any concurrency: it pretends only 6 sequences fit, so the lowering below runs too.
 [ "$DRY" = 1 ] && KV_FIT_TOKENS=$(( KV_FIT_TOKENS < 6 * SEQ_TOKENS ? KV_FIT_TOKENS : 6 * SEQ_TOKENS ))
 row "KV cache that fits ($KV_DTYPE)" "$(python3 -c "print(f'{$KV_FIT_TOKENS} tokens = {$KV_FIT_TOKENS // $SEQ_TOKENS} seqs of {2*$IO_LEN}')")"
