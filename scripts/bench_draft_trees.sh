@@ -2,9 +2,11 @@
 # EAGLE draft trees against chains and no speculation, side by side: ShareGPT, greedy, in-process `servetune bench`
 # (concurrency C), alternating the settings REPEAT times so a busy host hurts them alike. Prints output tok/s, vLLM's
 # acceptance length and the draft time per step for: none, topk 1 with 1 step, topk 1 with SGLang's 5 steps (6 draft
-# tokens), topk 2 and topk 4 with SGLang's llama tree (5 steps, 8 draft tokens).
+# tokens), topk 2 and topk 4 with SGLang's llama tree (5 steps, 8 draft tokens); MODES picks among those and
+# ngram (prompt lookup, 4 draft tokens) and topk1-steps2 / topk1-steps3.
 # Usage: scripts/bench_draft_trees.sh [MODEL] [HEAD] [THREADS] [NUM_PROMPTS] [OUTPUT_LEN] [C]
-#        (env: BUILD=build/cpu, REPEAT=1, ALGO=EAGLE (mtp for DeepSeek's own layer: HEAD "-"))
+#        (env: BUILD=build/cpu, REPEAT=1, ALGO=EAGLE (mtp for DeepSeek's own layer: HEAD "-"), MODES="none ngram ...",
+#        HEAD_FLAGS="--speculative-token-map F --speculative-draft-model-quantization q8_0": added to every head mode)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -17,14 +19,20 @@ ST=${BUILD:-build/cpu}/servetune
 [ -x "$ST" ] || { cmake --preset cpu >/dev/null && cmake --build "${BUILD:-build/cpu}" -j "$(nproc)" --target servetune >/dev/null; }
 SPEC=(--speculative-algorithm "${ALGO:-EAGLE}")
 [ "$HEAD" != "-" ] && SPEC+=(--speculative-draft-model "$HEAD")
-MODES=("none" "topk1-steps1" "topk1-steps5" "topk2-steps5-tokens8" "topk4-steps5-tokens8")
+read -r -a EXTRA <<< "${HEAD_FLAGS:-}"
+SPEC+=("${EXTRA[@]}")
+read -r -a MODES <<< "${MODES:-none topk1-steps1 topk1-steps5 topk2-steps5-tokens8 topk4-steps5-tokens8}"
 flags_for() {
   case "$1" in
     none) flags=() ;;
+    ngram) flags=(--speculative-algorithm ngram --speculative-num-draft-tokens 4) ;;
     topk1-steps1) flags=("${SPEC[@]}" --speculative-num-steps 1) ;;
+    topk1-steps2) flags=("${SPEC[@]}" --speculative-num-steps 2) ;;
+    topk1-steps3) flags=("${SPEC[@]}" --speculative-num-steps 3) ;;
     topk1-steps5) flags=("${SPEC[@]}" --speculative-num-steps 5) ;;
     topk2-steps5-tokens8) flags=("${SPEC[@]}" --speculative-num-steps 5 --speculative-eagle-topk 2 --speculative-num-draft-tokens 8) ;;
     topk4-steps5-tokens8) flags=("${SPEC[@]}" --speculative-num-steps 5 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8) ;;
+    *) echo "unknown mode $1" >&2; exit 2 ;;
   esac
 }
 printf '%-22s %10s %10s %14s\n' setting "tok/s" "acc. len" "draft ms/step"

@@ -9,23 +9,30 @@ embedding / lm_head, frozen). The EAGLE recipe on a CPU budget:
            of 16..MAX_PROMPT_CHARS characters), as `<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n`,
            answered greedily (up to MAX_NEW tokens) by SmolLM2 itself through the C++ engine:
            `servetune generate --json --temperature 0 -t 1` on models/SmolLM2-135M-Instruct.Q4_1.gguf, two at a time
-           (exact token ids; cached in models/eagle-smollm2/answers.json and reused when the slice is the same).
+           (exact token ids; cached per prompt in models/eagle-smollm2/answers.json).
   features H_i for every position of prompt + answer from transformers' f32 dequantisation of the same GGUF
            (teacher forcing, frozen).
+  vocab    FR-Spec's draft vocabulary: the HOT_TOKENS tokens most frequent in the training answers (token_map.json,
+           for --speculative-token-map); the head is trained and evaluated on the target's head rows for them.
   training every position i predicts t_{i+2}: loss = W_REG * smooth_l1(g_i, H_{i+1}) + W_CE * cross_entropy(
-           lm_head(g_i), t_{i+2}) (EAGLE's weights), AdamW, cosine schedule, EPOCHS over the training slice, seeded.
+           lm_head_hot(g_i), t_{i+2}) (EAGLE's weights; targets outside the draft vocabulary get no CE), plus with
+           UNROLL 2 the same loss for the second chained step (HASS / EAGLE-3's training-time test): fed (t_{i+2}, the
+           head's own detached g_i) at position i+1, seeing the real prefix and itself, predicting t_{i+3} and H_{i+2}.
+           AdamW, cosine schedule, EPOCHS over the training slice, seeded.
   held-out N_HELD further conversations: top-1 acceptance of the first draft (argmax logits_i == t_{i+2}, answer
            positions), and of chained drafts 2 and 3 (step k feeds (draft k-1, g of step k-1) at the next position,
            tree-masked so it sees the real prefix and its own chain only): P(drafts 1..k all == the greedy answer).
 
-Writes models/eagle-smollm2/ (config.json, model.safetensors in float16, train.json with settings, token counts,
-times and acceptance; models/ is not committed) and, when model.safetensors is <= 9 MB, copies all three to
+Writes models/eagle-smollm2/ (config.json, model.safetensors in float16, token_map.json, train.json with settings,
+token counts, times and acceptance; models/ is not committed) and, when model.safetensors is <= 9 MB, copies them to
 tests/data/eagle/smollm2_head/. Deterministic on CPU for a given torch build (fixed seeds and thread count).
 
 Needs: pip install torch transformers accelerate gguf safetensors; the built engine (build/cpu/servetune, or
-SERVETUNE=path). Usage: python3 scripts/train_eagle_head.py   (about 20 minutes on two cores)
+SERVETUNE=path). Usage: python3 scripts/train_eagle_head.py   (about an hour on two cores; answers are cached)
 """
+import collections
 import concurrent.futures
+import functools
 import json
 import math
 import os
@@ -47,8 +54,9 @@ SHAREGPT = os.path.join(ROOT, "datasets/cache/ShareGPT_V3_unfiltered_cleaned_spl
 OUT = os.path.join(ROOT, "models/eagle-smollm2")
 COMMIT = os.path.join(ROOT, "tests/data/eagle/smollm2_head")
 SERVETUNE = os.environ.get("SERVETUNE", os.path.join(ROOT, "build/cpu/servetune"))
-SLICE = dict(seed=0, n_train=320, n_held=40, min_prompt_chars=16, max_prompt_chars=300, max_new=160)
-TRAIN = dict(seed=0, epochs=3, batch=4, lr=1e-3, warmup=10, w_reg=1.0, w_ce=0.1, clip=0.5, threads=2)
+SLICE = dict(seed=0, n_train=1200, n_held=60, min_prompt_chars=16, max_prompt_chars=300, max_new=160)
+TRAIN = dict(seed=0, epochs=2, batch=4, lr=1e-3, warmup=10, w_reg=1.0, w_ce=0.1, clip=0.5, threads=2, hot_tokens=8192,
+             unroll=2)
 MAX_BYTES = 9 * 1024 * 1024
 CHAIN = 3
 
@@ -81,23 +89,45 @@ def answer(prompt):
 
 
 def answers(prompts):
+    """Greedy answers, cached per prompt in models/eagle-smollm2/answers.json (reused while max_new is the same)."""
     cache = os.path.join(OUT, "answers.json")
+    known = {}
     if os.path.exists(cache):
         with open(cache) as f:
             c = json.load(f)
-        if c["slice"] == SLICE and c["prompts"] == prompts:
-            log(f"reusing {cache}")
-            return c["answers"], True
+        if c["slice"]["max_new"] == SLICE["max_new"]:
+            known = dict(zip(c["prompts"], c["answers"]))
+    todo = [p for p in dict.fromkeys(prompts) if p not in known]
+    log(f"{len(prompts) - len(todo)} answers cached, {len(todo)} to generate")
+    def save():
+        os.makedirs(OUT, exist_ok=True)
+        with open(cache + ".tmp", "w") as f:
+            json.dump({"slice": SLICE, "prompts": list(known), "answers": list(known.values())}, f)
+        os.replace(cache + ".tmp", cache)
+
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        res = []
-        for k, r in enumerate(pool.map(answer, prompts)):
-            res.append(r)
-            if k % 40 == 39:
-                log(f"  answered {k + 1}/{len(prompts)}")
-    os.makedirs(OUT, exist_ok=True)
-    with open(cache, "w") as f:
-        json.dump({"slice": SLICE, "prompts": prompts, "answers": res}, f)
-    return res, False
+        for k, (p, r) in enumerate(zip(todo, pool.map(answer, todo))):
+            known[p] = r
+            if k % 100 == 99:
+                log(f"  answered {k + 1}/{len(todo)}")
+                save()  # an interrupted run keeps what it generated
+    if todo:
+        save()
+    return [known[p] for p in prompts], not todo
+
+
+def hot_token_ids(ans, vocab, k):
+    """FR-Spec's draft vocabulary: the k tokens most frequent in the training answers (then in their prompts, then by
+    id), sorted by id."""
+    answer_counts, prompt_counts = collections.Counter(), collections.Counter()
+    for a in ans:
+        answer_counts.update(a["output_ids"])
+        prompt_counts.update(a["prompt_ids"])
+    ranked = [t for t, _ in answer_counts.most_common()]
+    ranked += [t for t, _ in prompt_counts.most_common() if t not in answer_counts]
+    seen = set(ranked)
+    ranked += [t for t in range(vocab) if t not in seen]
+    return sorted(ranked[:k])
 
 
 def hidden_states(model, seqs, batch=8):
@@ -116,22 +146,36 @@ def hidden_states(model, seqs, batch=8):
 
 
 def batches(seqs, hs, order, size):
-    """(emb ids t_{i+1}, H_i, targets t_{i+2}, H_{i+1}, mask) padded to the longest sequence of each batch."""
+    """(emb ids t_{i+1}, H_i, targets t_{i+2}, H_{i+1}, mask, targets t_{i+3}, H_{i+2}, mask of those) padded to the
+    longest sequence of each batch."""
     for s in range(0, len(order), size):
         idx = order[s:s + size]
         n = max(len(seqs[k]) for k in idx) - 2
         d = hs[idx[0]].shape[1]
-        tok, tgt, mask = torch.zeros(len(idx), n, dtype=torch.long), torch.zeros(len(idx), n, dtype=torch.long), \
-            torch.zeros(len(idx), n, dtype=torch.bool)
-        h_in, h_out = torch.zeros(len(idx), n, d), torch.zeros(len(idx), n, d)
+        tok, tgt, tgt3 = (torch.zeros(len(idx), n, dtype=torch.long) for _ in range(3))
+        mask, mask3 = torch.zeros(len(idx), n, dtype=torch.bool), torch.zeros(len(idx), n, dtype=torch.bool)
+        h_in, h_out, h_out2 = torch.zeros(len(idx), n, d), torch.zeros(len(idx), n, d), torch.zeros(len(idx), n, d)
         for j, k in enumerate(idx):
             m, t = len(seqs[k]) - 2, torch.tensor(seqs[k])
             tok[j, :m], tgt[j, :m], mask[j, :m] = t[1:-1], t[2:], True
             h_in[j, :m], h_out[j, :m] = hs[k][:-2], hs[k][1:-1]
-        yield tok, h_in, tgt, h_out, mask
+            tgt3[j, :m - 1], h_out2[j, :m - 1], mask3[j, :m - 1] = t[3:], hs[k][2:-1], True
+        yield tok, h_in, tgt, h_out, mask, tgt3, h_out2, mask3
 
 
-def chained(head, embed, lm_head, seq, h):
+@functools.lru_cache(maxsize=8)
+def unroll_mask(n):
+    """Training-time test (HASS, EAGLE-3): block 2 (rows n..2n) holds the head's second chained step at position i + 1,
+    fed (t_{i+2}, its own g_i); it sees block 1's positions 0..i and itself, as the engine's draft step sees the head's
+    cache. Block 1 is causal."""
+    m = torch.full((2 * n, 2 * n), float("-inf"))
+    m[:n, :n] = torch.full((n, n), float("-inf")).triu(1)
+    m[n:, :n] = torch.full((n, n), float("-inf")).triu(1)
+    m[torch.arange(n, 2 * n), torch.arange(n, 2 * n)] = 0.0
+    return m.view(1, 1, 2 * n, 2 * n)
+
+
+def chained(head, embed, lm_hot, hot, seq, h):
     """Drafts of CHAIN chained steps from every position i (real input t_{i+1}, H_i): [CHAIN, L-1] token ids."""
     t = torch.tensor(seq)
     n = len(seq) - 1
@@ -148,9 +192,9 @@ def chained(head, embed, lm_head, seq, h):
                                                                        float("-inf"))
                 for c in range(1, a + 1):
                     mask[rows, c * n + ar] = 0.0
-            logits, g = head(emb.unsqueeze(0), hid.unsqueeze(0), lm_head, pos=pos.unsqueeze(0),
+            logits, g = head(emb.unsqueeze(0), hid.unsqueeze(0), lm_hot, pos=pos.unsqueeze(0),
                              mask=mask.view(1, 1, q, q))
-            d = logits[0, step * n:].argmax(-1)
+            d = hot[logits[0, step * n:].argmax(-1)]
             drafts.append(d)
             parts.append(g[0, step * n:])
             emb, hid = torch.cat([embed[t[1:]]] + [embed[x] for x in drafts]), torch.cat([h[:-1]] + parts)
@@ -158,14 +202,15 @@ def chained(head, embed, lm_head, seq, h):
     return torch.stack(drafts)
 
 
-def acceptance(head, model, held, hs):
+def acceptance(head, model, held, hs, hot):
     embed, lm_head = model.model.embed_tokens.weight, model.lm_head.weight
+    lm_hot = lm_head[hot]
     first = [0, 0]
     chain = [[0, 0] for _ in range(CHAIN)]
     agree = [0, 0]
     for a, seq, h in zip(held, [x["prompt_ids"] + x["output_ids"] for x in held], hs):
         p, L = len(a["prompt_ids"]), len(seq)
-        d = chained(head, embed, lm_head, seq, h)
+        d = chained(head, embed, lm_hot, hot, seq, h)
         t = torch.tensor(seq)
         with torch.no_grad():
             f32 = (h @ lm_head.T).argmax(-1)  # the f32 target's own greedy next token at every position
@@ -216,6 +261,13 @@ def main():
     hcfg._attn_implementation = "sdpa"
     head = EagleHead(hcfg)
     embed, lm_head = model.model.embed_tokens.weight, model.lm_head.weight
+    hot = torch.tensor(hot_token_ids(ans[:n_tr], cfg.vocab_size, TRAIN["hot_tokens"]))
+    hot_index = torch.full((cfg.vocab_size,), -1, dtype=torch.long)
+    hot_index[hot] = torch.arange(len(hot))
+    lm_hot = lm_head[hot]
+    held_answers = [t for a in ans[n_tr:] for t in a["output_ids"]]
+    coverage = sum(int(hot_index[t] >= 0) for t in held_answers) / len(held_answers)
+    log(f"draft vocabulary: {len(hot)} tokens, {coverage:.4f} of the held-out answer tokens")
     opt = torch.optim.AdamW([p for p in head.parameters()], lr=TRAIN["lr"], betas=(0.9, 0.95), weight_decay=0.0)
     steps = TRAIN["epochs"] * math.ceil(n_tr / TRAIN["batch"])
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / TRAIN["warmup"]) * 0.5 * (
@@ -226,11 +278,23 @@ def main():
     for epoch in range(TRAIN["epochs"]):
         order = torch.randperm(n_tr, generator=g).tolist()
         tot = [0.0, 0.0, 0, 0]
-        for tok, h_in, tgt, h_out, mask in batches(seqs, hs, order, TRAIN["batch"]):
-            logits, gh = head(embed[tok], h_in, lm_head)
-            ce = F.cross_entropy(logits[mask], tgt[mask])
+        for tok, h_in, tgt, h_out, mask, tgt3, h_out2, mask3 in batches(seqs, hs, order, TRAIN["batch"]):
+            logits, gh = head(embed[tok], h_in, lm_hot)
+            hot_tgt = hot_index[tgt]
+            ce_mask = mask & (hot_tgt >= 0)  # a target outside the draft vocabulary cannot be drafted
+            ce = F.cross_entropy(logits[ce_mask], hot_tgt[ce_mask])
             reg = F.smooth_l1_loss(gh[mask], h_out[mask])
             loss = TRAIN["w_reg"] * reg + TRAIN["w_ce"] * ce
+            if TRAIN["unroll"] > 1:  # the second chained step, fed its own (detached) first-step state
+                b, n = tok.shape
+                pos = torch.cat([torch.arange(n), torch.arange(n) + 1]).expand(b, 2 * n)
+                logits2, g2 = head(torch.cat([embed[tok], embed[tgt]], 1), torch.cat([h_in, gh.detach()], 1), lm_hot,
+                                   pos=pos, mask=unroll_mask(n))
+                logits2, g2 = logits2[:, n:], g2[:, n:]
+                hot3 = hot_index[tgt3]
+                ce3_mask = mask3 & (hot3 >= 0)
+                loss = loss + TRAIN["w_reg"] * F.smooth_l1_loss(g2[mask3], h_out2[mask3]) + \
+                    TRAIN["w_ce"] * F.cross_entropy(logits2[ce3_mask], hot3[ce3_mask])
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), TRAIN["clip"])
@@ -239,7 +303,7 @@ def main():
             step += 1
             tot[0] += ce.item()
             tot[1] += reg.item()
-            tot[2] += int((logits[mask].argmax(-1) == tgt[mask]).sum())
+            tot[2] += int((logits[ce_mask].argmax(-1) == hot_tgt[ce_mask]).sum())
             tot[3] += int(mask.sum())
             if step % 20 == 0:
                 log(f"  epoch {epoch} step {step}/{steps}: ce {ce.item():.3f} reg {reg.item():.3f}")
@@ -247,12 +311,16 @@ def main():
             f"train top-1 {tot[2] / tot[3]:.3f}")
     t_train = time.time() - t_start - t_data - t_feat
     head.eval()
-    held = acceptance(head, model, ans[n_tr:], hs[n_tr:])
+    held = acceptance(head, model, ans[n_tr:], hs[n_tr:], hot)
+    held["draft_vocabulary_coverage"] = coverage
     log(f"held-out acceptance: first draft {held['first_draft']:.3f} over {held['positions']} answer positions; "
         f"chained all-correct {[round(x, 3) for x in held['chain_all_correct']]} -> {held['mean_accepted_of_3']:.2f} "
         f"tokens accepted of 3; f32 target == engine answer {held['f32_target_agrees_with_engine_answer']:.3f}")
 
     save_head(head, hcfg, OUT, torch.float16)
+    with open(os.path.join(OUT, "token_map.json"), "w") as f:
+        json.dump(hot.tolist(), f)
+        f.write("\n")
     size = os.path.getsize(os.path.join(OUT, "model.safetensors"))
     record = {"script": "scripts/train_eagle_head.py", "command": "python3 scripts/train_eagle_head.py",
               "target": "models/" + GGUF, "slice": SLICE, "train": TRAIN, "counts": counts,
@@ -266,7 +334,7 @@ def main():
         f.write("\n")
     if size <= MAX_BYTES:
         os.makedirs(COMMIT, exist_ok=True)
-        for name in ("config.json", "model.safetensors", "train.json"):
+        for name in ("config.json", "model.safetensors", "train.json", "token_map.json"):
             shutil.copy(os.path.join(OUT, name), os.path.join(COMMIT, name))
     log(f"wrote {OUT} (model.safetensors {size} bytes, f16)" + (f", copied to {COMMIT}" if size <= MAX_BYTES else ""))
 
