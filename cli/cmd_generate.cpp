@@ -1,5 +1,7 @@
 // `servetune generate`: runs the built-in engine on one prompt, streams the text, then prints prefill and decode
-// speed (or, with --json, the prompt and output ids, text and finish reason).
+// speed (or, with --json, the prompt and output ids, text and finish reason). --warmup runs the prompt untimed first
+// (kernel set-up, allocations and graph captures out of the timed run) and forgets it from the prefix cache.
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -30,6 +32,7 @@ struct GenerateOptions {
   bool ignore_eos = false;
   bool json = false;
   bool no_parse_special = false;
+  int warmup = 0;
 };
 
 double ms_between(EngineClock::time_point a, EngineClock::time_point b) {
@@ -68,6 +71,17 @@ void run_generate(const GenerateOptions& o) {
   req.prompt_ids = prompt_ids;
   req.prompt.clear();
 
+  for (int i = 0; i < o.warmup; ++i) {  // the same prompt and a few decode steps, untimed, then out of the cache
+    Request warm = req;
+    warm.sampling.max_tokens = std::min(o.max_tokens, 4);
+    auto warm_stream = engine.submit(std::move(warm));
+    while (auto e = warm_stream->next()) {
+      if (e->finish == FinishReason::kError) throw Error(ErrorKind::kInternal, "warm-up generation failed: " + e->error);
+      if (e->finish != FinishReason::kNone) break;
+    }
+    engine.flush_prefix_cache();
+  }
+
   const auto start = EngineClock::now();
   auto stream = engine.submit(std::move(req));
   std::vector<int32_t> output;
@@ -75,7 +89,9 @@ void run_generate(const GenerateOptions& o) {
   EngineClock::time_point first{}, last{};
   FinishReason finish = FinishReason::kNone;
   std::string error;
+  int64_t cached_tokens = 0;
   while (auto e = stream->next()) {
+    cached_tokens = e->usage.cached_tokens;
     output.insert(output.end(), e->token_ids.begin(), e->token_ids.end());
     text += e->text;
     if (!o.json && !e->text.empty()) {
@@ -99,8 +115,9 @@ void run_generate(const GenerateOptions& o) {
   std::printf("\n");
   const double prefill_ms = ms_between(start, first);
   const double decode_ms = ms_between(first, last);
-  std::fprintf(stderr, "\nprefill: %zu tokens in %.1f ms (%.1f tok/s)\n", prompt_ids.size(), prefill_ms,
-               prefill_ms > 0 ? 1000.0 * static_cast<double>(prompt_ids.size()) / prefill_ms : 0.0);
+  std::fprintf(stderr, "\nprefill: %zu tokens in %.1f ms (%.1f tok/s), %lld from the prefix cache\n", prompt_ids.size(),
+               prefill_ms, prefill_ms > 0 ? 1000.0 * static_cast<double>(prompt_ids.size()) / prefill_ms : 0.0,
+               static_cast<long long>(cached_tokens));
   if (output.size() > 1) {
     std::fprintf(stderr, "decode:  %zu tokens in %.1f ms (%.1f tok/s)\n", output.size() - 1, decode_ms,
                  decode_ms > 0 ? 1000.0 * static_cast<double>(output.size() - 1) / decode_ms : 0.0);
@@ -130,6 +147,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--stop", opts->stop, "Stop string (repeatable)");
   cmd->add_flag("--ignore-eos", opts->ignore_eos, "Keep generating past end-of-sequence tokens");
   cmd->add_flag("--json", opts->json, "Print {prompt_ids, output_ids, text, finish_reason} instead of streaming");
+  cmd->add_option("--warmup", opts->warmup,
+                  "Run the prompt this many times untimed first (up to 4 tokens each), then forget it from the prefix "
+                  "cache, so the timed prefill and decode exclude one-time set-up")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([opts] { run_generate(*opts); });
 }
 
