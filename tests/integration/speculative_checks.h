@@ -88,6 +88,7 @@ struct Spec {
   int num_draft_tokens = 0;
   std::string token_map;        // eagle / mtp: a draft vocabulary file (speculative_token_map)
   bool q8_0 = false;            // eagle / mtp: speculative_draft_model_quantization q8_0
+  int tp_size = 1;              // tensor-parallel ranks (threads of this process)
 };
 const Spec kNoSpec{};
 const Spec kNgram{"ngram", "", 0.0};
@@ -99,6 +100,7 @@ EngineConfig config(const std::string& model, const Spec& spec) {
   c.max_total_tokens = 32768;
   c.chunked_prefill_size = 64;  // chunked prefill and prefix caching (on by default) both in play
   c.max_prefill_tokens = 256;
+  c.tp_size = spec.tp_size;
   c.speculative_algorithm = parse_speculative_algorithm(spec.algorithm);
   c.speculative_disable_by_batch_size = spec.disable_by_batch_size;
   if (spec.algorithm == "ngram") {
@@ -135,7 +137,9 @@ void check_model(const std::string& model, const std::vector<std::string>& texts
   std::vector<Job> jobs;
   std::vector<Result> reference;
   {
-    Engine engine(config(model, kNoSpec));
+    Spec none = kNoSpec;
+    none.tp_size = spec.tp_size;  // the same ranks' arithmetic without speculation
+    Engine engine(config(model, none));
     jobs = jobs_for(engine.tokenizer(), texts, n, max_tokens);
     RunStats rs;
     reference = run(engine, jobs, 1, rs);

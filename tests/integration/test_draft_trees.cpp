@@ -1,7 +1,7 @@
 // Draft trees (speculative_eagle_topk > 1) end to end: greedy outputs identical with and without speculation at topk
 // 2-4 (concurrency 1 and 32, chunked prefill, prefix caching, preemption) for a random EAGLE head on stories260K,
 // DeepSeek-V3 tiny's trained MTP layer and SmolLM2's trained EAGLE head; sampled token distributions unchanged
-// (chi-square); tree settings the engine cannot honour are clear errors.
+// (chi-square); the same with tensor parallelism over threads; tree settings the engine cannot honour are clear errors.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -30,6 +30,20 @@ TEST(DraftTrees, SmolLM2GreedyIdenticalWithTrainedEagleHeadTopk4) {
   SERVETUNE_REQUIRE_FILE(testing::data_path("eagle/smollm2_head/model.safetensors"));
   check_model(testing::smollm2_path(), kSmolTexts, 40, 48, {"EAGLE", testing::data_path("eagle/smollm2_head"), 0.05, 5, 0, 4, 8});
 }
+// Tensor parallelism over threads: every rank verifies the tree with its heads' share of the mask and moves the
+// accepted path's K/V in its own cache (GQA heads split; MLA's latent cache whole on each rank).
+TEST(DraftTrees, SmolLM2GreedyIdenticalWithTrainedEagleHeadTopk2Tp2) {
+  SERVETUNE_REQUIRE_FILE(testing::data_path("eagle/smollm2_head/model.safetensors"));
+  Spec spec{"EAGLE", testing::data_path("eagle/smollm2_head"), 0.05, 3, 0, 2, 6};
+  spec.tp_size = 2;  // SmolLM2's 3 KV heads split 2 + 1
+  check_model(testing::smollm2_path(), kSmolTexts, 40, 48, spec);
+}
+TEST(DraftTrees, DeepSeekV3MtpGreedyIdenticalTopk2Tp2) {
+  Spec spec{"mtp", "", 0.05, 3, 0, 2, 6};
+  spec.tp_size = 2;
+  check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, spec);
+}
+
 // Steps with 8 or more decoding requests draft nothing; the others verify trees.
 TEST(DraftTrees, DeepSeekV3MtpGreedyIdenticalWhenDisabledByBatchSize) {
   check_model(testing::data_path(kMtpModel), kStoriesTexts, 32, 40, {"mtp", "", 0.05, 2, 8, 2, 5});
@@ -54,10 +68,11 @@ TEST(DraftTrees, BadTreeSettingsAreClearErrors) {
   for (const Bad& b : {Bad{2, 2, 8, "cpu", 1, ErrorKind::kUsage, "exceeds the tree's 6 candidates"},
                        Bad{20, 4, 8, "cpu", 1, ErrorKind::kUsage, "must be at most 64 (the draft head's tree)"},
                        Bad{2, 2, 5, "cuda", 1, ErrorKind::kUnsupported, "implemented on device cpu only"},
-                       Bad{2, 2, 5, "cpu", 2, ErrorKind::kUnsupported, "tp_size > 1 is not implemented yet"}}) {
+                       Bad{2, 2, 5, "cpu", 2, ErrorKind::kUnsupported, "tp_size > 1 over comm_backend gloo"}}) {
     EngineConfig c = config(testing::data_path(kMtpModel), {"mtp", "", 0.0, b.steps, 0, b.topk, b.draft_tokens});
     c.device = parse_device(b.device);
     c.tp_size = b.tp_size;
+    if (b.tp_size > 1) c.comm_backend = CommBackend::kGloo;  // over threads (local) trees run
     try {
       c.validate();
       ADD_FAILURE() << "steps " << b.steps << " topk " << b.topk << " draft tokens " << b.draft_tokens << " on " << b.device
