@@ -101,10 +101,34 @@ inline __m512i reduce_pair_blocks(const __m512i* z) {
   return _mm512_add_epi32(_mm512_shuffle_i32x4(n0, n1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_i32x4(n0, n1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+// The block sums of 16 rows from the 8 row pairs' reduce_pair_blocks layout (sums[p * 16 + lane]) to one vector per
+// block with lane i = row i: 4x4 row-by-block tiles by 128-bit lane shuffles, then rows 0-7 | 8-15 of two blocks by a
+// two-source lane permute, then the halves joined. Exact integer moves, three rounds of shuffles instead of 8 gathers.
+inline void transpose_pair_sums(const int32_t* sums, __m512i* v) {
+  __m512i s[8];
+  for (int p = 0; p < 8; ++p) s[p] = _mm512_load_si512(sums + p * 16);
+  __m512i u[4][2];  // rows 4q..4q+3 of blocks 0-3 (u[q][0]) and 4-7 (u[q][1]), row-major
+  for (int q = 0; q < 4; ++q) {
+    u[q][0] = _mm512_shuffle_i32x4(s[2 * q], s[2 * q + 1], _MM_SHUFFLE(1, 0, 1, 0));
+    u[q][1] = _mm512_shuffle_i32x4(s[2 * q], s[2 * q + 1], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // Lane k: block 2 * pair + k / 8 of row k % 8, from two 4x4 tiles (rows 0-3 | rows 4-7 as the second source).
+  const __m512i pick[2] = {_mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29),
+                           _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31)};
+  for (int h = 0; h < 2; ++h) {
+    for (int pair = 0; pair < 2; ++pair) {
+      const __m512i lo = _mm512_permutex2var_epi32(u[0][h], pick[pair], u[1][h]);  // rows 0-7 of the two blocks
+      const __m512i hi = _mm512_permutex2var_epi32(u[2][h], pick[pair], u[3][h]);  // rows 8-15
+      v[4 * h + 2 * pair] = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+      v[4 * h + 2 * pair + 1] = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+    }
+  }
+}
+
 // Row-pair kernel for tokens outside whole token groups (decode): 16 rows [0, rows) × T tokens from t0. Per 8 blocks,
 // vpdpbusd gives each row pair's quad dots (one zmm: two rows' block), reduce_pair_blocks turns 8 of them into block
-// sums, a gather transposes those to one zmm per block with a lane per row, and one fma per block and row follows the
-// canonical arithmetic. Weights are unpacked once per pass; short tiles repeat their last row (not stored).
+// sums, transpose_pair_sums turns those into one zmm per block with a lane per row, and one fma per block and row
+// follows the canonical arithmetic. Weights are unpacked once per pass; short tiles repeat their last row (not stored).
 template <DType kType, int T>
 void rowpair_tile(const uint8_t* row0, int64_t row_bytes, int64_t rows, const Activations& a, int64_t t0, float* y,
                   int64_t y_stride) {
@@ -115,11 +139,6 @@ void rowpair_tile(const uint8_t* row0, int64_t row_bytes, int64_t rows, const Ac
   const __m512i row_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                  _mm512_set1_epi32(static_cast<int>(row_bytes)));
   const __mmask16 valid = static_cast<__mmask16>((1u << rows) - 1);
-  // Lane of row 2p + h, block j in pair p's sums (see reduce_pair_blocks), as an index into sums[p * 16 + lane].
-  alignas(64) int32_t gather_index[kChunkBlocks][16];
-  for (int j = 0; j < kChunkBlocks; ++j) {
-    for (int i = 0; i < 16; ++i) gather_index[j][i] = (i / 2) * 16 + (j < 4 ? (i % 2) * 4 + j : 8 + (i % 2) * 4 + j - 4);
-  }
   __m512 acc[T], mins[T];
   for (int t = 0; t < T; ++t) acc[t] = mins[t] = _mm512_setzero_ps();
   alignas(64) int32_t sums[T][8 * 16];
@@ -146,14 +165,15 @@ void rowpair_tile(const uint8_t* row0, int64_t row_bytes, int64_t rows, const Ac
         for (int64_t off = 0; off < n * static_cast<int64_t>(sizeof(Block)); off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
       }
     }
+    __m512i block_sums[T][kChunkBlocks];
+    for (int t = 0; t < T; ++t) transpose_pair_sums(sums[t], block_sums[t]);
     for (int j = 0; j < n; ++j) {
       const int64_t b = b0 + j;
       // Each row's leading dword of block b: d, and m for Q4_1 / Q5_1.
       const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, row_offsets, row[0] + b, 1);
       const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-      const __m512i index = _mm512_load_si512(gather_index[j]);
       for (int t = 0; t < T; ++t) {
-        __m512i isum = _mm512_i32gather_epi32(index, sums[t], 4);
+        __m512i isum = block_sums[t][j];
         const int8_t* xq = a.q + (t0 + t) * a.q_stride + b * kQBlock;
         if constexpr (Traits::kOffset != 0) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(Traits::kOffset * block_sum(xq)));
         const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[(t0 + t) * a.d_stride + b]));
