@@ -51,6 +51,13 @@ DType WeightLoader::storage_type(DType type) const {
   return is_float && float_matrices_ ? *float_matrices_ : backend_.matrix_storage_type(type);
 }
 
+void WeightLoader::check_storable(const std::string& name, DType type, int64_t cols) const {
+  if (storage_type(type) == DType::kQ8_0 && type != DType::kQ8_0 && cols % 32 != 0) {
+    throw_unsupported(source_.path() + ": tensor '" + name + "' has " + std::to_string(cols) +
+                      " columns, not whole Q8_0 blocks of 32: it cannot be quantized to Q8_0");
+  }
+}
+
 const void* WeightLoader::place(const void* host, size_t bytes) {
   if (backend_.host_memory()) {
     constexpr size_t kArenaBytes = size_t{64} << 20, kAlign = 64;
@@ -74,6 +81,7 @@ const void* WeightLoader::place(const void* host, size_t bytes) {
 
 void WeightLoader::append_rows(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first,
                                int64_t stride, std::vector<uint8_t>& out, const BlockScales* scales) const {
+  check_storable(name, type, cols);
   const DType store = storage_type(type);
   const int64_t row_bytes = *dtype_row_bytes(store, cols);
   const size_t begin = out.size();
@@ -85,10 +93,6 @@ void WeightLoader::append_rows(const std::string& name, DType type, int64_t rows
   }
   const bool block_scaled = type == DType::kFP8_E4M3_B128;
   if (store == DType::kQ8_0 && float_matrices_) {  // quantize_float_matrices: a float matrix re-quantized row by row
-    if (cols % 32 != 0) {
-      throw_unsupported(source_.path() + ": tensor '" + name + "' has " + std::to_string(cols) +
-                        " columns, not whole Q8_0 blocks of 32: it cannot be quantized to Q8_0");
-    }
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
       dequantize_row(type, first + r * stride, row.data(), cols);
@@ -118,6 +122,7 @@ WeightMatrix WeightLoader::place_matrix(const std::string& name, DType type, int
   if ((type == DType::kFP8_E4M3_B128) != (scales != nullptr)) {
     throw Error(ErrorKind::kInternal, "tensor '" + name + "': block scales go with FP8_E4M3_B128 rows and nothing else");
   }
+  check_storable(name, type, cols);
   WeightMatrix w;
   w.type = storage_type(type);
   w.rows = rows;
@@ -273,6 +278,7 @@ WeightMatrix WeightLoader::matrix_row_subset(const std::string& name, int64_t ro
     if (ids[i] < 0 || ids[i] >= rows) throw Error(ErrorKind::kInternal, "row id out of bounds in tensor '" + name + "'");
     std::memcpy(picked.data() + i * static_cast<size_t>(row_bytes), t.data + ids[i] * row_bytes, static_cast<size_t>(row_bytes));
   }
+  check_storable(name, t.type, cols);
   WeightMatrix w;
   w.type = storage_type(t.type);
   w.rows = static_cast<int64_t>(ids.size());

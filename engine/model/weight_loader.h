@@ -87,6 +87,9 @@ class WeightLoader {
  private:
   // How a matrix of `type` is stored: the backend's choice, or quantize_float_matrices' for float types.
   DType storage_type(DType type) const;
+  // Error(kUnsupported) naming the tensor when a matrix of `cols` columns would be re-quantized to Q8_0 but its rows
+  // are not whole 32-value blocks (checked before any row size of the stored type is computed).
+  void check_storable(const std::string& name, DType type, int64_t cols) const;
   TensorRef require(const std::string& name) const;
   TensorRef require_matrix(const std::string& name, int64_t rows, int64_t cols) const;
   // A [n, rows, cols] tensor in whole quant blocks per row, not block-scaled FP8.
