@@ -2,9 +2,9 @@
 #include "model/checkpoint.h"
 
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "formats/gguf.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
@@ -24,21 +24,6 @@ void refuse_draft_head(const HfModelConfig& hf, const std::string& path) {
   if (!hf.eagle_head) return;
   throw_usage(path + " is an EAGLE draft head (" + std::string(kEagleHeadArchitecture) + "), not a model: give it as "
               "--speculative-draft-model with --speculative-algorithm EAGLE and its target as --model");
-}
-
-}  // namespace
-namespace {
-
-// MemAvailable of /proc/meminfo in bytes, or 0 when it cannot be read.
-int64_t available_host_memory() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
 }
 
 }  // namespace

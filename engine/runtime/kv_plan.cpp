@@ -1,11 +1,10 @@
 // KV cache sizing (see kv_plan.h): the arithmetic is pure; only plan_kv_cache reads the machine's memory.
 #include "runtime/kv_plan.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "model/kv_storage.h"
 #include "runtime/tensor_parallel_group.h"
 
@@ -13,9 +12,8 @@ namespace servetune {
 namespace {
 
 int64_t physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{8} << 30;
+  const int64_t bytes = physical_host_memory();
+  return bytes > 0 ? bytes : int64_t{8} << 30;
 }
 
 }  // namespace
