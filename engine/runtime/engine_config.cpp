@@ -278,11 +278,11 @@ void EngineConfig::validate() const {
           "rule with topk 1: the draft tokens plus the last accepted one), got " + std::to_string(speculative_num_draft_tokens) +
               " and " + std::to_string(speculative_num_steps) + "; give either one");
   }
-  usage(speculative_token_map.empty() || algo == SpeculativeAlgorithm::kEagle || algo == SpeculativeAlgorithm::kMtp,
+  const bool draft_head = algo == SpeculativeAlgorithm::kEagle || algo == SpeculativeAlgorithm::kMtp;
+  usage(speculative_token_map.empty() || draft_head,
         "speculative_token_map restricts a draft head's vocabulary: it needs speculative_algorithm EAGLE or mtp");
   if (speculative_draft_model_quantization != DraftModelQuantization::kNone) {
-    usage(algo == SpeculativeAlgorithm::kEagle || algo == SpeculativeAlgorithm::kMtp,
-          "speculative_draft_model_quantization applies to draft heads: it needs speculative_algorithm EAGLE or mtp");
+    usage(draft_head, "speculative_draft_model_quantization applies to draft heads: it needs speculative_algorithm EAGLE or mtp");
     unsupported(device == Device::kCpu, "speculative_draft_model_quantization q8_0 is implemented on device cpu only "
                                         "(the draft heads run there)");
   }

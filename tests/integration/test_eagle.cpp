@@ -37,6 +37,19 @@ const nlohmann::json& goldens() {
 
 const std::string kHead = "eagle/stories260K_head";
 
+// The head's logits for one sequence's `tokens` (its t_{i+1}) and the target's `hidden` rows, in one pass.
+std::vector<float> head_logits(EagleHead& head, Backend& backend, const std::vector<int32_t>& tokens,
+                               const std::vector<float>& hidden) {
+  Model& m = head.model();
+  const int64_t page = 4, blocks = 8;
+  KvStorage kv(backend, m.config(), m.local_kv_heads(), blocks, page, DType::kF32);
+  Batch b = one_sequence(tokens, 0, static_cast<int>(tokens.size()), page, blocks);
+  b.input_hidden = hidden;
+  std::vector<float> logits;
+  m.forward(b, kv, logits);
+  return logits;
+}
+
 TEST(EagleHead, LogitsAndHiddenMatchTransformers) {
   SERVETUNE_REQUIRE_FILE(testing::data_path(kHead + "/model.safetensors"));
   Checkpoint ck(testing::stories_path(), LoadFormat::kAuto);
@@ -208,17 +221,8 @@ TEST(EagleHead, DraftVocabularyScoresOnlyItsTokens) {
   const auto& c = goldens().at("cases").at(0);
   const auto tokens = c.at("tokens").get<std::vector<int32_t>>();
   const std::vector<int32_t> next(tokens.begin() + 1, tokens.end());
-  const int n = static_cast<int>(tokens.size());
-  const int64_t page = 4, blocks = 8;
-  std::vector<float> logits[2];
-  EagleHead* heads[2] = {&whole, &part};
-  for (int k = 0; k < 2; ++k) {
-    Model& m = heads[k]->model();
-    KvStorage kv(*backend, m.config(), m.local_kv_heads(), blocks, page, DType::kF32);
-    Batch b = one_sequence(next, 0, n - 1, page, blocks);
-    b.input_hidden = flat_rows(c.at("hidden").get<std::vector<std::vector<float>>>());
-    m.forward(b, kv, logits[k]);
-  }
+  const std::vector<float> hidden = flat_rows(c.at("hidden").get<std::vector<std::vector<float>>>());
+  const std::vector<float> logits[2] = {head_logits(whole, *backend, next, hidden), head_logits(part, *backend, next, hidden)};
   ASSERT_EQ(logits[0].size(), logits[1].size());
   for (size_t i = 0; i < logits[0].size(); ++i) {
     const auto token = static_cast<int32_t>(i % static_cast<size_t>(vocab));
@@ -242,18 +246,9 @@ TEST(EagleHead, Q8_0WeightsStayCloseToTheStoredOnes) {
   EagleHead stored(dir, ck, *backend);
   EagleHead q8(dir, ck, *backend, {}, true);
   const std::vector<int32_t> tokens = {1, 4093, 314, 253, 1345, 28, 940, 30};
-  const int64_t d = ck.config().hidden, page = 4, blocks = 8;
-  std::vector<float> hidden(tokens.size() * static_cast<size_t>(d));
+  std::vector<float> hidden(tokens.size() * static_cast<size_t>(ck.config().hidden));
   for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = std::sin(0.37f * static_cast<float>(i)) * 2.0f;
-  std::vector<float> logits[2];
-  EagleHead* heads[2] = {&stored, &q8};
-  for (int k = 0; k < 2; ++k) {
-    Model& m = heads[k]->model();
-    KvStorage kv(*backend, m.config(), m.local_kv_heads(), blocks, page, DType::kF32);
-    Batch b = one_sequence(tokens, 0, static_cast<int>(tokens.size()), page, blocks);
-    b.input_hidden = hidden;
-    m.forward(b, kv, logits[k]);
-  }
+  const std::vector<float> logits[2] = {head_logits(stored, *backend, tokens, hidden), head_logits(q8, *backend, tokens, hidden)};
   ASSERT_EQ(logits[0].size(), logits[1].size());
   float scale = 0, diff = 0;
   for (size_t i = 0; i < logits[0].size(); ++i) {
