@@ -32,9 +32,10 @@
 namespace servetune::cpu {
 namespace {
 
-// Every head is checked five ways: alone, within its whole GQA group, within a partial group starting at it, within
-// all the token's heads, and within a range that starts inside one group and ends inside another; all must give the
-// same bits (a head's result may not depend on the grouping the scheduler picked).
+// Every head is checked eight ways: alone, within its whole GQA group, within a partial group starting at it, within
+// all the token's heads, within a range that starts inside one group and ends inside another, and with the other
+// tokens of its sequence (a run: all heads, by group, a run of two); all must give the same bits (a head's result
+// may not depend on the grouping the scheduler picked).
 void check_attention(detail::AttentionGroupKernel kernel, int64_t width, DType kv_dtype) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -76,19 +77,29 @@ void check_attention(detail::AttentionGroupKernel kernel, int64_t width, DType k
         std::vector<float> scratch(static_cast<size_t>(detail::attention_scratch_floats(n_heads, n_ctx)));
         std::vector<float> alone(q.size()), grouped(q.size()), partial(q.size()), whole(q.size()), across(q.size());
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        // The three tokens as one run (each K/V row read once for all of them), whole and by KV head; the last two
+        // as a run of their own.
+        std::vector<float> run_scratch(static_cast<size_t>(detail::attention_scratch_floats(3 * n_heads, n_ctx)));
+        std::vector<float> run_whole(q.size()), run_grouped(q.size()), run_pair(q.size());
+        kernel(kv, batch, q.data(), n_heads, scale, 0, 3, 0, n_heads, run_scratch.data(), run_whole.data());
+        for (int64_t h = 0; h < n_heads; h += group) {
+          kernel(kv, batch, q.data(), n_heads, scale, 0, 3, h, group, run_scratch.data(), run_grouped.data());
+        }
+        kernel(kv, batch, q.data(), n_heads, scale, 0, 1, 0, n_heads, run_scratch.data(), run_pair.data());
+        kernel(kv, batch, q.data(), n_heads, scale, 1, 3, 0, n_heads, run_scratch.data(), run_pair.data());
         for (int64_t t = 0; t < 3; ++t) {
           for (int64_t h = 0; h < n_heads; ++h) {
-            kernel(kv, batch, q.data(), n_heads, scale, t, h, 1, scratch.data(), alone.data());
+            kernel(kv, batch, q.data(), n_heads, scale, t, t + 1, h, 1, scratch.data(), alone.data());
           }
           for (int64_t h = 0; h < n_heads; h += group) {
-            kernel(kv, batch, q.data(), n_heads, scale, t, h, group, scratch.data(), grouped.data());
-            kernel(kv, batch, q.data(), n_heads, scale, t, h, 1, scratch.data(), partial.data());
-            if (group > 1) kernel(kv, batch, q.data(), n_heads, scale, t, h + 1, group - 1, scratch.data(), partial.data());
+            kernel(kv, batch, q.data(), n_heads, scale, t, t + 1, h, group, scratch.data(), grouped.data());
+            kernel(kv, batch, q.data(), n_heads, scale, t, t + 1, h, 1, scratch.data(), partial.data());
+            if (group > 1) kernel(kv, batch, q.data(), n_heads, scale, t, t + 1, h + 1, group - 1, scratch.data(), partial.data());
           }
-          kernel(kv, batch, q.data(), n_heads, scale, t, 0, n_heads, scratch.data(), whole.data());
-          kernel(kv, batch, q.data(), n_heads, scale, t, 0, 1, scratch.data(), across.data());
-          kernel(kv, batch, q.data(), n_heads, scale, t, 1, n_heads - 2, scratch.data(), across.data());
-          kernel(kv, batch, q.data(), n_heads, scale, t, n_heads - 1, 1, scratch.data(), across.data());
+          kernel(kv, batch, q.data(), n_heads, scale, t, t + 1, 0, n_heads, scratch.data(), whole.data());
+          kernel(kv, batch, q.data(), n_heads, scale, t, t + 1, 0, 1, scratch.data(), across.data());
+          kernel(kv, batch, q.data(), n_heads, scale, t, t + 1, 1, n_heads - 2, scratch.data(), across.data());
+          kernel(kv, batch, q.data(), n_heads, scale, t, t + 1, n_heads - 1, 1, scratch.data(), across.data());
           for (int64_t h = 0; h < n_heads; ++h) {
             ref::attention_head(kv, batch, q.data(), n_heads, scale, t, h, ref_scratch.data(), want.data());
             for (int64_t d = 0; d < hd; ++d) {
@@ -100,6 +111,9 @@ void check_attention(detail::AttentionGroupKernel kernel, int64_t width, DType k
               ASSERT_EQ(partial[i], alone[i]) << "head " << h << " differs when computed in a partial group";
               ASSERT_EQ(whole[i], alone[i]) << "head " << h << " differs when computed with all the token's heads";
               ASSERT_EQ(across[i], alone[i]) << "head " << h << " differs when computed in a range across groups";
+              ASSERT_EQ(run_whole[i], alone[i]) << "token " << t << " head " << h << " differs in a run of tokens";
+              ASSERT_EQ(run_grouped[i], alone[i]) << "token " << t << " head " << h << " differs in a run by KV head";
+              ASSERT_EQ(run_pair[i], alone[i]) << "token " << t << " head " << h << " differs in a run of two";
             }
           }
         }

@@ -105,7 +105,15 @@ std::vector<std::pair<std::string, Attend>> kernels(CpuBackend& backend, const G
     if (!detail::attention_simd_supports(g.head_dim, width)) continue;
     out.emplace_back(name, [kernel, g, scale](const KvLayerView& kv, const AttentionBatch& b, const float* q, float* o) {
       std::vector<float> scratch(static_cast<size_t>(detail::attention_scratch_floats(g.n_heads, 256)));
-      for (int64_t t = 0; t < b.n_tokens; ++t) kernel(kv, b, q, g.n_heads, scale, t, 0, g.n_heads, scratch.data(), o);
+      for (int64_t t = 0; t < b.n_tokens; ++t) kernel(kv, b, q, g.n_heads, scale, t, t + 1, 0, g.n_heads, scratch.data(), o);
+    });
+    // The same kernel over runs of a sequence's consecutive tokens (every tree node in one call), one head at a time.
+    out.emplace_back(name + " runs", [kernel, g, scale](const KvLayerView& kv, const AttentionBatch& b, const float* q, float* o) {
+      std::vector<float> scratch(static_cast<size_t>(detail::attention_scratch_floats(detail::kMaxRunTokens, 256)));
+      for (int64_t t0 = 0, t1 = 0; t0 < b.n_tokens; t0 = t1) {
+        for (t1 = t0 + 1; t1 < b.n_tokens && t1 - t0 < detail::kMaxRunTokens && b.seq_of_token[t1] == b.seq_of_token[t0];) ++t1;
+        for (int64_t h = 0; h < g.n_heads; ++h) kernel(kv, b, q, g.n_heads, scale, t0, t1, h, 1, scratch.data(), o);
+      }
     });
   }
   return out;

@@ -104,11 +104,11 @@ template <class S, int NV, class KvT, int G>
   for (int g = 0; g < G; ++g) S::store(scores + g * stride + j0, S::mul(S::add(even[g], odd[g]), S::set1(scale)));
 }
 
-// out[g * out_stride + c] = sum_j p[g, j] * V row j's column c, for the NV vectors' worth of columns c that kv.v
-// starts at and the G heads of a pass, p[g, j] = probs[g * stride + j].
+// outs[g][c] = sum_j p[g, j] * V row j's column c, for the NV vectors' worth of columns c that kv.v starts at and
+// the G query rows of a pass, p[g, j] = probs[g * stride + j].
 template <class S, int NV, class KvT, int G>
 void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* probs, int64_t stride,
-                int64_t out_stride, float* out) {
+                float* const* outs) {
   using V = typename S::V;
   constexpr int W = S::kWidth;
   const int64_t width = kv.n_kv_heads * kv.head_dim;
@@ -138,7 +138,7 @@ void value_pass(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, cons
   for (int g = 0; g < G; ++g) {
 #pragma GCC unroll 16
     for (int i = 0; i < NV; ++i) {
-      S::store(out + g * out_stride + i * W, kLoadUnit<KvT> == 1.0f ? acc[g * NV + i] : S::mul(acc[g * NV + i], unit));
+      S::store(outs[g] + i * W, kLoadUnit<KvT> == 1.0f ? acc[g * NV + i] : S::mul(acc[g * NV + i], unit));
     }
   }
 }
@@ -159,16 +159,28 @@ struct ValuePasses {
   static constexpr int kHeadsPerPass = S::kAccRegs / kSliceVectors;
 };
 
-// Heads [head_begin, head_begin + head_count) of one token, whose KV heads are kv_first, kv_first + 1, ...: the
-// task reads each of those KV heads' K columns (keys as lanes) and the stretch of each V row that holds their
-// columns once for all its heads.
+// The tokens of a task: consecutive tokens of one sequence (they share its block table), each with the positions
+// its attention scans and, for a draft-tree token, its mask. Their q and out rows are `row_floats` apart.
+struct TokenRun {
+  int64_t count = 0;
+  int64_t row_floats = 0;
+  int64_t span = 0;  // the most positions any of them scans
+  int64_t n_ctx[kMaxRunTokens];
+  int64_t tree_base[kMaxRunTokens];
+  uint64_t tree_mask[kMaxRunTokens];
+};
+
+// Heads [head_begin, head_begin + head_count) of the run's tokens, whose KV heads are kv_first, kv_first + 1, ...:
+// the task reads each of those KV heads' K columns (keys as lanes) and the stretch of each V row that holds their
+// columns once for all its heads and tokens. Score rows go KV head by KV head, within one token by token, within
+// one head by head, so the rows sharing a KV head are consecutive for the value passes.
 template <class S, int NV, class KvT>
-void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const float* q, int64_t head_begin,
-           int64_t head_count, int64_t group_size, float scale, float* scores, float* out, int64_t tree_base,
-           uint64_t tree_mask) {
+void heads(const KvLayerView& kv, const int32_t* table, const TokenRun& run, const float* q, int64_t head_begin,
+           int64_t head_count, int64_t group_size, float scale, float* scores, float* out) {
   using V = typename S::V;
   constexpr int W = S::kWidth;
   constexpr int64_t kHd = int64_t{NV} * W;
+  const int64_t n_ctx = run.span, tokens = run.count;
   const int64_t width = kv.n_kv_heads * kHd;
   const int64_t stride = (n_ctx + W - 1) / W * W;
   const int64_t head_end = head_begin + head_count;
@@ -180,7 +192,11 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
     return std::pair<int64_t, int64_t>{std::max(head_begin, kh * group_size) - head_begin,
                                        std::min(head_end, (kh + 1) * group_size) - head_begin};
   };
-
+  // The score row of token i's head h (an offset from head_begin) of KV head kh.
+  auto row_of = [&](int64_t kh, int64_t i, int64_t h) {
+    const auto [h0, h1] = heads_of(kh);
+    return tokens * h0 + i * (h1 - h0) + (h - h0);
+  };
   // V rows `distance` positions ahead are prefetched one KV head's stretch at a time, between the key blocks in use
   // (bursts of whole-row prefetches stall on the core's miss buffers; spread out they do not), into L2, not L1: a
   // DRAM line prefetched into L1 holds one of the core's few L1 miss buffers for the whole trip, which caps one
@@ -234,76 +250,95 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
           for (int64_t d = 0; d < kHd; ++d) gathered[d * W + i] = key != nullptr ? key[d * page] : KvT{};
         }
       }
-      // The heads of this KV head, up to four at a time (each head's sums do not depend on its company).
-      for (int64_t g0 = h0; g0 < h1; g0 += 4) {
-        const int gc = static_cast<int>(std::min<int64_t>(4, h1 - g0));
-        const float* qg = q + g0 * kHd;
-        float* sg = scores + g0 * stride;
-        [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
-          ((gc == Gs + 1 &&
-            (score_keys<S, NV, KvT, Gs + 1>(cols, dim_stride, ahead_cols, qg, stride, j0, row_scale, sg), true)) ||
-           ...);
-        }(std::make_integer_sequence<int, 4>{});
+      // Each token's heads of this KV head, up to four at a time (each head's sums do not depend on its company;
+      // the block's K columns, loaded for the first, stay in L1 for the rest). A token that sees none of the block
+      // skips it: the softmax sets its scores there to -inf.
+      for (int64_t i = 0; i < tokens; ++i) {
+        if (j0 >= run.n_ctx[i]) continue;
+        for (int64_t g0 = h0; g0 < h1; g0 += 4) {
+          const int gc = static_cast<int>(std::min<int64_t>(4, h1 - g0));
+          const float* qg = q + i * run.row_floats + g0 * kHd;
+          float* sg = scores + row_of(kh, i, g0) * stride;
+          [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
+            ((gc == Gs + 1 &&
+              (score_keys<S, NV, KvT, Gs + 1>(cols, dim_stride, ahead_cols, qg, stride, j0, row_scale, sg), true)) ||
+             ...);
+          }(std::make_integer_sequence<int, 4>{});
+        }
       }
     }
   }
 
-  // Softmax per head, in place (the padding past n_ctx is -inf, so its exp is 0; so are a draft tree's other
-  // branches, tree_mask != 0: their weights are exactly 0, as if the token's scan had skipped them).
-  for (int64_t g = 0; g < head_count; ++g) {
-    float* s = scores + g * stride;
-    for (int64_t j = n_ctx; j < stride; ++j) s[j] = -INFINITY;
-    if (tree_mask != 0) {
-      for (int64_t j = tree_base; j < n_ctx; ++j) {
-        if (((tree_mask >> (j - tree_base)) & 1u) == 0) s[j] = -INFINITY;
-      }
-    }
-    V mx = S::set1(-INFINITY);
-    for (int64_t j = 0; j < stride; j += W) mx = S::max(mx, S::load(s + j));
-    const V shift = S::set1(S::hmax(mx));
-    V sum = S::zero();
-    for (int64_t j = 0; j < stride; j += W) {
-      const V e = S::exp(S::sub(S::load(s + j), shift));
-      S::store(s + j, e);
-      sum = S::add(sum, e);
-    }
-    if (tree_mask != 0) {
-      // A draft-tree token sums its weights in the lanes a causal scan of its path alone gives them (the context,
-      // then its ancestors packed), so its output is bit for bit that scan's and an accepted path's K/V is exactly
-      // what plain decoding computes (the value pass adds the masked rows' zero weights, which changes no bits).
-      thread_local std::vector<float> packed;
-      packed.assign(static_cast<size_t>(stride), 0.0f);
-      int64_t seen = 0;
-      for (int64_t j = 0; j < n_ctx; ++j) {
-        if (j < tree_base || ((tree_mask >> (j - tree_base)) & 1u) != 0) packed[static_cast<size_t>(seen++)] = s[j];
-      }
-      sum = S::zero();
-      for (int64_t j = 0; j < stride; j += W) sum = S::add(sum, S::load(packed.data() + j));
-    }
-    const V inv = S::set1(1.0f / S::hsum(sum));
-    for (int64_t j = 0; j < stride; j += W) S::store(s + j, S::mul(S::load(s + j), inv));
-  }
-
-  // Weighted sum of values, per KV head and column slice, for as many of its heads at a time as the accumulators fit
-  // in registers (the head count of a pass is a template argument, so the accumulators stay in registers).
-  using Passes = ValuePasses<S, NV>;
-  constexpr int kSlice = Passes::kSliceVectors;
-  constexpr int kHeadsPerPass = Passes::kHeadsPerPass;
+  // Softmax per score row, in place (past the row's token's n_ctx the scores are -inf, so their exp is 0; so are a
+  // draft tree's other branches, tree_mask != 0: their weights are exactly 0, as if the token's scan had skipped
+  // them; the value passes then add those rows' zero weights, which changes no bits).
   for (int64_t kh = kv_first; kh < kv_end; ++kh) {
     const auto [h0, h1] = heads_of(kh);
+    for (int64_t i = 0; i < tokens; ++i) {
+      const int64_t token_ctx = run.n_ctx[i], tree_base = run.tree_base[i];
+      const uint64_t tree_mask = run.tree_mask[i];
+      for (int64_t g = h0; g < h1; ++g) {
+        float* s = scores + row_of(kh, i, g) * stride;
+        for (int64_t j = token_ctx; j < stride; ++j) s[j] = -INFINITY;
+        if (tree_mask != 0) {
+          for (int64_t j = tree_base; j < token_ctx; ++j) {
+            if (((tree_mask >> (j - tree_base)) & 1u) == 0) s[j] = -INFINITY;
+          }
+        }
+        V mx = S::set1(-INFINITY);
+        for (int64_t j = 0; j < stride; j += W) mx = S::max(mx, S::load(s + j));
+        const V shift = S::set1(S::hmax(mx));
+        V sum = S::zero();
+        for (int64_t j = 0; j < stride; j += W) {
+          const V e = S::exp(S::sub(S::load(s + j), shift));
+          S::store(s + j, e);
+          sum = S::add(sum, e);
+        }
+        if (tree_mask != 0) {
+          // A draft-tree token sums its weights in the lanes a causal scan of its path alone gives them (the
+          // context, then its ancestors packed), so its output is bit for bit that scan's and an accepted path's
+          // K/V is exactly what plain decoding computes.
+          thread_local std::vector<float> packed;
+          packed.assign(static_cast<size_t>(stride), 0.0f);
+          int64_t seen = 0;
+          for (int64_t j = 0; j < token_ctx; ++j) {
+            if (j < tree_base || ((tree_mask >> (j - tree_base)) & 1u) != 0) packed[static_cast<size_t>(seen++)] = s[j];
+          }
+          sum = S::zero();
+          for (int64_t j = 0; j < stride; j += W) sum = S::add(sum, S::load(packed.data() + j));
+        }
+        const V inv = S::set1(1.0f / S::hsum(sum));
+        for (int64_t j = 0; j < stride; j += W) S::store(s + j, S::mul(S::load(s + j), inv));
+      }
+    }
+  }
+
+  // Weighted sum of values, per KV head and column slice, for as many of its score rows (heads and tokens) at a
+  // time as the accumulators fit in registers (the row count of a pass is a template argument, so the accumulators
+  // stay in registers).
+  using Passes = ValuePasses<S, NV>;
+  constexpr int kSlice = Passes::kSliceVectors;
+  constexpr int kRowsPerPass = Passes::kHeadsPerPass;
+  for (int64_t kh = kv_first; kh < kv_end; ++kh) {
+    const auto [h0, h1] = heads_of(kh);
+    const int64_t kh_heads = h1 - h0, kh_rows = tokens * kh_heads;
     for (int64_t c0 = 0; c0 < kHd; c0 += int64_t{kSlice} * W) {
       KvLayerView slice_kv = kv;  // V at this KV head's columns c0...; rows stay n_kv_heads * hd apart
       slice_kv.v = const_cast<KvT*>(v_base + (kh - kv_first) * kHd + c0);
-      for (int64_t g0 = h0; g0 < h1; g0 += kHeadsPerPass) {
-        const int gc = static_cast<int>(std::min<int64_t>(kHeadsPerPass, h1 - g0));
-        const float* probs = scores + g0 * stride;
-        float* slice_out = out + g0 * kHd + c0;
+      for (int64_t r0 = 0; r0 < kh_rows; r0 += kRowsPerPass) {
+        const int gc = static_cast<int>(std::min<int64_t>(kRowsPerPass, kh_rows - r0));
+        const float* probs = scores + (tokens * h0 + r0) * stride;
+        float* outs[kRowsPerPass];
+        for (int r = 0; r < gc; ++r) {
+          const int64_t i = (r0 + r) / kh_heads, h = h0 + (r0 + r) % kh_heads;
+          outs[r] = out + i * run.row_floats + h * kHd + c0;
+        }
         [&]<int... Gs>(std::integer_sequence<int, Gs...>) {
           ((gc == Gs + 1 &&
-            (value_pass<S, kSlice, KvT, Gs + 1>(slice_kv, table, n_ctx, probs, stride, kHd, slice_out), true)) ||
+            (value_pass<S, kSlice, KvT, Gs + 1>(slice_kv, table, n_ctx, probs, stride, outs), true)) ||
            ...);
         }
-        (std::make_integer_sequence<int, kHeadsPerPass>{});
+        (std::make_integer_sequence<int, kRowsPerPass>{});
       }
     }
   }
@@ -311,26 +346,34 @@ void heads(const KvLayerView& kv, const int32_t* table, int64_t n_ctx, const flo
 
 template <class S, class KvT>
 void attention_group_typed(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
-                           float scale, int64_t t, int64_t head_begin, int64_t head_count, float* scratch, float* out) {
+                           float scale, int64_t t0, int64_t t1, int64_t head_begin, int64_t head_count, float* scratch,
+                           float* out) {
   const int64_t hd = kv.head_dim;
   const int64_t group_size = n_heads / kv.n_kv_heads;
-  const int64_t n_ctx = attention_span(batch, t);
-  const bool tree = attention_tree_token(batch, t);
-  const int64_t tree_base = tree ? batch.tree_base[t] : 0;
-  const uint64_t tree_mask = tree ? batch.tree_mask[t] : 0;
-  const int32_t* table = batch.block_tables + batch.seq_of_token[t] * batch.max_blocks_per_seq;
-  const float* qh = q + (t * n_heads + head_begin) * hd;
-  float* oh = out + (t * n_heads + head_begin) * hd;
+  TokenRun run;
+  run.count = t1 - t0;
+  run.row_floats = n_heads * hd;
+  for (int64_t i = 0; i < run.count; ++i) {
+    const int64_t t = t0 + i;
+    const bool tree = attention_tree_token(batch, t);
+    run.n_ctx[i] = attention_span(batch, t);
+    run.tree_base[i] = tree ? batch.tree_base[t] : 0;
+    run.tree_mask[i] = tree ? batch.tree_mask[t] : 0;
+    run.span = std::max(run.span, run.n_ctx[i]);
+  }
+  const int32_t* table = batch.block_tables + batch.seq_of_token[t0] * batch.max_blocks_per_seq;
+  const float* qh = q + (t0 * n_heads + head_begin) * hd;
+  float* oh = out + (t0 * n_heads + head_begin) * hd;
   switch (hd / S::kWidth) {
-    case 1: heads<S, 1, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
-    case 2: heads<S, 2, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
-    case 3: heads<S, 3, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
-    case 4: heads<S, 4, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
-    case 5: heads<S, 5, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
-    case 6: heads<S, 6, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
-    case 7: heads<S, 7, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
-    case 8: heads<S, 8, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
-    case 16: heads<S, 16, KvT>(kv, table, n_ctx, qh, head_begin, head_count, group_size, scale, scratch, oh, tree_base, tree_mask); break;
+    case 1: heads<S, 1, KvT>(kv, table, run, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 2: heads<S, 2, KvT>(kv, table, run, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 3: heads<S, 3, KvT>(kv, table, run, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 4: heads<S, 4, KvT>(kv, table, run, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 5: heads<S, 5, KvT>(kv, table, run, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 6: heads<S, 6, KvT>(kv, table, run, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 7: heads<S, 7, KvT>(kv, table, run, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 8: heads<S, 8, KvT>(kv, table, run, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
+    case 16: heads<S, 16, KvT>(kv, table, run, qh, head_begin, head_count, group_size, scale, scratch, oh); break;
     default: break;  // excluded by attention_simd_supports
   }
 }
@@ -338,15 +381,15 @@ void attention_group_typed(const KvLayerView& kv, const AttentionBatch& batch, c
 // KV rows of f32, or of f16, bf16 or FP8 E4M3 (as ref::store_kv_row writes them) widened on load.
 template <class S>
 void attention_group(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
-                     int64_t t, int64_t head_begin, int64_t head_count, float* scratch, float* out) {
+                     int64_t t0, int64_t t1, int64_t head_begin, int64_t head_count, float* scratch, float* out) {
   if (kv.dtype == DType::kF16) {
-    attention_group_typed<S, uint16_t>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);
+    attention_group_typed<S, uint16_t>(kv, batch, q, n_heads, scale, t0, t1, head_begin, head_count, scratch, out);
   } else if (kv.dtype == DType::kBF16) {
-    attention_group_typed<S, Bf16Bits>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);
+    attention_group_typed<S, Bf16Bits>(kv, batch, q, n_heads, scale, t0, t1, head_begin, head_count, scratch, out);
   } else if (kv.dtype == DType::kFP8_E4M3) {
-    attention_group_typed<S, uint8_t>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);
+    attention_group_typed<S, uint8_t>(kv, batch, q, n_heads, scale, t0, t1, head_begin, head_count, scratch, out);
   } else {
-    attention_group_typed<S, float>(kv, batch, q, n_heads, scale, t, head_begin, head_count, scratch, out);
+    attention_group_typed<S, float>(kv, batch, q, n_heads, scale, t0, t1, head_begin, head_count, scratch, out);
   }
 }
 

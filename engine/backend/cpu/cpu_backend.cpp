@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <numeric>
 #include <string>
 
 #include <sys/mman.h>
@@ -294,7 +295,6 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
   int64_t max_ctx = 0;
   for (int64_t t = 0; t < batch.n_tokens; ++t) max_ctx = std::max<int64_t>(max_ctx, attention_span(batch, t));
   const int64_t hd = kv.head_dim;
-  const int64_t group_size = n_heads / kv.n_kv_heads;
   detail::AttentionGroupKernel group_kernel = nullptr;
   if (supports_kv_dtype(kv.dtype)) {
     const CpuIsa isa = cpu_selected_isa();
@@ -304,36 +304,60 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
       group_kernel = &detail::attention_group_avx2;
     }
   }
-  // A task is one token's heads when there are tokens enough to balance the threads (each K/V row read whole, in
-  // one stretch: two cores reading interleaved stretches of the same rows are slower), one token's group of heads
-  // sharing a KV head while there are at least as many groups as threads (the group's heads share each K row's load
-  // and widening, which outweighs an uneven split of few groups over the threads), else one head.
+  // A run is consecutive tokens of one sequence (a verify step's draft tokens, a draft tree, a prefill chunk's
+  // stretch): the kernel reads each K/V row once for all of them. Its score rows stay within about an L2's worth.
+  constexpr int64_t kRunScoreBytes = 512 << 10;
+  const int64_t max_run = group_kernel != nullptr ? detail::kMaxRunTokens : 1;
+  runs_.clear();
+  for (int64_t t = 0; t < batch.n_tokens;) {
+    int64_t end = t + 1, span = attention_span(batch, t);
+    while (end < batch.n_tokens && end - t < max_run && batch.seq_of_token[end] == batch.seq_of_token[t]) {
+      const int64_t wider = std::max(span, attention_span(batch, end));
+      if ((end - t + 1) * n_heads * (wider + 16) * static_cast<int64_t>(sizeof(float)) > kRunScoreBytes) break;
+      span = wider;
+      ++end;
+    }
+    runs_.push_back({t, end});
+    t = end;
+  }
+  const auto n_runs = static_cast<int64_t>(runs_.size());
+  // A task is one run's heads when there are runs enough to balance the threads (each K/V row read whole, in one
+  // stretch: two cores reading interleaved stretches of the same rows are slower); one run's group of heads sharing
+  // a KV head while the groups split evenly over the threads or are many (the group's heads share each K row's load
+  // and widening); else a run's heads in equal ranges, as many per run as make the tasks a multiple of the threads
+  // (a decode step of one sequence: SmolLM2's 3 groups on 2 threads would leave one thread idle a third of the time;
+  // two ranges of 5 and 4 heads read one KV head twice instead). Task k of a run has heads [n_heads * k / ranges,
+  // n_heads * (k + 1) / ranges): with ranges = n_kv_heads exactly the groups.
   const int64_t threads = pool_.size();
-  const int64_t heads_per_task = group_kernel == nullptr                     ? 1
-                                 : batch.n_tokens >= 8 * threads             ? n_heads
-                                 : batch.n_tokens * kv.n_kv_heads >= threads ? group_size
-                                                                             : 1;
+  const int64_t groups = n_runs * kv.n_kv_heads;
+  const int64_t ranges = group_kernel == nullptr                          ? n_heads
+                         : n_runs >= 8 * threads                          ? 1
+                         : groups % threads == 0 || groups >= 4 * threads ? kv.n_kv_heads
+                                                                          : std::min(n_heads, threads / std::gcd(n_runs, threads));
+  const int64_t range_heads = (n_heads + ranges - 1) / ranges;  // the most heads in one range
+  int64_t longest_run = 1;
+  for (const auto& [t0, t1] : runs_) longest_run = std::max(longest_run, t1 - t0);
   const int64_t scratch_floats =
-      group_kernel != nullptr ? detail::attention_scratch_floats(heads_per_task, max_ctx) : max_ctx;
+      group_kernel != nullptr ? detail::attention_scratch_floats(longest_run * range_heads, max_ctx) : max_ctx;
   for (auto& s : scratch_) {
     if (static_cast<int64_t>(s.size()) < scratch_floats) s.resize(static_cast<size_t>(scratch_floats));
   }
-  const int64_t tasks_per_token = n_heads / heads_per_task;
-  // Tasks differ in context length and a thread may be preempted: they are handed out dynamically, in runs of a
-  // few when there are many (a prefill chunk's thousands of short tasks would otherwise contend on the counter).
-  const int64_t total = batch.n_tokens * tasks_per_token;
-  const int64_t run = std::max<int64_t>(1, total / (64 * threads));
+  // Tasks differ in context length and a thread may be preempted: they are handed out dynamically, in chunks of
+  // a few when there are many (a prefill chunk's thousands of short tasks would otherwise contend on the counter).
+  const int64_t total = n_runs * ranges;
+  const int64_t chunk = std::max<int64_t>(1, total / (64 * threads));
   std::atomic<int64_t> next{0};
   pool_.run([&](int thread, int) {
     float* scratch = scratch_[static_cast<size_t>(thread)].data();
-    for (int64_t first = next.fetch_add(run, std::memory_order_relaxed); first < total;
-         first = next.fetch_add(run, std::memory_order_relaxed)) {
-      for (int64_t i = first; i < std::min(total, first + run); ++i) {
-        const int64_t t = i / tasks_per_token, h = (i % tasks_per_token) * heads_per_task;
+    for (int64_t first = next.fetch_add(chunk, std::memory_order_relaxed); first < total;
+         first = next.fetch_add(chunk, std::memory_order_relaxed)) {
+      for (int64_t i = first; i < std::min(total, first + chunk); ++i) {
+        const auto [t0, t1] = runs_[static_cast<size_t>(i / ranges)];
+        const int64_t k = i % ranges, h = n_heads * k / ranges, h_end = n_heads * (k + 1) / ranges;
         if (group_kernel != nullptr) {
-          group_kernel(kv, batch, q, n_heads, scale, t, h, heads_per_task, scratch, out);
+          group_kernel(kv, batch, q, n_heads, scale, t0, t1, h, h_end - h, scratch, out);
         } else {
-          ref::attention_head(kv, batch, q, n_heads, scale, t, h, scratch, out + (t * n_heads + h) * hd);
+          ref::attention_head(kv, batch, q, n_heads, scale, t0, h, scratch, out + (t0 * n_heads + h) * hd);
         }
       }
     }

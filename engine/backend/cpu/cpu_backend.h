@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -79,6 +80,7 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per-thread attention scores
+  std::vector<std::pair<int64_t, int64_t>> runs_;  // attention's token runs [t0, t1), kept for their capacity
   RopeParams rope_key_;
   std::vector<float> rope_rows_;
   BackgroundPrefetch background_;
