@@ -4,6 +4,7 @@
 // makes a CUDA build use it too (so the HIP build's GEMM is tested and timed where a GPU is).
 // Kernel faults are asynchronous: they surface at the next synchronizing call, under that call's name. With
 // SERVETUNE_GPU_SYNC_CHECK=1 (or CUDA_LAUNCH_BLOCKING=1) every op waits for its work and names itself in the error.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -12,6 +13,7 @@
 
 #include "backend/cuda/gpu_backend.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/moe_kernels.h"
 #include "core/error.h"
 
 #if !defined(SERVETUNE_HIP)
@@ -184,6 +186,75 @@ class GpuBackend final : public Backend {
     launch_rope_store_qkv(kv, qkv, positions, slots, n, n_heads, p, theta_scale(p), q_out, stream_);
     after("rope_store_qkv");
   }
+  // Mixture-of-experts and latent attention (moe.cu, latent.cu). Index arrays (rows, slots) are device memory, as
+  // store_kv's slots are.
+  void scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int64_t n, int64_t width,
+                        float* dst) override {
+    launch_scatter_add_rows(src, rows, weights, n, width, dst, stream_);
+    after("scatter_add_rows");
+  }
+  void expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y) override {
+    // One GEMM per projection and expert over the expert's contiguous rows (the permuted layout of vLLM's fused MoE).
+    // Next step: one grouped GEMM per projection over all experts (cublasGemmGroupedBatchedEx or cuBLASLt grouped
+    // GEMMs), so that decode steps, a few rows on each of many experts, run their experts side by side.
+    int64_t most = 0;
+    for (const ExpertMlp& e : experts) {
+      if (e.count <= 0) continue;
+      if (e.up->rows != e.gate->rows || e.up->cols != e.gate->cols || e.down->cols != e.gate->rows) {
+        throw Error(ErrorKind::kInternal, "expert_mlps: gate, up and down shapes do not chain");
+      }
+      most = std::max(most, e.count * e.gate->rows);
+    }
+    if (most == 0) return;
+    auto* gate = static_cast<float*>(grow(mlp_gate_, static_cast<size_t>(most) * sizeof(float), "expert MLP"));
+    auto* up = static_cast<float*>(grow(mlp_up_, static_cast<size_t>(most) * sizeof(float), "expert MLP"));
+    for (const ExpertMlp& e : experts) {
+      if (e.count <= 0) continue;
+      const int64_t width = e.gate->rows;
+      const float* rows = x + e.first * e.gate->cols;
+      gemm(*e.gate, rows, e.count, gate);
+      gemm(*e.up, rows, e.count, up);
+      launch_silu_mul(gate, up, width, e.count, width, gate, stream_);
+      gemm(*e.down, gate, e.count, y + e.first * e.down->rows);
+    }
+    after("expert_mlps");
+  }
+  void head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides x_strides, int64_t n, float* y,
+                   HeadStrides y_strides) override {
+    if (n_heads <= 0 || w.rows % n_heads != 0) throw Error(ErrorKind::kInternal, "head_matmul: rows not a multiple of heads");
+    if (n > 0 && w.rows > 0) head_gemm(w, w.rows / n_heads, n_heads, x, x_strides, n, y, y_strides);
+    after("head_matmul");
+  }
+  void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n, int64_t width) override {
+    if (n > 0 && width > 0) {
+      const size_t bytes = static_cast<size_t>(width) * sizeof(float);
+      // One row's pitch is never used; the runtime still wants pitches of at least a row.
+      const auto pitch = [&](int64_t stride) { return n == 1 ? bytes : static_cast<size_t>(stride) * sizeof(float); };
+      if (n > 1 && (src_stride < width || dst_stride < width)) throw Error(ErrorKind::kInternal, "copy_rows: rows overlap");
+      check(cudaMemcpy2DAsync(dst, pitch(dst_stride), src, pitch(src_stride), bytes, static_cast<size_t>(n),
+                              cudaMemcpyDeviceToDevice, stream_),
+            "copy_rows");
+    }
+    after("copy_rows");
+  }
+  void store_latent(const KvLayerView& kv, const float* latent, int64_t latent_width, const float* rope_key,
+                    const int32_t* slots, int64_t n) override {
+    require_latent_view(kv);
+    if (latent_width < 0 || latent_width > kv.head_dim) throw Error(ErrorKind::kInternal, "store_latent: latent wider than the row");
+    launch_store_latent(kv, latent, latent_width, rope_key, slots, n, stream_);
+    after("store_latent");
+  }
+  void attention_latent(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, int64_t v_dim,
+                        float scale, float* out) override {
+    require_latent_view(kv);
+    if (v_dim > kv.head_dim) throw Error(ErrorKind::kInternal, "attention_latent: v_dim above the row width");
+    const int64_t floats = attention_latent_scratch_floats(kv, batch, n_heads, v_dim);
+    float* partials = floats == 0 ? nullptr
+                                  : static_cast<float*>(grow(latent_partials_, static_cast<size_t>(floats) * sizeof(float),
+                                                             "attention_latent"));
+    launch_attention_latent(kv, batch, q, n_heads, v_dim, scale, out, partials, stream_);
+    after("attention_latent");
+  }
   bool fill_random(void* dst, DType type, int64_t n, uint64_t seed, float mean, float std) override {
     if (type != DType::kF32 && type != DType::kBF16) return false;
     launch_fill_random(dst, type == DType::kBF16, n, seed, mean, std, stream_);
@@ -261,6 +332,24 @@ class GpuBackend final : public Backend {
                                             cudaGetErrorString(status));
     }
   }
+  void require_latent_view(const KvLayerView& kv) const {
+    if (kv.n_kv_heads != 1 || kv.k == nullptr) throw Error(ErrorKind::kInternal, "latent cache view needs one head");
+    require_kv_type(kv);
+  }
+  // `buffer` holding at least `bytes` (grown to twice that when short). An allocation cannot be recorded into a
+  // graph, and a buffer a captured graph uses must stay alive: growing is refused while capturing, and a replaced
+  // buffer is kept while graphs exist.
+  void* grow(std::unique_ptr<DeviceBuffer>& buffer, size_t bytes, const char* what) {
+    if (!buffer || buffer->size() < bytes) {
+      if (capturing_) {
+        throw Error(ErrorKind::kInternal, std::string("GPU ") + what + " scratch must grow during a graph capture (the "
+                                          "eager warm-up step of that batch size should have sized it)");
+      }
+      if (buffer && !graphs_.empty()) retired_.push_back(std::move(buffer));  // captured graphs still use it
+      buffer = std::make_unique<DeviceBuffer>(bytes * 2);
+    }
+    return buffer->data();
+  }
   void require_kv_type(const KvLayerView& kv) const {
     if (!supports_kv_dtype(kv.dtype)) {
       throw Error(ErrorKind::kInternal, "GPU KV cache must be f32, f16 or bf16, got " + std::string(dtype_name(kv.dtype)));
@@ -301,20 +390,51 @@ class GpuBackend final : public Backend {
                  "f32 GEMM");
       return;
     }
-    const size_t need = static_cast<size_t>(n * w.cols) * sizeof(uint16_t);
-    if (!x_bf16_ || x_bf16_->size() < need) {
-      // An allocation cannot be recorded into a graph, and a buffer this capture already used must stay alive.
-      if (capturing_) throw Error(ErrorKind::kInternal, "GPU GEMM scratch must grow during a graph capture (the eager warm-up step of that batch size should have sized it)");
-      if (x_bf16_ && !graphs_.empty()) retired_.push_back(std::move(x_bf16_));  // captured graphs still use it
-      x_bf16_ = std::make_unique<DeviceBuffer>(need * 2);
-    }
-    auto* xb = static_cast<uint16_t*>(x_bf16_->data());
+    auto* xb = static_cast<uint16_t*>(grow(x_bf16_, static_cast<size_t>(n * w.cols) * sizeof(uint16_t), "GEMM"));
     launch_to_bf16(x, xb, n * w.cols, stream_);
     check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, nn, k, &alpha, w.data, CUDA_R_16BF,
                             static_cast<int>(w.row_bytes / 2), xb, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, m,
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "bf16 GEMM");
 #endif
+  }
+
+  // head_matmul's GEMMs: y_h = x_h . W_h^T for every head h in one strided batched call (the HIP build, and
+  // SERVETUNE_GPU_GEMM=tiled: the batched tiled kernel). bf16 weights take the heads' inputs packed as bf16.
+  void head_gemm(const WeightMatrix& w, int64_t rows, int64_t n_heads, const float* x, HeadStrides xs, int64_t n, float* y,
+                 HeadStrides ys) {
+    if (w.type != DType::kF32 && w.type != DType::kBF16) {
+      throw Error(ErrorKind::kInternal, "GPU head_matmul needs f32 or bf16 weights, got " + std::string(dtype_name(w.type)));
+    }
+#if !defined(SERVETUNE_HIP)
+    if (!tiled_gemm_) {
+      const float alpha = 1.0f, beta = 0.0f;
+      const int m = static_cast<int>(rows), nn = static_cast<int>(n), k = static_cast<int>(w.cols);
+      // Leading dimensions of one column (n == 1) are never used, but cuBLAS checks them.
+      const int64_t ldx = n == 1 ? std::max(xs.row, w.cols) : xs.row, ldy = n == 1 ? std::max(ys.row, rows) : ys.row;
+      if (ldy < rows) throw Error(ErrorKind::kInternal, "head_matmul: output rows overlap");
+      const int64_t elem = w.type == DType::kF32 ? 4 : 2, lda = w.row_bytes / elem;
+      if (w.type == DType::kF32) {
+        if (ldx < w.cols) throw Error(ErrorKind::kInternal, "head_matmul: input rows overlap");
+        check_blas(cublasGemmStridedBatchedEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, nn, k, &alpha, w.data, CUDA_R_32F,
+                                              static_cast<int>(lda), rows * lda, x, CUDA_R_32F, static_cast<int>(ldx),
+                                              xs.head, &beta, y, CUDA_R_32F, static_cast<int>(ldy), ys.head,
+                                              static_cast<int>(n_heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "f32 head GEMM");
+        return;
+      }
+      auto* packed = static_cast<uint16_t*>(
+          grow(x_bf16_, static_cast<size_t>(n_heads * n * w.cols) * sizeof(uint16_t), "GEMM"));
+      launch_pack_heads_bf16(x, xs.row, xs.head, n, n_heads, w.cols, packed, stream_);
+      check_blas(cublasGemmStridedBatchedEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, nn, k, &alpha, w.data, CUDA_R_16BF,
+                                            static_cast<int>(lda), rows * lda, packed, CUDA_R_16BF, k, n * w.cols, &beta,
+                                            y, CUDA_R_32F, static_cast<int>(ldy), ys.head, static_cast<int>(n_heads),
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "bf16 head GEMM");
+      return;
+    }
+#endif
+    launch_gemm_tiled_batched(w, rows, n_heads, x, xs.row, xs.head, n, y, ys.row, ys.head, stream_);
   }
 
   cudaStream_t stream_ = nullptr;
@@ -333,6 +453,8 @@ class GpuBackend final : public Backend {
 #endif
   std::unique_ptr<DeviceBuffer> sample_rows_, sample_tokens_;  // Backend::sample's rows in and ids out
   std::unique_ptr<DeviceBuffer> x_bf16_;  // activations cast to bf16 for the bf16 GEMMs
+  std::unique_ptr<DeviceBuffer> mlp_gate_, mlp_up_;  // expert_mlps' gate and up rows of one expert
+  std::unique_ptr<DeviceBuffer> latent_partials_;    // attention_latent's split partials
   std::vector<std::unique_ptr<DeviceBuffer>> retired_;  // earlier x_bf16_ buffers that captured graphs read
 };
 
