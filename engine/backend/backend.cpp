@@ -24,7 +24,7 @@ namespace {
 
 [[noreturn]] void no_moe_op(const std::string& backend, const char* op) {
   throw_unsupported("the " + backend + " backend has no " + op +
-                    " yet (mixture-of-experts and latent-attention models run on the cpu backend)");
+                    " (mixture-of-experts and latent-attention models run on the cpu, cuda and hip backends)");
 }
 
 }  // namespace

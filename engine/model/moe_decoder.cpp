@@ -19,7 +19,8 @@ namespace {
 enum Slot : size_t {
   kX, kH, kOut, kQ, kK, kV, kAttn, kQA, kLatent, kRopeKey, kQAbsorbed, kAttnLatent, kRouter,
   kGathered, kExpertOut, kSharedOut, kSharedGate, kLogitsIn, kLogits, kReplicaTokens, kReplicaSums,
-  kDispatch, kDispatched, kCombine, kCombined, kSharedSum, kDraftLogits, kSlotCount
+  kDispatch, kDispatched, kCombine, kCombined, kSharedSum, kDraftLogits, kIndices, kOrderRows, kOrderWeights,
+  kSharedRows, kSharedWeights, kHidden, kSlotCount
 };
 
 }  // namespace
@@ -90,8 +91,12 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
                          "yet; use compile = fused or eager");
   }
   if (!backend.host_memory()) {
-    throw_unsupported(family + " runs on the cpu backend only for now (the " + backend.name() +
-                      " backend has no mixture-of-experts or latent-attention ops yet)");
+    if (parallel.dp_attention()) {
+      throw_unsupported(family + ": DP attention (enable_dp_attention) runs on the cpu backend only for now (its "
+                        "expert dispatch exchanges host memory); the " + backend.name() + " backend runs dp_size 1");
+    }
+    host_backend_ = make_backend("cpu", 1);
+    host_loader_ = std::make_unique<WeightLoader>(loader.source(), *host_backend_, parallel);
   }
   const int64_t d = config.hidden;
   rotary_ = ModelRotary(config, loader, backend_);
@@ -124,6 +129,8 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
     layers_.push_back(std::move(L));
   }
   weight_buffers_ = loader.take_buffers();
+  host_loader_.reset();  // what it placed was copied out during the load
+  host_backend_.reset();
 
   scratch_.resize(kSlotCount);
   scratch_floats_.assign(kSlotCount, 0);
@@ -160,7 +167,10 @@ void MoeDecoderModel::load_head_output(WeightLoader& loader, const std::string& 
     output_ = loader.matrix(name, config_.vocab, config_.hidden);
     return;
   }
-  if (!backend_.host_memory()) throw Error(ErrorKind::kInternal, "a draft vocabulary needs a host-memory backend");
+  if (!backend_.host_memory()) {
+    throw_unsupported("a draft head's draft vocabulary (speculative_token_map) runs on the cpu backend only for now (the " +
+                      backend_.name() + " backend would need the draft logits scattered on the device)");
+  }
   output_ = loader.matrix_row_subset(name, config_.vocab, config_.hidden, draft_vocab_);
 }
 
@@ -174,7 +184,7 @@ void MoeDecoderModel::scatter_draft_logits(int64_t n_out) {
   }
 }
 
-void MoeDecoderModel::embed_head_input(const Batch& batch, float* x) {
+void MoeDecoderModel::embed_head_input(const Batch& batch, const int32_t* tokens, float* x) {
   const int64_t n = batch.n_tokens(), d = config_.hidden;
   if (static_cast<int64_t>(batch.input_hidden.size()) != n * d) {
     throw Error(ErrorKind::kInternal, "a draft head's batch needs one input hidden state per token");
@@ -183,9 +193,9 @@ void MoeDecoderModel::embed_head_input(const Batch& batch, float* x) {
   float* e = scratch(kH, n * d);
   float* h = scratch(kOut, n * d);
   float* part = scratch(kAttn, n * d);
-  backend_.embed(tok_embd_, batch.tokens.data(), n, e);
+  backend_.embed(tok_embd_, tokens, n, e);
   if (enorm_ != nullptr) backend_.rms_norm(e, enorm_, e, n, d, eps);
-  std::copy(batch.input_hidden.begin(), batch.input_hidden.end(), h);  // host memory (checked at construction)
+  backend_.upload(*scratch_[kOut], 0, batch.input_hidden.data(), batch.input_hidden.size() * sizeof(float));
   if (hnorm_ != nullptr) backend_.rms_norm(h, hnorm_, h, n, d, eps);
   backend_.matmul(eh_embed_, fc_bias_, e, n, x);
   backend_.matmul(eh_hidden_, nullptr, h, n, part);
@@ -271,15 +281,16 @@ void MoeDecoderModel::load_attention(Layer& L, int64_t l, WeightLoader& loader) 
     }
     return values;
   };
+  WeightLoader& host = host_loader_ ? *host_loader_ : loader;  // kv_b is read on the host
   // llama.cpp's converter splits kv_b already: attn_k_b [heads, kv_lora_rank, qk_nope] (the key part transposed per
   // head, W_UK^T) and attn_v_b [heads, v_head_dim, kv_lora_rank], exactly the two layouts kept here.
-  if (const std::string k_b = blk(l, "attn_k_b.weight"); loader.has(k_b)) {
-    L.w_uk_t = place(to_f32(loader.stacked_matrices(k_b, h, rank, m.qk_nope_dim, heads)), heads.count * rank, m.qk_nope_dim);
-    L.w_uv = place(to_f32(loader.stacked_matrices(blk(l, "attn_v_b.weight"), h, m.v_head_dim, rank, heads)),
+  if (const std::string k_b = blk(l, "attn_k_b.weight"); host.has(k_b)) {
+    L.w_uk_t = place(to_f32(host.stacked_matrices(k_b, h, rank, m.qk_nope_dim, heads)), heads.count * rank, m.qk_nope_dim);
+    L.w_uv = place(to_f32(host.stacked_matrices(blk(l, "attn_v_b.weight"), h, m.v_head_dim, rank, heads)),
                    heads.count * m.v_head_dim, rank);
     return;
   }
-  const WeightMatrix kv_b = loader.matrix_rows(blk(l, "attn_kv_b.weight"), h * per_head, rank,
+  const WeightMatrix kv_b = host.matrix_rows(blk(l, "attn_kv_b.weight"), h * per_head, rank,
                                                {heads.begin * per_head, heads.count * per_head});
   const int64_t local = heads.count;
   std::vector<float> row(static_cast<size_t>(rank));
@@ -318,7 +329,12 @@ void MoeDecoderModel::load_ffn(Layer& L, int64_t l, WeightLoader& loader) {
   const MoeConfig& m = c.moe;
   const int64_t e_ffn = m.expert_ffn, E = m.routing.n_experts;
   L.router = loader.matrix(blk(l, "ffn_gate_inp.weight"), E, d);
-  if (m.selection_bias) L.selection_bias = loader.vector(blk(l, "exp_probs_b.bias"), E);
+  if (m.selection_bias && host_loader_) {  // routing reads it on the host
+    const float* bias = host_loader_->vector(blk(l, "exp_probs_b.bias"), E);
+    L.host_selection_bias.assign(bias, bias + E);
+  } else if (m.selection_bias) {
+    L.selection_bias = loader.vector(blk(l, "exp_probs_b.bias"), E);
+  }
   // Experts as one [experts, rows, cols] tensor per kind (llama.cpp's *_exps) or one tensor per expert (HF, older
   // GGUF). A layer with any stacked tensor must have all three, so a missing one is named as such. Only this rank's
   // experts are read, each its part of the intermediate dimension.
@@ -354,6 +370,36 @@ float* MoeDecoderModel::scratch(size_t slot, int64_t floats) {
   return static_cast<float*>(scratch_[slot]->data());
 }
 
+template <class T>
+const T* MoeDecoderModel::on_backend(size_t slot, const T* values, int64_t n) {
+  static_assert(sizeof(T) == sizeof(float), "scratch slots hold 4-byte values");
+  if (backend_.host_memory()) return values;
+  scratch(slot, n);
+  if (n > 0) backend_.upload(*scratch_[slot], 0, values, static_cast<size_t>(n) * sizeof(T));
+  return reinterpret_cast<const T*>(scratch_[slot]->data());
+}
+
+MoeDecoderModel::Indices MoeDecoderModel::place_indices(const Batch& batch) {
+  const std::vector<int32_t>* parts[] = {&batch.tokens, &batch.slot_mapping, &batch.positions, &batch.seq_of_token,
+                                         &batch.block_tables, &batch.logits_indices};
+  Indices ix;
+  const int32_t** fields[] = {&ix.tokens, &ix.slots, &ix.positions, &ix.seq_of_token, &ix.block_tables, &ix.logits_rows};
+  constexpr size_t kParts = sizeof(parts) / sizeof(parts[0]);
+  if (backend_.host_memory()) {
+    for (size_t i = 0; i < kParts; ++i) *fields[i] = parts[i]->data();
+    return ix;
+  }
+  size_t offsets[kParts];
+  packed_indices_.clear();
+  for (size_t i = 0; i < kParts; ++i) {
+    offsets[i] = packed_indices_.size();
+    packed_indices_.insert(packed_indices_.end(), parts[i]->begin(), parts[i]->end());
+  }
+  const int32_t* base = on_backend(kIndices, packed_indices_.data(), static_cast<int64_t>(packed_indices_.size()));
+  for (size_t i = 0; i < kParts; ++i) *fields[i] = base + offsets[i];
+  return ix;
+}
+
 void MoeDecoderModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) {
   const auto n_out = static_cast<int64_t>(batch.logits_indices.size());
   for (const int32_t row : batch.logits_indices) {
@@ -383,14 +429,15 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   float* x = scratch(kX, n * d);
   float* h = scratch(kH, n * d);
   float* out = scratch(kOut, n * d);
-  if (nextn_block_ >= 0 || eagle_) embed_head_input(batch, x);
-  else backend_.embed(tok_embd_, batch.tokens.data(), n, x);
+  const Indices ix = place_indices(batch);
+  if (nextn_block_ >= 0 || eagle_) embed_head_input(batch, ix.tokens, x);
+  else backend_.embed(tok_embd_, ix.tokens, n, x);
   if (moe_comm_ != nullptr && !parallel_.moe_all_to_all) exchange_replica_sizes(n);
   if (batch.has_tree() && !backend_.supports_tree_attention()) {
     throw_unsupported("draft-tree verification (speculative_eagle_topk > 1) needs tree attention, which the " +
                       backend_.name() + " backend does not have");
   }
-  const AttentionBatch ab{n, batch.positions.data(), batch.seq_of_token.data(), batch.block_tables.data(),
+  const AttentionBatch ab{n, ix.positions, ix.seq_of_token, ix.block_tables,
                           batch.max_blocks_per_seq, batch.has_tree() ? batch.tree_base.data() : nullptr,
                           batch.has_tree() ? batch.tree_mask.data() : nullptr};
   const float eps = config_.rms_eps;
@@ -398,11 +445,11 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
     const Layer& L = layers_[l];
     const KvLayerView& cache = kv.layer(static_cast<int64_t>(l));
     // compile = fused: each residual add joins the RMSNorm after it (the same arithmetic in one pass).
-    if (L.attn_norm == nullptr) std::copy(x, x + n * d, h);  // an EAGLE head's first layer (host memory)
+    if (L.attn_norm == nullptr) backend_.copy_rows(x, d, h, d, n, d);  // an EAGLE head's first layer
     else if (!fused_ || l == 0) backend_.rms_norm(x, L.attn_norm, h, n, d, eps);
     else backend_.add_rms_norm(x, out, L.attn_norm, h, n, d, eps);
-    if (config_.is_mla()) attention_mla(L, n, h, cache, ab, batch.slot_mapping.data(), out);
-    else attention_gqa(L, n, h, cache, ab, batch.slot_mapping.data(), out);
+    if (config_.is_mla()) attention_mla(L, n, h, cache, ab, ix.slots, out);
+    else attention_gqa(L, n, h, cache, ab, ix.slots, out);
     sum_partials(backend_, parallel_, out, n * d);  // this rank's heads' share of the output projection
     if (fused_) {
       backend_.add_rms_norm(x, out, L.ffn_norm, h, n, d, eps);
@@ -420,9 +467,9 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   if (fused_) backend_.add(x, out, n * d);
   if (batch.return_hidden) {
     hidden_.resize(static_cast<size_t>(n * d));
-    // Host memory (checked at construction). An EAGLE head's output has no final norm.
-    if (output_norm_ != nullptr) backend_.rms_norm(x, output_norm_, hidden_.data(), n, d, eps);
-    else std::copy(x, x + n * d, hidden_.begin());
+    // An EAGLE head's output has no final norm.
+    if (output_norm_ != nullptr) backend_.rms_norm(x, output_norm_, scratch(kHidden, n * d), n, d, eps);
+    backend_.download(hidden_.data(), *scratch_[output_norm_ != nullptr ? kHidden : kX], 0, hidden_.size() * sizeof(float));
   } else {
     hidden_.clear();
   }
@@ -430,7 +477,7 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   if (n_out == 0) return;
   float* xs = scratch(kLogitsIn, n_out * d);
   const WeightMatrix hidden{x, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
-  backend_.embed(hidden, batch.logits_indices.data(), n_out, xs);
+  backend_.embed(hidden, ix.logits_rows, n_out, xs);
   if (output_norm_ != nullptr) backend_.rms_norm(xs, output_norm_, xs, n_out, d, eps);
   if (draft_vocab_.empty()) {
     backend_.matmul(output_, nullptr, xs, n_out, scratch(kLogits, n_out * output_.rows));
@@ -551,11 +598,17 @@ void MoeDecoderModel::route(const Layer& L, int64_t n, const float* h) {
   const int64_t E = config_.moe.routing.n_experts, k = config_.moe.routing.top_k;
   float* router = scratch(kRouter, n * E);
   backend_.matmul(L.router, nullptr, h, n, router);
-  // Routing runs on the host, reading the router's output in place (the backend's memory is host memory: checked at
-  // construction).
+  // Routing runs on the host, reading the router's output in place on a host-memory backend, else downloaded.
+  const float* logits = router;
+  if (!backend_.host_memory()) {
+    router_host_.resize(static_cast<size_t>(n * E));
+    backend_.download(router_host_.data(), *scratch_[kRouter], 0, router_host_.size() * sizeof(float));
+    logits = router_host_.data();
+  }
   expert_ids_.resize(static_cast<size_t>(n * k));
   expert_weights_.resize(static_cast<size_t>(n * k));
-  route_tokens(config_.moe.routing, router, L.selection_bias, n, expert_ids_.data(), expert_weights_.data());
+  const float* bias = L.host_selection_bias.empty() ? L.selection_bias : L.host_selection_bias.data();
+  route_tokens(config_.moe.routing, logits, bias, n, expert_ids_.data(), expert_weights_.data());
 }
 
 void MoeDecoderModel::place_assignments(const Layer& L, int64_t n, int64_t key) {
@@ -615,7 +668,9 @@ void MoeDecoderModel::add_own_experts(const Layer& L, const WeightMatrix& x, flo
   if (hi == lo) return;  // no token picked this rank's experts (expert parallelism)
   float* gathered = scratch(kGathered, (hi - lo) * d);
   float* expert_out = scratch(kExpertOut, (hi - lo) * d);
-  backend_.embed(x, order_.data() + lo, hi - lo, gathered);
+  const int32_t* rows = on_backend(kOrderRows, order_.data() + lo, hi - lo);
+  const float* weights = on_backend(kOrderWeights, order_weights_.data() + lo, hi - lo);
+  backend_.embed(x, rows, hi - lo, gathered);
   experts_.clear();
   for (int64_t e = mine.begin; e < mine.begin + mine.count; ++e) {
     const int64_t first = expert_start_[static_cast<size_t>(e)], count = expert_start_[static_cast<size_t>(e) + 1] - first;
@@ -623,7 +678,7 @@ void MoeDecoderModel::add_own_experts(const Layer& L, const WeightMatrix& x, flo
     if (count > 0) experts_.push_back({&w.gate, &w.up, &w.down, first - lo, count});
   }
   backend_.expert_mlps(experts_, gathered, expert_out);
-  backend_.scatter_add_rows(expert_out, order_.data() + lo, order_weights_.data() + lo, hi - lo, d, out);
+  backend_.scatter_add_rows(expert_out, rows, weights, hi - lo, d, out);
 }
 
 void MoeDecoderModel::shared_experts(const Layer& L, int64_t n, const float* h, size_t out_slot) {
@@ -647,7 +702,8 @@ void MoeDecoderModel::shared_experts(const Layer& L, int64_t n, const float* h, 
     weights[static_cast<size_t>(t)] = 1.0f / (1.0f + std::exp(-weights[static_cast<size_t>(t)]));
     rows[static_cast<size_t>(t)] = static_cast<int32_t>(t);
   }
-  backend_.scatter_add_rows(shared, rows.data(), weights.data(), n, d, out);
+  backend_.scatter_add_rows(shared, on_backend(kSharedRows, rows.data(), n), on_backend(kSharedWeights, weights.data(), n),
+                            n, d, out);
 }
 
 void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, size_t out_slot) {

@@ -1,7 +1,10 @@
 // The mixture-of-experts decoder families: Mixtral, Qwen2-MoE, Qwen3-MoE (grouped-query attention, Qwen3's per-head
 // q/k norm) and DeepSeek-V2/V3 (multi-head latent attention over a cache of latent rows). Each layer's FFN is either
 // the dense SwiGLU MLP or routed experts (model/moe_routing.h picks them per token) plus optional shared experts.
-// Runs on backends with the MoE/latent ops (the CPU backend); compile = graphs is refused, not ignored.
+// Runs on the CPU and GPU backends; compile = graphs is refused, not ignored. Routing runs on the host: on a device
+// backend the router's logits come down and the sorted assignments go up each MoE layer, and the weights derived on
+// the host at load (MLA's absorbed projections, the routers' selection bias) are read through a host-memory loader.
+// DP attention and draft vocabularies need a host-memory backend.
 // Under tensor parallelism one instance is one rank's shard, as LlamaModel's (see parallel.h): attention by heads
 // (MLA: q_b / kv_b / o_proj by heads, the latent projections and cache row whole on every rank), dense and shared
 // MLPs by their intermediate dimension, routed experts by expert-parallel group and then by intermediate dimension.
@@ -101,12 +104,27 @@ class MoeDecoderModel final : public Model {
     bool moe = false;
     WeightMatrix router;
     const float* selection_bias = nullptr;
+    std::vector<float> host_selection_bias;  // a device backend's host copy of it, for host routing
     std::vector<Mlp> experts;
     Mlp shared;
     WeightMatrix shared_gate;  // qwen2_moe: [1, hidden]
     // experts[i] is routed expert expert_share_.experts.begin + i (this rank's ones, each its expert_ffn part).
   };
 
+  // The batch's index arrays where the backend's ops read them (uploaded once per step on a device backend).
+  struct Indices {
+    const int32_t* tokens = nullptr;
+    const int32_t* slots = nullptr;
+    const int32_t* positions = nullptr;
+    const int32_t* seq_of_token = nullptr;
+    const int32_t* block_tables = nullptr;
+    const int32_t* logits_rows = nullptr;
+  };
+  Indices place_indices(const Batch& batch);
+  // `n` host values (4 bytes each) where the backend's ops read them: in place on a host-memory backend, else
+  // uploaded into scratch slot `slot`.
+  template <class T>
+  const T* on_backend(size_t slot, const T* values, int64_t n);
   void load_attention(Layer& L, int64_t l, WeightLoader& loader);
   void load_ffn(Layer& L, int64_t l, WeightLoader& loader);
   // A SwiGLU MLP's shard: gate/up rows and down columns [ffn).
@@ -148,7 +166,7 @@ class MoeDecoderModel final : public Model {
   // Logits rows [n_out, vocab] from the draft vocabulary's [n_out, draft_vocab_.size()] (-inf elsewhere).
   void scatter_draft_logits(int64_t n_out);
   // A draft head's input: x = eh_proj([enorm(embed(tokens)); hnorm(input_hidden)]) (EAGLE: no norms, fc's bias).
-  void embed_head_input(const Batch& batch, float* x);
+  void embed_head_input(const Batch& batch, const int32_t* tokens, float* x);
   void run(const Batch& batch, KvStorage& kv);
   void exchange_replica_sizes(int64_t n);  // DP attention: every replica's token count this step
   void run_idle();  // DP attention, no tokens here: only the MoE layers' collectives and this rank's expert share
@@ -175,6 +193,11 @@ class MoeDecoderModel final : public Model {
   std::vector<Layer> layers_;
   ModelRotary rotary_;
   std::vector<std::unique_ptr<Buffer>> weight_buffers_;
+  // While loading for a device backend: a CPU backend and a loader on it over the same source (see the file comment).
+  std::unique_ptr<Backend> host_backend_;
+  std::unique_ptr<WeightLoader> host_loader_;
+  std::vector<int32_t> packed_indices_;  // place_indices' staging on a device backend
+  std::vector<float> router_host_;       // a device backend's router logits, downloaded for routing
   std::vector<std::unique_ptr<Buffer>> owned_;        // weights the model derived (the transposed key absorption)
   std::vector<std::unique_ptr<Buffer>> scratch_;      // activations, grown on demand
   std::vector<int64_t> scratch_floats_;

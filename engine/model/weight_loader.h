@@ -76,6 +76,10 @@ class WeightLoader {
   // read (speculative_draft_model_quantization). Other types load as before.
   void quantize_float_matrices(DType type);
 
+  // The tensors it reads: a model on a device backend reads some of them again through a loader on a host backend, to
+  // derive weights on the host (MLA's absorbed projections) or to route on the host (a router's selection bias).
+  const WeightSource& source() const { return source_; }
+
   // Buffers the loaded weights live in; the model keeps them.
   std::vector<std::unique_ptr<Buffer>> take_buffers() {
     arena_ = nullptr;

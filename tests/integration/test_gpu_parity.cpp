@@ -3,6 +3,10 @@
 // SmolLM2 is Q4_1: the GPU dequantizes it to bf16 and multiplies bf16 activations, the CPU keeps Q4_1 with q8
 // activations (logits a few percent apart, see test_device_style_loading), so near-tied tokens may flip: the first
 // token must match on every prompt and the prompts must share 8 tokens on average before the first difference.
+// The mixture-of-experts and latent-attention families (random-weight f32 tiny models of tests/data/hf_models:
+// DeepSeek-V3 with MLA, its FP8 block-scaled twin, Mixtral, Qwen3-MoE), compile eager and fused: the first token must
+// match on every prompt and most tokens before the first difference (random weights leave smaller margins between
+// the top logits than a trained model; the FP8 checkpoint is bf16 on the GPU, block-scaled FP8 on the CPU).
 // Skips, saying why, when no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -58,6 +62,47 @@ TEST(GpuParity, SmolLM2Bf16MatchesTheCpuEngine) {
     common += k;
   }
   EXPECT_GE(common, 8u * 8u) << "greedy tokens shared with the CPU engine before the first difference, over 8 prompts";
+}
+
+// Greedy tokens of `model` (a directory under tests/data/hf_models) on the GPU, compile eager and fused, against the
+// CPU engine's: the first token of every prompt equal, and at least `min_shared` of all tokens before each prompt's
+// first difference.
+void expect_moe_parity(const std::string& model, double min_shared) {
+  std::vector<testing::Job> jobs;
+  const std::string path = testing::data_path("hf_models/" + model);
+  const auto cpu = run_on("cpu", path, jobs);
+  size_t total = 0;
+  for (const auto& tokens : cpu) total += tokens.size();
+  for (const std::string compile : {"eager", "fused"}) {
+    const auto gpu = run_on(gpu_backend_name(), path, jobs, compile);
+    ASSERT_EQ(gpu.size(), cpu.size());
+    size_t common = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      ASSERT_EQ(gpu[i].size(), cpu[i].size()) << model << " compile " << compile << ", prompt " << i;
+      EXPECT_EQ(gpu[i][0], cpu[i][0]) << model << " compile " << compile << ": first greedy token of prompt " << i;
+      size_t k = 0;
+      while (k < cpu[i].size() && gpu[i][k] == cpu[i][k]) ++k;
+      common += k;
+    }
+    EXPECT_GE(static_cast<double>(common), min_shared * static_cast<double>(total))
+        << model << " compile " << compile << ": greedy tokens shared with the CPU engine before the first difference";
+  }
+}
+
+TEST(GpuParity, DeepSeekV3TinyMatchesTheCpuEngine) {
+  if (gpu_device_count() == 0) GTEST_SKIP() << "no GPU visible to the " << gpu_backend_name() << " runtime";
+  expect_moe_parity("deepseek_v3_tiny", 0.9);
+}
+
+TEST(GpuParity, DeepSeekV3TinyFp8MatchesTheCpuEngine) {
+  if (gpu_device_count() == 0) GTEST_SKIP() << "no GPU visible to the " << gpu_backend_name() << " runtime";
+  expect_moe_parity("deepseek_v3_tiny_fp8", 0.5);
+}
+
+TEST(GpuParity, MixtralAndQwen3MoeTinyMatchTheCpuEngine) {
+  if (gpu_device_count() == 0) GTEST_SKIP() << "no GPU visible to the " << gpu_backend_name() << " runtime";
+  expect_moe_parity("mixtral_tiny", 0.9);
+  expect_moe_parity("qwen3_moe_tiny", 0.9);
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/half.h"
@@ -84,6 +86,28 @@ class DeviceStyleBackend final : public Backend {
                       int64_t n_heads, const RopeParams& p, float* q_out) override {
     run([=, this] { cpu_.rope_store_qkv(kv, qkv, positions, slots, n, n_heads, p, q_out); });
   }
+  void scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int64_t n, int64_t width,
+                        float* dst) override {
+    run([=, this] { cpu_.scatter_add_rows(src, rows, weights, n, width, dst); });
+  }
+  void expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y) override {
+    run([experts = std::vector<ExpertMlp>(experts.begin(), experts.end()), x, y, this] { cpu_.expert_mlps(experts, x, y); });
+  }
+  void head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides xs, int64_t n, float* y,
+                   HeadStrides ys) override {
+    run([=, this] { cpu_.head_matmul(w, n_heads, x, xs, n, y, ys); });
+  }
+  void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n, int64_t width) override {
+    run([=, this] { cpu_.copy_rows(src, src_stride, dst, dst_stride, n, width); });
+  }
+  void store_latent(const KvLayerView& kv, const float* latent, int64_t latent_width, const float* rope_key,
+                    const int32_t* slots, int64_t n) override {
+    run([=, this] { cpu_.store_latent(kv, latent, latent_width, rope_key, slots, n); });
+  }
+  void attention_latent(const KvLayerView& kv, const AttentionBatch& b, const float* q, int64_t n_heads, int64_t v_dim,
+                        float scale, float* out) override {
+    run([=, this] { cpu_.attention_latent(kv, b, q, n_heads, v_dim, scale, out); });
+  }
 
   // Graphs as CUDA has them: a capture records the ops without running them; a replay runs the recording.
   bool begin_capture() override {
@@ -148,6 +172,34 @@ TEST(DeviceStyleLoading, F32ModelGivesTheCpuLogitsEagerAndFused) {
   EXPECT_EQ(prompt_logits(ck, device, false, kPrompt), expected);
   EXPECT_GT(device.uploads, 0) << "weights and batch indices go through upload";
   EXPECT_EQ(prompt_logits(ck, device, true, kPrompt), expected);
+}
+
+// The mixture-of-experts and latent-attention families' device path (indices and the sorted expert assignments
+// uploaded, router logits downloaded for host routing, MLA's absorbed weights derived through a host loader): the
+// CPU's logits exactly for f32 models, and within bf16's error for the FP8 checkpoint (bf16 on a device).
+TEST(DeviceStyleLoading, MoeAndMlaModelsGiveTheCpuLogits) {
+  for (const std::string name : {"deepseek_v3_tiny", "deepseek_v2_lite_tiny", "mixtral_tiny", "qwen3_moe_tiny",
+                                 "deepseek_v3_tiny_fp8"}) {
+    Checkpoint ck(testing::data_path("hf_models/" + name), LoadFormat::kSafetensors);
+    auto cpu = make_backend("cpu", 2);
+    const std::vector<int32_t> prompt = {1, 203, 207, 61, 178, 232, 183, 86, 61, 176, 298, 315, 21};
+    for (bool fused : {false, true}) {
+      const auto expected = prompt_logits(ck, *cpu, fused, prompt);
+      DeviceStyleBackend device;
+      const auto got = prompt_logits(ck, device, fused, prompt);
+      if (!name.ends_with("fp8")) {
+        EXPECT_EQ(got, expected) << name << " fused " << fused;
+        continue;
+      }
+      ASSERT_EQ(got.size(), expected.size());
+      double diff = 0.0, scale = 0.0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - expected[i]));
+        scale = std::max(scale, std::fabs(static_cast<double>(expected[i])));
+      }
+      EXPECT_LT(diff / scale, 0.05) << name << " fused " << fused;
+    }
+  }
 }
 
 TEST(DeviceStyleLoading, QuantizedModelAsBf16StaysCloseToTheQuantizedLogits) {
