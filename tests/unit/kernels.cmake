@@ -1,5 +1,5 @@
 # CPU kernel tests: the thread pool (core), the CPU matmul kernels (block-scaled FP8 included) and the latent attention
-# kernels against their reference (backend).
+# kernels against their reference (backend), and the GPU split-attention plan and merge (plain host code).
 servetune_test(test_thread_pool LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_thread_pool.cpp
   LIBS servetune_core)
@@ -23,3 +23,6 @@ servetune_test(test_cpu_latent_attention LABEL unit
 servetune_test(test_tree_attention LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tree_attention.cpp
   LIBS servetune_backend)
+servetune_test(test_split_attention_plan LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_split_attention_plan.cpp
+  LIBS servetune_core)

@@ -1,7 +1,8 @@
 // Paged attention for flattened varlen batches (prefill and decode alike): one block per (token, query head), or per
 // (token, group of query heads sharing a KV head) when there are enough of those; each warp walks a strided share of
 // the token's visible positions through the block table with an online softmax, and the warps' partial results are
-// merged at the end. GQA maps query head h to KV head h / (n_heads / n_kv_heads). K/V are f32, f16 or bf16.
+// merged at the end. GQA maps query head h to KV head h / (n_heads / n_kv_heads). K/V are f32, f16 or bf16. Batches too
+// small to fill the GPU with long contexts go to the split kernel instead (decode_attention_split.cu).
 #include <cstdint>
 
 #include "backend/cuda/elem.h"

@@ -42,6 +42,16 @@ bool sync_check_enabled() {
 
 namespace {
 
+// Device 0's SM count, queried once (it sizes the split-attention plan).
+int64_t sm_count() {
+  static const int64_t count = [] {
+    int n = 0;
+    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+    return static_cast<int64_t>(n);
+  }();
+  return count;
+}
+
 // check() for a call that waits on the stream: without the sync check, the fault it reports may be any earlier op's.
 void check_wait(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
@@ -165,7 +175,14 @@ class GpuBackend final : public Backend {
   void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                  float* out) override {
     require_kv_type(kv);
-    launch_attention(kv, batch, q, n_heads, scale, out, stream_);
+    const SplitPlan plan = plan_attention_split(kv, batch, n_heads, sm_count());
+    if (plan.n_chunks > 1) {
+      const size_t floats = split_attention_scratch_floats(plan, batch.n_tokens, n_heads, kv.head_dim);
+      auto* partials = static_cast<float*>(grow(attention_partials_, floats * sizeof(float), "attention"));
+      launch_attention_split(kv, batch, q, n_heads, scale, plan, partials, out, stream_);
+    } else {
+      launch_attention(kv, batch, q, n_heads, scale, out, stream_);
+    }
     after("attention");
   }
   void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) override {
@@ -455,13 +472,18 @@ class GpuBackend final : public Backend {
   std::unique_ptr<DeviceBuffer> x_bf16_;  // activations cast to bf16 for the bf16 GEMMs
   std::unique_ptr<DeviceBuffer> mlp_gate_, mlp_up_;  // expert_mlps' gate and up rows of one expert
   std::unique_ptr<DeviceBuffer> latent_partials_;    // attention_latent's split partials
-  std::vector<std::unique_ptr<DeviceBuffer>> retired_;  // earlier x_bf16_ buffers that captured graphs read
+  std::unique_ptr<DeviceBuffer> attention_partials_;  // split attention's per-chunk partial softmaxes
+  std::vector<std::unique_ptr<DeviceBuffer>> retired_;  // earlier scratch buffers that captured graphs read
 };
 
 }  // namespace
 }  // namespace gpu
 
 const char* gpu_backend_name() { return SERVETUNE_GPU_VENDOR; }
+
+int64_t gpu_attention_chunks(const KvLayerView& kv, const AttentionBatch& batch, int64_t n_heads) {
+  return gpu::plan_attention_split(kv, batch, n_heads, gpu::sm_count()).n_chunks;
+}
 
 int gpu_device_count() {
   int count = 0;

@@ -10,6 +10,8 @@ namespace servetune {
 
 // "cuda" or "hip": the device name this build's GPU backend answers to.
 const char* gpu_backend_name();
+// Chunks per token the GPU attention splits this call into on device 0 (1: the single-pass kernel); for tests.
+int64_t gpu_attention_chunks(const KvLayerView& kv, const AttentionBatch& batch, int64_t n_heads);
 // Number of GPUs the runtime sees (0 when there is no device or no driver).
 int gpu_device_count();
 // The GPU backend on device 0; Error(kUnsupported) when no GPU is present.

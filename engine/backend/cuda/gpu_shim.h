@@ -39,6 +39,8 @@
 #define cudaStreamSynchronize hipStreamSynchronize
 #define cudaDeviceProp hipDeviceProp_t
 #define cudaGetDeviceProperties hipGetDeviceProperties
+#define cudaDeviceGetAttribute hipDeviceGetAttribute
+#define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
 #define cudaGraph_t hipGraph_t
 #define cudaGraphExec_t hipGraphExec_t
 #define cudaStreamBeginCapture hipStreamBeginCapture
@@ -66,10 +68,11 @@ void check(cudaError_t status, const char* what);
 // kernel fault is reported against the op that caused it (gpu_backend.cu). Read once per process.
 bool sync_check_enabled();
 
-// Sum over one warp (float or double); every lane gets the result.
-template <typename T>
+// Sum over each aligned group of kWidth lanes (a power of two up to the warp: by default the whole warp; float or
+// double); every lane gets its group's sum. All lanes of the warp must call it.
+template <int kWidth = kWarpSize, typename T>
 __device__ inline T warp_sum(T v) {
-  for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) v += SERVETUNE_SHFL_XOR(v, mask);
+  for (int mask = kWidth / 2; mask > 0; mask >>= 1) v += SERVETUNE_SHFL_XOR(v, mask);
   return v;
 }
 

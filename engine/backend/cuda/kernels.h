@@ -1,11 +1,12 @@
-// Launchers of the GPU kernels behind the CUDA/HIP backend (ops.cu, attention.cu, gemm.cu, sample.cu); all take device
-// pointers and run on `stream`. Element types of tables, weights and caches: f32, f16 or bf16 (by DType).
+// Launchers of the GPU kernels behind the CUDA/HIP backend (ops.cu, attention.cu, decode_attention_split.cu, gemm.cu,
+// sample.cu); all take device pointers and run on `stream`. Element types of tables, weights and caches: f32, f16 or bf16 (by DType).
 #pragma once
 
 #include <cstdint>
 
 #include "backend/backend.h"
 #include "backend/cuda/gpu_shim.h"
+#include "backend/cuda/split_attention_plan.h"
 
 namespace servetune::gpu {
 
@@ -35,6 +36,15 @@ void launch_fill_random(void* dst, bool bf16, int64_t n, uint64_t seed, float me
 // Paged attention over each token's visible positions (see Backend::attention); head_dim <= 256.
 void launch_attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                       float* out, cudaStream_t stream);
+// The split (flash-decoding) plan for this attention call on a GPU of sm_count SMs: n_chunks == 1 (use
+// launch_attention) unless the batch is too small to fill the GPU and its contexts are long, or when the split kernel
+// does not take the shape (head_dim other than 64, 128, 256; K/V not 16-byte aligned; draft-tree masks).
+SplitPlan plan_attention_split(const KvLayerView& kv, const AttentionBatch& batch, int64_t n_heads, int64_t sm_count);
+// Floats of device scratch launch_attention_split needs for `plan`.
+size_t split_attention_scratch_floats(const SplitPlan& plan, int64_t n_tokens, int64_t n_heads, int64_t head_dim);
+// launch_attention's result by flash-decoding along `plan` (n_chunks > 1), partials in `scratch`.
+void launch_attention_split(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
+                            float scale, const SplitPlan& plan, float* scratch, float* out, cudaStream_t stream);
 // One token per row of logits [n, vocab] drawn as rows[i] (device memory) says (see Backend::sample), ids to `tokens`.
 void launch_sample(const float* logits, int64_t n, int64_t vocab, const SampleRow* rows, int32_t* tokens,
                    cudaStream_t stream);
