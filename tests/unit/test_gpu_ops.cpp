@@ -2,8 +2,8 @@
 // reference on random inputs of awkward sizes and on the Llama-3-8B shape's (GEMMs of 4096 x 14336, head_dim 128 and
 // 256, page size 16, contexts of over a thousand): f32 paths within 1e-5 relative error (of the largest reference
 // value), bf16 GEMMs within 1e-2; f32, f16 and bf16 KV caches; the tiled GEMM (the HIP build's) through
-// SERVETUNE_GPU_GEMM=tiled; and a kernel fault under the sync check naming its op. Skips, saying why, when no GPU is
-// visible.
+// SERVETUNE_GPU_GEMM=tiled; flash-decoding split attention for small batches with contexts up to 5000; and a kernel
+// fault under the sync check naming its op. Skips, saying why, when no GPU is visible.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -76,8 +76,18 @@ class GpuOps : public ::testing::Test {
     return static_cast<T*>(buffers_.back()->data());
   }
   float* dev_zeros(size_t n) { return dev(std::vector<float>(n, 0.0f)); }
+  // GPU against CPU attention for sequences with cached[s] positions already in the cache and fresh[s] new tokens;
+  // returns the chunks per token the GPU split the batch into (1: the single-pass kernel).
+  int64_t check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t n_heads, int64_t n_kv,
+                                const std::vector<int64_t>& cached, const std::vector<int64_t>& fresh, int64_t page);
   void check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t n_heads, int64_t n_kv, int64_t prefill,
-                             int64_t page = 3);
+                             int64_t page = 3) {
+    // Three sequences: a prefill from position 0, a chunk continuing cached positions, one decode token. The
+    // 300-token prefill gives enough (token, KV head) pairs for the grouped kernel, the 50-token one keeps one block
+    // per query head.
+    EXPECT_EQ(check_paged_attention(kv_dtype, head_dim, n_heads, n_kv, {0, 20, 44}, {prefill, 7, 1}, page), 1)
+        << "a prefill batch takes the single-pass kernel";
+  }
   std::vector<float> host(const float* device, size_t n) {
     std::vector<float> out(n);
     for (const auto& b : buffers_) {
@@ -344,17 +354,14 @@ TEST_F(GpuOps, FillRandomDrawsNormalValuesDeterministically) {
   }
 }
 
-// Three sequences (a prefill from position 0, a chunk continuing cached positions, one decode token) in one
-// flattened batch, pages of `page` slots with the block tables interleaving the sequences' blocks, GQA 3 and 8 query
-// heads per KV head; K/V stored through store_kv on both backends. The 300-token prefill gives enough (token, KV head)
-// pairs for the grouped kernel, the 50-token one keeps one block per query head. A bf16 cache (GPU only) is checked
-// against the CPU's f32 cache holding the same values rounded to bf16.
-void GpuOps::check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t n_heads, int64_t n_kv, int64_t prefill,
-                                   int64_t page) {
-  const int64_t n_seqs = 3;
-  const int64_t cached[n_seqs] = {0, 20, 44};     // positions already in the cache per sequence
-  const int64_t fresh[n_seqs] = {prefill, 7, 1};  // new tokens of this batch per sequence
-  const int64_t longest = std::max(prefill, int64_t{45});
+// The sequences in one flattened batch, pages of `page` slots with the block tables interleaving the sequences'
+// blocks; K/V stored through store_kv on both backends. A bf16 cache (GPU only) is checked against the CPU's f32
+// cache holding the same values rounded to bf16.
+int64_t GpuOps::check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t n_heads, int64_t n_kv,
+                                      const std::vector<int64_t>& cached, const std::vector<int64_t>& fresh, int64_t page) {
+  const auto n_seqs = static_cast<int64_t>(cached.size());
+  int64_t longest = 1;
+  for (int64_t s = 0; s < n_seqs; ++s) longest = std::max(longest, cached[s] + fresh[s]);
   const int64_t max_blocks = (longest + page - 1) / page;
   const int64_t num_blocks = n_seqs * max_blocks;
   std::vector<int32_t> tables(static_cast<size_t>(n_seqs * max_blocks));
@@ -402,10 +409,13 @@ void GpuOps::check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t n_h
   gpu_->store_kv(gkv, dev(k_old), dev(v_old), dev(old_slots), n_old);
   gpu_->store_kv(gkv, dev(k_new), dev(v_new), dev(slots), n);
   float* out = dev_zeros(q.size());
-  gpu_->attention(gkv, AttentionBatch{n, dev(positions), dev(seq_of_token), dev(tables), max_blocks}, dev(q), n_heads,
-                  scale, out);
+  const AttentionBatch batch{n, dev(positions), dev(seq_of_token), dev(tables), max_blocks};
+  gpu_->attention(gkv, batch, dev(q), n_heads, scale, out);
+  const int64_t chunks = gpu_attention_chunks(gkv, batch, n_heads);
   EXPECT_LT(rel_error(host(out, q.size()), expected), 1e-5)
-      << dtype_name(kv_dtype) << " head_dim " << head_dim << " heads " << n_heads << "/" << n_kv << " prefill " << prefill;
+      << dtype_name(kv_dtype) << " head_dim " << head_dim << " heads " << n_heads << "/" << n_kv << " page " << page
+      << " longest " << longest << " tokens " << n << " chunks " << chunks;
+  return chunks;
 }
 
 TEST_F(GpuOps, PagedAttentionPrefillAndDecodeF32AndF16Cache) {
@@ -437,6 +447,32 @@ TEST_F(GpuOps, PagedAttentionHeadDim256Page16LongContexts) {
     }
   }
   check_paged_attention(DType::kF32, 256, 16, 2, 300, 16);
+}
+
+// Flash-decoding (decode_attention_split.cu): decode tokens with contexts up to 5000 split into chunks of whole pages
+// (16 and 256 slots), head_dim 64/128/256, every KV type, GQA 32/8 and MHA 8/8. One batch mixes a 1-position context
+// (it uses one chunk, the others' later chunks are skipped), 17 (two pages of 16), 1000 and 5000. Small batches split;
+// the same contexts for 48 tokens keep the single-pass kernel.
+TEST_F(GpuOps, SplitDecodeAttentionLongContexts) {
+  for (DType kv_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t head_dim : {64, 128, 256}) {
+      for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{32, 8}, {8, 8}}) {
+        for (int64_t page : {16, 256}) {
+          EXPECT_GT(check_paged_attention(kv_dtype, head_dim, n_heads, n_kv, {0, 16, 999, 4999}, {1, 1, 1, 1}, page), 1);
+          EXPECT_GT(check_paged_attention(kv_dtype, head_dim, n_heads, n_kv, {4999}, {1}, page), 1);
+        }
+      }
+    }
+  }
+  // One token of 1000 positions with pages of 16 (63 pages: the last chunk is partial); one of 17 is too short to split.
+  EXPECT_GT(check_paged_attention(DType::kBF16, 128, 32, 8, {999}, {1}, 16), 1);
+  EXPECT_EQ(check_paged_attention(DType::kBF16, 128, 32, 8, {16}, {1}, 16), 1);
+}
+
+TEST_F(GpuOps, SplitDecodeAttentionLeavesBigBatchesAndOtherHeadDimsSinglePass) {
+  const std::vector<int64_t> cached(48, 299), fresh(48, 1);  // 48 x 8 (token, KV head) blocks fill the GPU unsplit
+  EXPECT_EQ(check_paged_attention(DType::kBF16, 128, 32, 8, cached, fresh, 16), 1);
+  EXPECT_EQ(check_paged_attention(DType::kF16, 40, 6, 2, {4999}, {1}, 16), 1);  // head_dim 40: the single-pass kernel
 }
 
 }  // namespace

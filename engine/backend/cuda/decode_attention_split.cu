@@ -11,6 +11,7 @@ namespace servetune::gpu {
 namespace {
 
 constexpr int kWarps = 4;
+constexpr int kUnroll = 2;  // keys a row slot loads per step
 constexpr int64_t kMaxGroup = 8;  // query heads per block; 8 keeps q and acc at 128 registers a thread
 
 // Query heads a block serves: the largest divisor of the GQA group up to kMaxGroup, so blocks never straddle KV heads.
@@ -92,44 +93,52 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
   }
 
   // The row slot's position as (page index, offset in the page), stepped by kRowSlots without a divide per key
-  // (begin is page aligned).
+  // (begin is page aligned). Each step reads kUnroll keys per row slot, all loads issued before any is used, so more
+  // bytes are in flight per warp.
   int page = static_cast<int>(begin / page_size) + row_slot / page_size;
   int off = row_slot % page_size;
-  for (int64_t j0 = begin; j0 < end; j0 += kRowSlots) {  // uniform across the block: every lane reaches the shuffles
-    const bool valid = j0 + row_slot < end;                 // uniform across the row's lanes
-    float kr[kElems], vr[kElems];
-    if (valid) {
-      const int64_t base = (static_cast<int64_t>(table[page]) * page_size + off) * width + kv_base;
+  for (int64_t j0 = begin; j0 < end; j0 += kUnroll * kRowSlots) {  // uniform across the block: all reach the shuffles
+    float kr[kUnroll][kElems], vr[kUnroll][kElems];
+    bool valid[kUnroll];  // uniform across the row's lanes
 #pragma unroll
-      for (int i = 0; i < kVecsPerLane; ++i) {
-        const int64_t d0 = (i * kLanesPerRow + rl) * kVec;
-        KvVec<kCode>::load(k_cache, base + d0, kr + i * kVec);
-        KvVec<kCode>::load(v_cache, base + d0, vr + i * kVec);
+    for (int u = 0; u < kUnroll; ++u) {
+      valid[u] = j0 + u * kRowSlots + row_slot < end;
+      if (valid[u]) {
+        const int64_t base = (static_cast<int64_t>(table[page]) * page_size + off) * width + kv_base;
+#pragma unroll
+        for (int i = 0; i < kVecsPerLane; ++i) {
+          const int64_t d0 = (i * kLanesPerRow + rl) * kVec;
+          KvVec<kCode>::load(k_cache, base + d0, kr[u] + i * kVec);
+          KvVec<kCode>::load(v_cache, base + d0, vr[u] + i * kVec);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) kr[u][e] = vr[u][e] = 0.0f;
       }
-    } else {
-#pragma unroll
-      for (int e = 0; e < kElems; ++e) kr[e] = vr[e] = 0.0f;
+      off += kRowSlots;
+      while (off >= page_size) {
+        off -= page_size;
+        ++page;
+      }
     }
 #pragma unroll
-    for (int g = 0; g < kGroup; ++g) {
-      if (g < group) {  // uniform across the block
-        float dot = 0.0f;
+    for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-        for (int e = 0; e < kElems; ++e) dot += qv[g][e] * kr[e];
-        const float score = warp_sum<kLanesPerRow>(dot) * scale;
-        if (valid) {
-          const SoftmaxMerge s = softmax_merge(m[g], l[g], score, 1.0f);
+      for (int g = 0; g < kGroup; ++g) {
+        if (g < group) {  // uniform across the block
+          float dot = 0.0f;
 #pragma unroll
-          for (int e = 0; e < kElems; ++e) acc[g][e] = acc[g][e] * s.fa + vr[e] * s.fb;
-          m[g] = s.m;
-          l[g] = s.l;
+          for (int e = 0; e < kElems; ++e) dot += qv[g][e] * kr[u][e];
+          const float score = warp_sum<kLanesPerRow>(dot) * scale;
+          if (valid[u]) {
+            const SoftmaxMerge s = softmax_merge(m[g], l[g], score, 1.0f);
+#pragma unroll
+            for (int e = 0; e < kElems; ++e) acc[g][e] = acc[g][e] * s.fa + vr[u][e] * s.fb;
+            m[g] = s.m;
+            l[g] = s.l;
+          }
         }
       }
-    }
-    off += kRowSlots;
-    while (off >= page_size) {
-      off -= page_size;
-      ++page;
     }
   }
 
@@ -238,7 +247,8 @@ SplitPlan plan_attention_split(const KvLayerView& kv, const AttentionBatch& batc
   const bool type = kv.dtype == DType::kF32 || kv.dtype == DType::kF16 || kv.dtype == DType::kBF16;
   // 16-byte loads need 16-byte aligned rows: the head_dims above make every row offset a multiple of 16 bytes.
   const bool aligned = reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 && reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
-  if (!shape || !type || !aligned || batch.tree_mask != nullptr || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0) {
+  if (!shape || !type || !aligned || batch.tree_mask != nullptr || kv.n_kv_heads <= 0 || n_heads <= 0 ||
+      n_heads % kv.n_kv_heads != 0) {
     return single;
   }
   const int64_t units = batch.n_tokens * (n_heads / heads_per_block(n_heads / kv.n_kv_heads));
