@@ -101,12 +101,13 @@ void merge_into(Partial& into, float m, float l, const float* acc) {
   into.l = s.l;
 }
 
-// As the kernels compute it: in each chunk, kRowSlots slots take positions begin + slot, + kRowSlots, ... one score
-// at a time; the slots merge into the chunk's partial, and the used chunks merge in order.
+// As the kernels compute it: in each chunk, row_slots slots take positions begin + slot, + row_slots, ... one score
+// at a time; the slots merge into the chunk's partial; then, per element, the used chunks merge in order and the sum
+// is normalised (merge_chunks_kernel).
 std::vector<float> split_attention(const SplitPlan& plan, const std::vector<float>& scores,
                                    const std::vector<float>& values, int64_t dim, int64_t row_slots) {
   const auto n_ctx = static_cast<int64_t>(scores.size());
-  Partial total(dim);
+  std::vector<Partial> chunks;
   for (int64_t c = 0; c < plan.chunks_used(n_ctx); ++c) {
     std::vector<Partial> slots(static_cast<size_t>(row_slots), Partial(dim));
     for (int64_t j = plan.chunk_begin(c); j < plan.chunk_end(c, n_ctx); ++j) {
@@ -116,10 +117,15 @@ std::vector<float> split_attention(const SplitPlan& plan, const std::vector<floa
     Partial chunk(dim);
     for (const Partial& s : slots) merge_into(chunk, s.m, s.l, s.acc.data());
     EXPECT_GT(chunk.l, 0.0f) << "chunk " << c << " of n_ctx " << n_ctx << " saw no position";
-    merge_into(total, chunk.m, chunk.l, chunk.acc.data());
+    chunks.push_back(chunk);
   }
-  for (float& x : total.acc) x /= total.l;
-  return total.acc;
+  std::vector<float> out(static_cast<size_t>(dim));
+  for (size_t d = 0; d < out.size(); ++d) {
+    float m = -INFINITY, l = 0.0f, acc = 0.0f;
+    for (const Partial& chunk : chunks) softmax_merge_into(m, l, acc, chunk.m, chunk.l, chunk.acc[d]);
+    out[d] = acc / l;
+  }
+  return out;
 }
 
 TEST(SplitAttentionPlan, MergedChunksEqualOnePassSoftmax) {

@@ -177,12 +177,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     const int g = e / kHeadDim, d = e % kHeadDim;
     float mm = -INFINITY, ll = 0.0f, aa = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const SoftmaxMerge s = softmax_merge(mm, ll, sm_m[w][g], sm_l[w][g]);
-      aa = aa * s.fa + sm_acc[w][g][d] * s.fb;
-      mm = s.m;
-      ll = s.l;
-    }
+    for (int w = 0; w < kWarps; ++w) softmax_merge_into(mm, ll, aa, sm_m[w][g], sm_l[w][g], sm_acc[w][g][d]);
     const int64_t part = (t * n_heads + h0 + g) * n_chunks + c;
     part_acc[part * kHeadDim + d] = aa;
     if (d == 0) {
@@ -201,12 +196,7 @@ __global__ void merge_chunks_kernel(const float* part_ml, const float* part_acc,
   const float* acc = part_acc + th * plan.n_chunks * head_dim;
   for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float mm = -INFINITY, ll = 0.0f, aa = 0.0f;
-    for (int64_t c = 0; c < used; ++c) {
-      const SoftmaxMerge s = softmax_merge(mm, ll, ml[2 * c], ml[2 * c + 1]);
-      aa = aa * s.fa + acc[c * head_dim + d] * s.fb;
-      mm = s.m;
-      ll = s.l;
-    }
+    for (int64_t c = 0; c < used; ++c) softmax_merge_into(mm, ll, aa, ml[2 * c], ml[2 * c + 1], acc[c * head_dim + d]);
     out[th * head_dim + d] = aa / ll;
   }
 }

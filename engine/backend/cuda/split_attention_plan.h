@@ -70,5 +70,12 @@ SERVETUNE_HD inline SoftmaxMerge softmax_merge(float m_a, float l_a, float m_b, 
   const float fa = expf(m_a - m), fb = expf(m_b - m);
   return {m, l_a * fa + l_b * fb, fa, fb};
 }
+// Merges the partial (m_b, l_b) with one acc element acc_b into the running partial (m, l) with element acc.
+SERVETUNE_HD inline void softmax_merge_into(float& m, float& l, float& acc, float m_b, float l_b, float acc_b) {
+  const SoftmaxMerge s = softmax_merge(m, l, m_b, l_b);
+  acc = acc * s.fa + acc_b * s.fb;
+  m = s.m;
+  l = s.l;
+}
 
 }  // namespace servetune::gpu
