@@ -20,61 +20,23 @@
 #include "backend/cpu/ops_reference.h"
 #include "backend/cuda/gpu_backend.h"
 #include "core/half.h"
+#include "gpu_test_support.h"
 
 namespace servetune {
 namespace {
 
-#define SERVETUNE_REQUIRE_GPU()                                                                                   \
-  do {                                                                                                            \
-    if (gpu_device_count() == 0) GTEST_SKIP() << "no GPU visible to the " << gpu_backend_name() << " runtime"; \
-  } while (0)
-
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using gpu_test::random_floats;
+using gpu_test::rel_error;
 
 // bf16 bit patterns of `values` (round to nearest even) and the floats they stand for.
 struct Bf16Values {
   std::vector<uint16_t> bits;
   std::vector<float> rounded;
 };
-Bf16Values to_bf16(const std::vector<float>& values) {
-  Bf16Values out{std::vector<uint16_t>(values.size()), std::vector<float>(values.size())};
-  for (size_t i = 0; i < values.size(); ++i) {
-    out.bits[i] = f32_to_bf16(values[i]);
-    out.rounded[i] = bf16_to_f32(out.bits[i]);
-  }
-  return out;
-}
+Bf16Values to_bf16(const std::vector<float>& values) { return {gpu_test::bf16_bits(values), gpu_test::bf16_rounded(values)}; }
 
-// Largest |a - b| over the largest |b|.
-double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0.0, scale = 1e-30;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
-}
-
-class GpuOps : public ::testing::Test {
+class GpuOps : public gpu_test::GpuFixture {
  protected:
-  void SetUp() override {
-    SERVETUNE_REQUIRE_GPU();
-    gpu_ = make_backend(gpu_backend_name(), 1);
-  }
-  // A device copy of host values, kept alive by the fixture.
-  template <typename T>
-  T* dev(const std::vector<T>& host) {
-    buffers_.push_back(gpu_->allocate(std::max<size_t>(host.size() * sizeof(T), 1)));
-    if (!host.empty()) gpu_->upload(*buffers_.back(), 0, host.data(), host.size() * sizeof(T));
-    return static_cast<T*>(buffers_.back()->data());
-  }
   float* dev_zeros(size_t n) { return dev(std::vector<float>(n, 0.0f)); }
   // GPU against CPU attention for sequences with cached[s] positions already in the cache and fresh[s] new tokens;
   // returns the chunks per token the GPU split the batch into (1: the single-pass kernel).
@@ -88,16 +50,6 @@ class GpuOps : public ::testing::Test {
     EXPECT_EQ(check_paged_attention(kv_dtype, head_dim, n_heads, n_kv, {0, 20, 44}, {prefill, 7, 1}, page), 1)
         << "a prefill batch takes the single-pass kernel";
   }
-  std::vector<float> host(const float* device, size_t n) {
-    std::vector<float> out(n);
-    for (const auto& b : buffers_) {
-      if (b->data() == device) gpu_->download(out.data(), *b, 0, n * sizeof(float));
-    }
-    return out;
-  }
-
-  std::unique_ptr<Backend> gpu_;
-  std::vector<std::unique_ptr<Buffer>> buffers_;
 };
 
 TEST_F(GpuOps, EmbedF32F16Bf16Tables) {
