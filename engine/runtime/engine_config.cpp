@@ -192,11 +192,6 @@ void validate_draft_tree(const EngineConfig& c) {
                                      "plus the root)");
   unsupported(c.device == Device::kCpu, "speculative_eagle_topk > 1 (draft-tree verification) is implemented on device cpu "
                                       "only (the " + to_string(c.device) + " attention kernels have no tree mask)");
-  // Accepted paths' K/V move on every rank's cache in this process (ModelRunner::move_kv); ranks in other processes
-  // would need the move sent to them.
-  unsupported(c.tp_size == 1 || c.comm_backend == CommBackend::kLocal,
-              "speculative_eagle_topk > 1 (draft-tree verification) with tp_size > 1 over comm_backend " +
-                  to_string(c.comm_backend) + " (ranks in other processes) is not implemented yet; use comm_backend local");
 }
 
 }  // namespace

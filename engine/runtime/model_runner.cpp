@@ -114,13 +114,13 @@ void ModelRunner::move_kv(const std::vector<int32_t>& block_table, const std::ve
   const auto slot = [&](int64_t index) {
     return static_cast<int32_t>(block_table.at(static_cast<size_t>(index / page)) * page + index % page);
   };
-  std::vector<int32_t> from, to;
+  KvMove move;
   for (size_t i = 0; i < src.size(); ++i) {
     if (src[i] == dst[i]) continue;
-    from.push_back(slot(src[i]));
-    to.push_back(slot(dst[i]));
+    move.from.push_back(slot(src[i]));
+    move.to.push_back(slot(dst[i]));
   }
-  for (int r = 0; r < group_->size(); ++r) group_->kv(r).copy_slots(group_->backend(r), from, to);
+  group_->move_kv(move);
 }
 
 std::span<float> ModelRunner::logits(size_t i) {

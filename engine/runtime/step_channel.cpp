@@ -22,6 +22,23 @@ void take(const std::vector<int32_t>& in, size_t& at, size_t n, std::vector<int3
   at += n;
 }
 
+// Header flags of a step.
+constexpr int64_t kReturnHidden = 1, kTree = 2;
+
+// The tree masks as int32 pairs (low word first) and back.
+void put_masks(std::vector<int32_t>& out, const std::vector<uint64_t>& masks) {
+  for (const uint64_t m : masks) {
+    out.push_back(static_cast<int32_t>(static_cast<uint32_t>(m)));
+    out.push_back(static_cast<int32_t>(static_cast<uint32_t>(m >> 32)));
+  }
+}
+void take_masks(const std::vector<int32_t>& in, size_t& at, size_t n, std::vector<uint64_t>& masks) {
+  masks.resize(n);
+  for (size_t i = 0; i < n; ++i, at += 2) {
+    masks[i] = static_cast<uint64_t>(static_cast<uint32_t>(in[at])) | static_cast<uint64_t>(static_cast<uint32_t>(in[at + 1])) << 32;
+  }
+}
+
 }  // namespace
 
 int64_t model_fingerprint(const ModelConfig& c, int tp_size, const ExpertSplit& experts, int moe_ranks, bool moe_all_to_all) {
@@ -86,12 +103,17 @@ void StepChannel::send_handshake(const KvLayout& kv, int64_t fingerprint) {
 }
 
 std::vector<std::vector<int64_t>> StepChannel::send_step(const Batch& b, size_t previous_collectives) {
+  const int64_t flags = (b.return_hidden ? kReturnHidden : 0) | (b.has_tree() ? kTree : 0);
   const std::vector<int64_t> header = {static_cast<int64_t>(RankMessage::kStep), b.n_tokens(),
                                        static_cast<int64_t>(b.block_tables.size()), b.max_blocks_per_seq,
-                                       static_cast<int64_t>(b.logits_indices.size()), b.return_hidden ? 1 : 0};
+                                       static_cast<int64_t>(b.logits_indices.size()), flags};
   auto durations = worker_values(exchange(header, previous_collectives), previous_collectives);
   payload_.clear();
   for (const auto* v : {&b.tokens, &b.positions, &b.seq_of_token, &b.slot_mapping, &b.block_tables, &b.logits_indices}) put(payload_, *v);
+  if (b.has_tree()) {
+    put(payload_, b.tree_base);
+    put_masks(payload_, b.tree_mask);
+  }
   comm_.broadcast(payload_.data(), payload_.size(), 0);
   return durations;
 }
@@ -99,6 +121,17 @@ std::vector<std::vector<int64_t>> StepChannel::send_step(const Batch& b, size_t 
 std::vector<std::vector<int64_t>> StepChannel::send(RankMessage kind, size_t previous_collectives) {
   const std::vector<int64_t> header = {static_cast<int64_t>(kind), 0, 0, 0, 0, 0};
   return worker_values(exchange(header, previous_collectives), previous_collectives);
+}
+
+std::vector<std::vector<int64_t>> StepChannel::send_move_kv(const KvMove& move, size_t previous_collectives) {
+  if (move.from.size() != move.to.size()) throw Error(ErrorKind::kInternal, "KV move: from and to differ in length");
+  const std::vector<int64_t> header = {static_cast<int64_t>(RankMessage::kMoveKv), static_cast<int64_t>(move.from.size()), 0, 0, 0, 0};
+  auto durations = worker_values(exchange(header, previous_collectives), previous_collectives);
+  payload_.clear();
+  put(payload_, move.from);
+  put(payload_, move.to);
+  comm_.broadcast(payload_.data(), payload_.size(), 0);
+  return durations;
 }
 
 KvLayout StepChannel::receive_handshake(int64_t fingerprint) {
@@ -113,23 +146,39 @@ KvLayout StepChannel::receive_handshake(int64_t fingerprint) {
   return KvLayout{header[1], header[2], static_cast<DType>(header[3])};
 }
 
-RankMessage StepChannel::receive(const std::vector<int64_t>& previous_durations, Batch& b) {
+RankMessage StepChannel::receive(const std::vector<int64_t>& previous_durations, Batch& b, KvMove& move) {
   const auto header = exchange(previous_durations, previous_durations.size());
   const auto kind = static_cast<RankMessage>(header[0]);
   if (kind == RankMessage::kKeepAlive || kind == RankMessage::kShutdown) return kind;
+  if (kind == RankMessage::kMoveKv) {
+    const auto n = static_cast<size_t>(header[1]);
+    payload_.resize(2 * n);
+    comm_.broadcast(payload_.data(), payload_.size(), 0);
+    size_t at = 0;
+    take(payload_, at, n, move.from);
+    take(payload_, at, n, move.to);
+    return kind;
+  }
   if (kind != RankMessage::kStep) {
     throw Error(ErrorKind::kInternal, "tensor-parallel worker got an unexpected message " + std::to_string(header[0]));
   }
   const auto n_tokens = static_cast<size_t>(header[1]), n_tables = static_cast<size_t>(header[2]);
   const auto n_logits = static_cast<size_t>(header[4]);
-  payload_.resize(4 * n_tokens + n_tables + n_logits);
+  const bool tree = (header[5] & kTree) != 0;
+  payload_.resize(4 * n_tokens + n_tables + n_logits + (tree ? 3 * n_tokens : 0));
   comm_.broadcast(payload_.data(), payload_.size(), 0);
   size_t at = 0;
   for (auto* v : {&b.tokens, &b.positions, &b.seq_of_token, &b.slot_mapping}) take(payload_, at, n_tokens, *v);
   take(payload_, at, n_tables, b.block_tables);
   take(payload_, at, n_logits, b.logits_indices);
+  b.tree_base.clear();
+  b.tree_mask.clear();
+  if (tree) {
+    take(payload_, at, n_tokens, b.tree_base);
+    take_masks(payload_, at, n_tokens, b.tree_mask);
+  }
   b.max_blocks_per_seq = header[3];
-  b.return_hidden = header[5] != 0;
+  b.return_hidden = (header[5] & kReturnHidden) != 0;
   return kind;
 }
 

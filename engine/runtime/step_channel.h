@@ -1,6 +1,6 @@
 // Rank 0's messages to the worker processes of a multi-process tensor-parallel group, over the group's communicator:
-// a handshake (KV layout, model fingerprint), then each step's Batch in a compact form, keep-alives while idle, and
-// shutdown. A message is one all_gatherv of int64 — rank 0's header, and from every worker the durations of its
+// a handshake (KV layout, model fingerprint), then each step's Batch in a compact form (draft-tree masks included),
+// the KV moves of accepted draft-tree paths, keep-alives while idle, and shutdown. A message is one all_gatherv of int64 — rank 0's header, and from every worker the durations of its
 // collectives in the previous step (so rank 0 accounts them with no extra collective) — and, for a step, one
 // broadcast of the Batch's int32 arrays. Every rank calls the matching function in the same order.
 // A DP-attention replica's channel has two ranks, the engine and the replica's worker process: after each step the
@@ -22,7 +22,13 @@ namespace servetune {
 
 struct ModelConfig;
 
-enum class RankMessage : int64_t { kHandshake = 1, kStep = 2, kKeepAlive = 3, kShutdown = 4 };
+enum class RankMessage : int64_t { kHandshake = 1, kStep = 2, kKeepAlive = 3, kShutdown = 4, kMoveKv = 5 };
+
+// Cache slots whose K/V every rank copies, from[i] to to[i] in order (KvStorage::copy_slots): an accepted draft-tree
+// path moved to consecutive positions.
+struct KvMove {
+  std::vector<int32_t> from, to;
+};
 
 struct KvLayout {
   int64_t num_blocks = 0;
@@ -50,11 +56,13 @@ class StepChannel {
   void send_handshake(const KvLayout& kv, int64_t fingerprint);
   std::vector<std::vector<int64_t>> send_step(const Batch& batch, size_t previous_collectives);
   std::vector<std::vector<int64_t>> send(RankMessage kind, size_t previous_collectives);  // keep-alive or shutdown
+  std::vector<std::vector<int64_t>> send_move_kv(const KvMove& move, size_t previous_collectives);
 
   // Worker side. First the handshake (throws Error(kUsage) when rank 0's fingerprint differs), then messages until
-  // kShutdown: each reports `previous_durations` (this rank's collectives since its last message); a step fills `batch`.
+  // kShutdown: each reports `previous_durations` (this rank's collectives since its last message); a step fills
+  // `batch`, a KV move `move`.
   KvLayout receive_handshake(int64_t fingerprint);
-  RankMessage receive(const std::vector<int64_t>& previous_durations, Batch& batch);
+  RankMessage receive(const std::vector<int64_t>& previous_durations, Batch& batch, KvMove& move);
 
   // A DP-attention replica's channel, after each step: the worker sends, the engine receives `rows` x `vocab` logits
   // (none for a batch without logits rows) and the expert counters.

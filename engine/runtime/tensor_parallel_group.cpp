@@ -226,6 +226,17 @@ void TensorParallelGroup::forward_remote(const Batch& batch, std::vector<float>&
   previous_ = self.comm->take_records();
 }
 
+void TensorParallelGroup::move_kv(const KvMove& move) {
+  if (move.from.empty()) return;
+  if (channel_) {
+    // A remote replica's worker reports no collectives (its channel is no collective of the model).
+    const auto durations = channel_->send_move_kv(move, remote_replica_ ? 0 : previous_.size());
+    if (!remote_replica_) account(std::exchange(previous_, {}), durations);
+  }
+  if (remote_replica_) return;  // the cache is the worker's
+  for (int r = 0; r < size(); ++r) kv(r).copy_slots(backend(r), move.from, move.to);
+}
+
 std::chrono::milliseconds TensorParallelGroup::keep_alive_interval() const {
   return channel_ ? std::max(std::chrono::milliseconds(50), timeout_ / 4) : std::chrono::milliseconds(0);
 }

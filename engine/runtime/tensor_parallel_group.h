@@ -95,6 +95,9 @@ class TensorParallelGroup {
   // checks the worker processes loaded the same model and has them allocate theirs.
   void create_kv(int64_t num_blocks, int64_t page_size, DType dtype);
   KvStorage& kv(int rank) { return *ranks_[static_cast<size_t>(rank)].kv; }  // none in a remote replica's group
+  // Every rank's cache (in this process and in worker processes) copies slot move.from[i] to move.to[i], in order:
+  // an accepted draft-tree path's K/V moved to consecutive positions.
+  void move_kv(const KvMove& move);
   int64_t page_size() const { return kv_layout_.page_size; }  // after create_kv
   DType kv_dtype() const { return kv_layout_.dtype; }
 

@@ -33,10 +33,12 @@ void serve_attention_replica(const EngineConfig& config, const CommSpec& spec, i
   KvStorage kv(*backend, model->config(), model->local_kv_heads(), layout.num_blocks, layout.page_size, layout.dtype);
 
   Batch batch;
+  KvMove move;
   std::vector<float> logits, hidden;
   for (;;) {
-    const RankMessage message = channel.receive({}, batch);
+    const RankMessage message = channel.receive({}, batch, move);
     if (message == RankMessage::kShutdown) return;
+    if (message == RankMessage::kMoveKv) kv.copy_slots(*backend, move.from, move.to);
     if (message != RankMessage::kStep) continue;
     try {
       model->forward(batch, kv, logits);
@@ -85,10 +87,12 @@ void run_tensor_parallel_worker(const EngineConfig& config, int local_rank) {
   KvStorage kv(*backend, model->config(), model->local_kv_heads(), layout.num_blocks, layout.page_size, layout.dtype);
 
   Batch batch;
+  KvMove move;
   std::vector<float> logits;  // every rank gets the gathered logits; rank 0 samples from its copy
   for (;;) {
-    const RankMessage message = channel.receive(comm.take_durations(), batch);
+    const RankMessage message = channel.receive(comm.take_durations(), batch, move);
     if (message == RankMessage::kShutdown) return;
+    if (message == RankMessage::kMoveKv) kv.copy_slots(*backend, move.from, move.to);
     if (message != RankMessage::kStep) continue;
     try {
       model->forward(batch, kv, logits);

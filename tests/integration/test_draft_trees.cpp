@@ -67,12 +67,10 @@ TEST(DraftTrees, BadTreeSettingsAreClearErrors) {
   };
   for (const Bad& b : {Bad{2, 2, 8, "cpu", 1, ErrorKind::kUsage, "exceeds the tree's 6 candidates"},
                        Bad{20, 4, 8, "cpu", 1, ErrorKind::kUsage, "must be at most 64 (the draft head's tree)"},
-                       Bad{2, 2, 5, "cuda", 1, ErrorKind::kUnsupported, "implemented on device cpu only"},
-                       Bad{2, 2, 5, "cpu", 2, ErrorKind::kUnsupported, "tp_size > 1 over comm_backend gloo"}}) {
+                       Bad{2, 2, 5, "cuda", 1, ErrorKind::kUnsupported, "implemented on device cpu only"}}) {
     EngineConfig c = config(testing::data_path(kMtpModel), {"mtp", "", 0.0, b.steps, 0, b.topk, b.draft_tokens});
     c.device = parse_device(b.device);
     c.tp_size = b.tp_size;
-    if (b.tp_size > 1) c.comm_backend = CommBackend::kGloo;  // over threads (local) trees run
     try {
       c.validate();
       ADD_FAILURE() << "steps " << b.steps << " topk " << b.topk << " draft tokens " << b.draft_tokens << " on " << b.device
@@ -84,6 +82,11 @@ TEST(DraftTrees, BadTreeSettingsAreClearErrors) {
   }
   EngineConfig ok = config(testing::data_path(kMtpModel), {"mtp", "", 0.0, 5, 0, 4, 8});
   EXPECT_NO_THROW(ok.validate());
+  EngineConfig over_gloo = ok;  // ranks in other processes get the masks and K/V moves (test_engine_tensor_parallel_gloo)
+  over_gloo.tp_size = 2;
+  over_gloo.comm_backend = CommBackend::kGloo;
+  over_gloo.dist_init_addr = "127.0.0.1:29500";
+  EXPECT_NO_THROW(over_gloo.validate());
   ok.speculative_num_steps = 0;  // SGLang's llama defaults fill in the steps (5)
   ok.speculative_num_draft_tokens = 0;
   EXPECT_NO_THROW(ok.validate());

@@ -187,11 +187,24 @@ OneRankReference one_rank_reference(const std::string& model, int count, int max
   return r;
 }
 
-void expect_gloo_greedy_identical(const std::string& model, int ep_size = 1) {
+// Draft trees on the tp 2 group: the worker gets each tree mask with its step and the accepted path's K/V move.
+struct Tree {
+  std::string algorithm;  // empty: no speculation
+  std::string head;       // EAGLE's head (tests/data path), or empty (MTP)
+};
+
+void expect_gloo_greedy_identical(const std::string& model, int ep_size = 1, const Tree& tree = {}) {
   const auto [jobs, reference] = one_rank_reference(model, 16, 40);
   const std::string addr = fresh_addr();
   EngineConfig two = gloo_config(model, 0, addr);
   two.ep_size = ep_size;
+  if (!tree.algorithm.empty()) {
+    two.speculative_algorithm = parse_speculative_algorithm(tree.algorithm);
+    if (!tree.head.empty()) two.speculative_draft_model = testing::data_path(tree.head);
+    two.speculative_num_steps = 3;
+    two.speculative_eagle_topk = 2;
+    two.speculative_num_draft_tokens = 6;
+  }
   auto worker = start_worker(two);
   {
     Engine engine(two);
@@ -206,6 +219,9 @@ void expect_gloo_greedy_identical(const std::string& model, int ep_size = 1) {
     EXPECT_GT(totals_of(s.collectives, CollectiveKind::kAllReduce).bytes, 0);
     EXPECT_EQ(totals_of(s.collectives, CollectiveKind::kAllToAll).calls, 0);
     EXPECT_EQ(totals_of(s.collectives, CollectiveKind::kBroadcast).calls, 0);
+    if (!tree.algorithm.empty()) {
+      EXPECT_GT(s.spec_draft_tokens, 0) << "the trees were drafted";
+    }
   }
   EXPECT_TRUE(worker->succeeded()) << "worker status " << worker->wait();
 }
@@ -215,6 +231,18 @@ TEST(GlooTensorParallel, StoriesGreedyOutputsIdenticalToOneRank) { expect_gloo_g
 TEST(GlooTensorParallel, RandomLlamaGreedyOutputsIdenticalToOneRank) {
   const testing::RandomModel gqa("tiny-gqa");
   expect_gloo_greedy_identical(gqa.path());
+}
+
+// A random head: whole trees rejected, partial paths accepted, K/V moved on both processes' caches (GQA heads split).
+TEST(GlooTensorParallel, StoriesGreedyIdenticalWithEagleDraftTrees) {
+  expect_gloo_greedy_identical(testing::stories_path(), 1, {"EAGLE", "eagle/stories260K_head"});
+}
+
+// The trained MTP layer (MLA: the latent cache whole on each rank): drafts get accepted and their K/V moved.
+TEST(GlooTensorParallel, DeepSeekV3MtpGreedyIdenticalWithDraftTrees) {
+  const std::string model = testing::data_path("hf_models/deepseek_v3_mtp_tiny");
+  SERVETUNE_REQUIRE_FILE(model + "/model.safetensors");
+  expect_gloo_greedy_identical(model, 1, {"mtp", ""});
 }
 
 TEST(GlooExpertParallel, DeepSeekV3GreedyOutputsIdenticalToOneRankWithEp2) {
@@ -238,6 +266,7 @@ struct DpLayout {
   int dp = 2, ep = 1;
   bool all_to_all = false;
   int mtp_steps = 0;  // > 0: MTP speculation, the remote replicas' hidden states sent back with their logits
+  int mtp_topk = 1;   // > 1: draft trees (their masks and K/V moves sent to the replicas' workers)
 };
 
 void expect_gloo_dp_attention_identical(const std::string& model, const std::vector<DpLayout>& layouts) {
@@ -248,9 +277,11 @@ void expect_gloo_dp_attention_identical(const std::string& model, const std::vec
     if (l.mtp_steps > 0) {
       c.speculative_algorithm = SpeculativeAlgorithm::kMtp;
       c.speculative_num_steps = l.mtp_steps;
+      c.speculative_eagle_topk = l.mtp_topk;
     }
     const std::string name = "dp attention " + std::to_string(l.dp) + " x ep " + std::to_string(l.ep) + " over gloo" +
-                             (l.all_to_all ? ", all-to-all" : "") + (l.mtp_steps > 0 ? ", mtp" : "");
+                             (l.all_to_all ? ", all-to-all" : "") + (l.mtp_steps > 0 ? ", mtp" : "") +
+                             (l.mtp_topk > 1 ? " trees" : "");
     auto workers = start_workers(c);
     {
       Engine engine(c);
@@ -282,7 +313,7 @@ TEST(GlooDpAttention, DeepSeekV3GreedyOutputsIdenticalToOneRank) {
 TEST(GlooDpAttention, MtpGreedyOutputsIdenticalToOneRank) {
   const std::string model = testing::data_path("hf_models/deepseek_v3_mtp_tiny");
   SERVETUNE_REQUIRE_FILE(model + "/model.safetensors");
-  expect_gloo_dp_attention_identical(model, {{2, 1, false, 2}, {2, 2, true, 1}});
+  expect_gloo_dp_attention_identical(model, {{2, 1, false, 2}, {2, 2, true, 1}, {2, 1, false, 3, 2}});
 }
 
 TEST(GlooDpAttention, Qwen3MoeGreedyOutputsIdenticalToOneRank) {
