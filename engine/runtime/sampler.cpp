@@ -88,6 +88,7 @@ template <class Choose>
 SampleResult Sampler::sample_with(std::span<float> logits, std::span<const int32_t> banned, Choose&& choose) {
   SampleResult result;
   const auto vocab = static_cast<int32_t>(logits.size());
+  if (!cpu::logits_usable(logits)) throw Error(ErrorKind::kInternal, "sampler: the logits hold NaN or +inf (the forward pass produced non-finite values)");
   float lse = 0.0f;
   if (params_.logprobs >= 0) {
     lse = log_sum_exp(logits);

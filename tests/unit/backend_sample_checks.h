@@ -1,11 +1,13 @@
 // Backend::sample against the host Sampler on random logits of awkward vocabulary sizes: with the same seed both
 // draw the same uniforms, so greedy, temperature, top-k, top-p and min-p (alone and mixed, tied logits included)
-// must pick the same token on every row. Instantiated per backend by test_cpu_sample.cpp and test_gpu_sample.cpp.
+// must pick the same token on every row; a NaN or +inf logit is an error naming its row. Instantiated per backend by
+// test_cpu_sample.cpp and test_gpu_sample.cpp.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -115,6 +117,35 @@ TEST_P(BackendSample, RefusesSettingsOutsideTheSamplersRanges) {
   EXPECT_THROW(backend_->sample(static_cast<const float*>(buffer->data()), 1, 10, {&bad, 1}, &token), Error);
   const SampleRow rows[2] = {};
   EXPECT_THROW(backend_->sample(static_cast<const float*>(buffer->data()), 1, 10, rows, &token), Error);  // 2 rows for 1
+}
+
+// A NaN or +inf logit (one row of three, greedy and sampled) is an error naming the row, not a token: an argmax over
+// NaNs still returns a plausible id. -inf (a masked token) is an ordinary logit.
+TEST_P(BackendSample, NonFiniteLogitsAreAnErrorNamingTheRow) {
+  Backend* backend = backend_.get();
+  const int64_t vocab = 1000;
+  for (float poison : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    for (float temperature : {0.0f, 0.8f}) {
+      std::vector<float> logits = random_logits(3 * vocab, 5, 2.0f);
+      logits[vocab + 777] = poison;
+      logits[2 * vocab + 3] = -std::numeric_limits<float>::infinity();
+      auto buffer = backend->allocate(logits.size() * sizeof(float));
+      backend->upload(*buffer, 0, logits.data(), logits.size() * sizeof(float));
+      SampleRow rows[3];
+      for (SampleRow& r : rows) r.temperature = temperature, r.uniform = 0.5;
+      int32_t tokens[3] = {};
+      try {
+        backend->sample(static_cast<const float*>(buffer->data()), 3, vocab, rows, tokens);
+        ADD_FAILURE() << "no error for logit " << poison << ", temperature " << temperature;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("row 1 holds NaN or +inf"), std::string::npos) << e.what();
+      }
+      logits[vocab + 777] = 0.0f;  // the same rows without the poison sample normally
+      backend->upload(*buffer, 0, logits.data(), logits.size() * sizeof(float));
+      backend->sample(static_cast<const float*>(buffer->data()), 3, vocab, rows, tokens);
+      for (int32_t t : tokens) EXPECT_TRUE(t >= 0 && t < vocab);
+    }
+  }
 }
 
 }  // namespace servetune

@@ -1,11 +1,13 @@
 // Sampler: greedy, seeded reproducibility, top-k / top-p / min-p support sets, penalties, banned tokens, logprobs,
-// and the empirical distribution of plain temperature sampling against the softmax.
+// the empirical distribution of plain temperature sampling against the softmax, and non-finite logits refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
+#include <string>
 
 #include "core/error.h"
 #include "runtime/sampler.h"
@@ -22,6 +24,27 @@ TEST(Sampler, GreedyPicksArgmax) {
   SamplingParams p;
   p.temperature = 0.0f;
   EXPECT_EQ(sample_once(p, {0.1f, 3.0f, -1.0f, 2.9f}), 1);
+}
+
+// A NaN or +inf logit is an error, greedy or sampled, with logprobs or penalties (the paths device sampling leaves to
+// the host Sampler); -inf (a masked token) is ordinary.
+TEST(Sampler, NonFiniteLogitsAreAnError) {
+  for (float poison : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    for (float temperature : {0.0f, 0.8f}) {
+      SamplingParams p;
+      p.temperature = temperature;
+      p.logprobs = 2;
+      try {
+        sample_once(p, {0.1f, poison, -1.0f, 2.9f});
+        ADD_FAILURE() << "no error for logit " << poison << ", temperature " << temperature;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("NaN or +inf"), std::string::npos) << e.what();
+      }
+    }
+  }
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(sample_once(greedy, {0.1f, -std::numeric_limits<float>::infinity(), 2.9f}), 2);
 }
 
 TEST(Sampler, SameSeedSameOutput) {

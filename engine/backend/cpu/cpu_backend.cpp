@@ -378,9 +378,15 @@ void CpuBackend::sample(const float* logits, int64_t n, int64_t vocab, std::span
     thread_local SampleScratch scratch;
     for (int64_t i = begin; i < end; ++i) {
       const std::span<const float> row(logits + i * vocab, static_cast<size_t>(vocab));
-      tokens[i] = draw_row(row, rows[static_cast<size_t>(i)], scratch);
+      tokens[i] = logits_usable(row) ? draw_row(row, rows[static_cast<size_t>(i)], scratch) : -1;
     }
   });
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0) {
+      throw Error(ErrorKind::kInternal, "CPU sample: logits row " + std::to_string(i) +
+                                            " holds NaN or +inf (the forward pass produced non-finite values)");
+    }
+  }
 }
 
 void CpuBackend::silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) {

@@ -204,6 +204,12 @@ size_t filtered_candidates(std::span<const float> logits, const SampleRow& row, 
   }
 }
 
+bool logits_usable(std::span<const float> logits) {
+  bool ok = true;
+  for (const float x : logits) ok &= x < INFINITY;  // NaN compares false, +inf is not below itself
+  return ok;
+}
+
 int32_t draw_row(std::span<const float> logits, const SampleRow& row, SampleScratch& scratch) {
   if (row.temperature == 0.0f) return static_cast<int32_t>(argmax_first(logits));
   if (row.top_k <= 0 && row.top_p >= 1.0f && row.min_p <= 0.0f) {

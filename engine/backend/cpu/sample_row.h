@@ -33,6 +33,10 @@ size_t running_sum_index(std::span<const float> w, std::span<const double> block
 size_t filtered_candidates(std::span<const float> logits, const SampleRow& row, std::vector<int32_t>& order,
                            std::vector<double>& p);
 
+// Whether no logit is NaN or +inf (-inf, a masked token, is an ordinary logit): a row that fails this came from a
+// forward pass gone wrong, and any token drawn from it would be a plausible-looking lie.
+bool logits_usable(std::span<const float> logits);
+
 // Buffers of draw_row, reused across calls.
 struct SampleScratch {
   std::vector<float> weights;
