@@ -2,11 +2,13 @@
 // (token, group of query heads sharing a KV head) when there are enough of those; each warp walks a strided share of
 // the token's visible positions through the block table with an online softmax, and the warps' partial results are
 // merged at the end. GQA maps query head h to KV head h / (n_heads / n_kv_heads). K/V are f32, f16 or bf16. Batches too
-// small to fill the GPU with long contexts go to the split kernel instead (decode_attention_split.cu).
+// small to fill the GPU with long contexts go to the split kernel instead (decode_attention_split.cu). Draft-tree tokens
+// (tree_mask.h) scan their span and skip the keys their mask hides.
 #include <cstdint>
 
 #include "backend/cuda/elem.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/tree_mask.h"
 #include "core/error.h"
 
 namespace servetune::gpu {
@@ -23,8 +25,8 @@ constexpr int64_t kManyBlocks = 256;   // below this many (token, KV head) pairs
 template <int kPerLane, int kGroup, int kWarps>
 __global__ void attention_kernel(const void* k_cache, const void* v_cache, int code, int64_t page_size, int64_t n_kv_heads,
                                  int64_t head_dim, const int32_t* positions, const int32_t* seq_of_token,
-                                 const int32_t* block_tables, int64_t max_blocks, const float* q, int64_t n_heads,
-                                 int64_t heads_per_block, float scale, float* out) {
+                                 const int32_t* block_tables, int64_t max_blocks, TreeMasks tree, const float* q,
+                                 int64_t n_heads, int64_t heads_per_block, float scale, float* out) {
   __shared__ float sm_m[kWarps][kGroup], sm_l[kWarps][kGroup];
   __shared__ float sm_acc[kWarps][kGroup][kPerLane * kWarpSize];
   const int64_t blocks_per_token = n_heads / heads_per_block;
@@ -32,7 +34,8 @@ __global__ void attention_kernel(const void* k_cache, const void* v_cache, int c
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int64_t kv_head = h0 / (n_heads / n_kv_heads);
   const int64_t width = n_kv_heads * head_dim;
-  const int64_t n_ctx = static_cast<int64_t>(positions[t]) + 1;
+  const TreeView view = tree_view(tree, t);
+  const int64_t n_ctx = view.span(positions[t]);
   const int32_t* table = block_tables + static_cast<int64_t>(seq_of_token[t]) * max_blocks;
   const int group = static_cast<int>(heads_per_block);
 
@@ -49,6 +52,7 @@ __global__ void attention_kernel(const void* k_cache, const void* v_cache, int c
     }
   }
   for (int64_t j = warp; j < n_ctx; j += kWarps) {
+    if (!view.sees(j)) continue;  // uniform across the warp (a masked key contributes nothing; m stays -inf before any)
     const int64_t slot = static_cast<int64_t>(table[j / page_size]) * page_size + j % page_size;
     const int64_t base = slot * width + kv_head * head_dim;
     float kr[kPerLane], vr[kPerLane];
@@ -122,11 +126,11 @@ void launch_with(const KvLayerView& kv, const AttentionBatch& b, const float* q,
   if (per_block > 1) {
     attention_kernel<kPerLane, kGroup, 4><<<blocks, 4 * kWarpSize, 0, stream>>>(
         kv.k, kv.v, elem_code(kv.dtype), kv.page_size, kv.n_kv_heads, kv.head_dim, b.positions, b.seq_of_token,
-        b.block_tables, b.max_blocks_per_seq, q, n_heads, per_block, scale, out);
+        b.block_tables, b.max_blocks_per_seq, tree_masks(b), q, n_heads, per_block, scale, out);
   } else {
     attention_kernel<kPerLane, 1, 8><<<blocks, 8 * kWarpSize, 0, stream>>>(
         kv.k, kv.v, elem_code(kv.dtype), kv.page_size, kv.n_kv_heads, kv.head_dim, b.positions, b.seq_of_token,
-        b.block_tables, b.max_blocks_per_seq, q, n_heads, 1, scale, out);
+        b.block_tables, b.max_blocks_per_seq, tree_masks(b), q, n_heads, 1, scale, out);
   }
   check(cudaGetLastError(), "attention kernel");
 }

@@ -1,10 +1,12 @@
 // Flash-decoding: paged attention split over each token's positions in chunks of whole pages (split_attention_plan.h);
 // one block per (token, query heads sharing a KV head, chunk) writes partial softmaxes to scratch, a second kernel
-// merges them per (token, head). 16-byte K/V loads shared by the block's query heads; head_dim 64, 128 or 256.
+// merges them per (token, head). 16-byte K/V loads shared by the block's query heads; head_dim 64, 128 or 256. Draft-tree
+// tokens (tree_mask.h) split their span and skip the keys their mask hides.
 #include <cstdint>
 
 #include "backend/cuda/elem.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/tree_mask.h"
 #include "core/error.h"
 
 namespace servetune::gpu {
@@ -51,8 +53,8 @@ template <int kCode, int kHeadDim, int kGroup>
 __global__ void __launch_bounds__(kWarps * kWarpSize)
     split_attention_kernel(const void* __restrict__ k_cache, const void* __restrict__ v_cache, int page_size,
                            int64_t n_kv_heads, const int32_t* positions, const int32_t* seq_of_token,
-                           const int32_t* block_tables, int64_t max_blocks, const float* q, int64_t n_heads, int group,
-                           float scale, SplitPlan plan, float* part_ml, float* part_acc) {
+                           const int32_t* block_tables, int64_t max_blocks, TreeMasks tree, const float* q,
+                           int64_t n_heads, int group, float scale, SplitPlan plan, float* part_ml, float* part_acc) {
   constexpr int kVec = KvVec<kCode>::kVec;
   constexpr int kLanesPerRow = kHeadDim / kVec < kWarpSize ? kHeadDim / kVec : kWarpSize;
   constexpr int kVecsPerLane = kHeadDim / (kVec * kLanesPerRow);
@@ -66,7 +68,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
   const int64_t n_chunks = plan.n_chunks, head_blocks = n_heads / group;
   const int64_t c = blockIdx.x % n_chunks, tb = blockIdx.x / n_chunks;
   const int64_t t = tb / head_blocks, h0 = (tb % head_blocks) * group;
-  const int64_t n_ctx = static_cast<int64_t>(positions[t]) + 1;
+  const TreeView view = tree_view(tree, t);
+  const int64_t n_ctx = view.span(positions[t]);
   if (c >= plan.chunks_used(n_ctx)) return;  // this token's context ends before the chunk: the merge never reads it
   const int64_t begin = plan.chunk_begin(c), end = plan.chunk_end(c, n_ctx);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
@@ -99,10 +102,11 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
   int off = row_slot % page_size;
   for (int64_t j0 = begin; j0 < end; j0 += kUnroll * kRowSlots) {  // uniform across the block: all reach the shuffles
     float kr[kUnroll][kElems], vr[kUnroll][kElems];
-    bool valid[kUnroll];  // uniform across the row's lanes
+    bool valid[kUnroll];  // uniform across the row's lanes: in the chunk and seen (a tree token's mask)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      valid[u] = j0 + u * kRowSlots + row_slot < end;
+      const int64_t j = j0 + u * kRowSlots + row_slot;
+      valid[u] = j < end && view.sees(j);
       if (valid[u]) {
         const int64_t base = (static_cast<int64_t>(table[page]) * page_size + off) * width + kv_base;
 #pragma unroll
@@ -188,10 +192,10 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
 }
 
 // One block per (token, query head): the chunks the token used, merged in order, then normalised.
-__global__ void merge_chunks_kernel(const float* part_ml, const float* part_acc, const int32_t* positions, SplitPlan plan,
-                                    int64_t n_heads, int64_t head_dim, float* out) {
+__global__ void merge_chunks_kernel(const float* part_ml, const float* part_acc, const int32_t* positions, TreeMasks tree,
+                                    SplitPlan plan, int64_t n_heads, int64_t head_dim, float* out) {
   const int64_t th = blockIdx.x, t = th / n_heads;
-  const int64_t used = plan.chunks_used(static_cast<int64_t>(positions[t]) + 1);
+  const int64_t used = plan.chunks_used(tree_view(tree, t).span(positions[t]));
   const float* ml = part_ml + th * plan.n_chunks * 2;
   const float* acc = part_acc + th * plan.n_chunks * head_dim;
   for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
@@ -207,7 +211,7 @@ void launch_split(const KvLayerView& kv, const AttentionBatch& b, const float* q
   const auto blocks = static_cast<unsigned>(b.n_tokens * (n_heads / group) * plan.n_chunks);
   split_attention_kernel<kCode, kHeadDim, kGroup><<<blocks, kWarps * kWarpSize, 0, stream>>>(
       kv.k, kv.v, static_cast<int>(kv.page_size), kv.n_kv_heads, b.positions, b.seq_of_token, b.block_tables,
-      b.max_blocks_per_seq, q, n_heads, group, scale, plan, part_ml, part_acc);
+      b.max_blocks_per_seq, tree_masks(b), q, n_heads, group, scale, plan, part_ml, part_acc);
 }
 
 template <int kCode, int kHeadDim>
@@ -237,7 +241,7 @@ SplitPlan plan_attention_split(const KvLayerView& kv, const AttentionBatch& batc
   const bool type = kv.dtype == DType::kF32 || kv.dtype == DType::kF16 || kv.dtype == DType::kBF16;
   // 16-byte loads need 16-byte aligned rows: the head_dims above make every row offset a multiple of 16 bytes.
   const bool aligned = reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 && reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
-  if (!shape || !type || !aligned || batch.tree_mask != nullptr || kv.n_kv_heads <= 0 || n_heads <= 0 ||
+  if (!shape || !type || !aligned || kv.n_kv_heads <= 0 || n_heads <= 0 ||
       n_heads % kv.n_kv_heads != 0) {
     return single;
   }
@@ -260,7 +264,7 @@ void launch_attention_split(const KvLayerView& kv, const AttentionBatch& batch, 
   else launch_split_head_dim<kElemF32>(kv, batch, q, n_heads, scale, plan, part_ml, part_acc, stream);
   check(cudaGetLastError(), "split attention kernel");
   merge_chunks_kernel<<<static_cast<unsigned>(batch.n_tokens * n_heads), static_cast<unsigned>(kv.head_dim), 0, stream>>>(
-      part_ml, part_acc, batch.positions, plan, n_heads, kv.head_dim, out);
+      part_ml, part_acc, batch.positions, tree_masks(batch), plan, n_heads, kv.head_dim, out);
   check(cudaGetLastError(), "split attention merge kernel");
 }
 

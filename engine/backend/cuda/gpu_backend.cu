@@ -127,6 +127,8 @@ class GpuBackend final : public Backend {
     return file_type == DType::kF32 || file_type == DType::kBF16 ? file_type : DType::kBF16;
   }
   bool supports_kv_dtype(DType t) const override { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+  // attention, the split kernel and attention_latent honour draft-tree masks (tree_mask.h); copy_kv_slots below.
+  bool supports_tree_attention() const override { return true; }
   std::optional<DeviceMemory> device_memory() const override {
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
@@ -171,6 +173,11 @@ class GpuBackend final : public Backend {
     require_kv_type(kv);
     launch_store_kv(kv, k, v, slots, n, stream_);
     after("store_kv");
+  }
+  void copy_kv_slots(const KvLayerView& kv, const int32_t* src, const int32_t* dst, int64_t n) override {
+    require_kv_type(kv);
+    launch_copy_kv_slots(kv, src, dst, n, stream_);
+    after("copy_kv_slots");
   }
   void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                  float* out) override {

@@ -24,6 +24,9 @@ void launch_rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_
                            cudaStream_t stream);
 void launch_store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n,
                      cudaStream_t stream);
+// Cache rows (every KV head; K and V, or the latent row when kv.v is null) of slots src[i] copied to dst[i], in order
+// (see Backend::copy_kv_slots); src and dst are host arrays, checked against the cache's slots.
+void launch_copy_kv_slots(const KvLayerView& kv, const int32_t* src, const int32_t* dst, int64_t n, cudaStream_t stream);
 void launch_silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out,
                      cudaStream_t stream);
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream);
@@ -38,7 +41,7 @@ void launch_attention(const KvLayerView& kv, const AttentionBatch& batch, const 
                       float* out, cudaStream_t stream);
 // The split (flash-decoding) plan for this attention call on a GPU of sm_count SMs: n_chunks == 1 (use
 // launch_attention) unless the batch is too small to fill the GPU and its contexts are long, or when the split kernel
-// does not take the shape (head_dim other than 64, 128, 256; K/V not 16-byte aligned; draft-tree masks).
+// does not take the shape (head_dim other than 64, 128, 256; K/V not 16-byte aligned).
 SplitPlan plan_attention_split(const KvLayerView& kv, const AttentionBatch& batch, int64_t n_heads, int64_t sm_count);
 // Floats of device scratch launch_attention_split needs for `plan`.
 size_t split_attention_scratch_floats(const SplitPlan& plan, int64_t n_tokens, int64_t n_heads, int64_t head_dim);

@@ -5,12 +5,14 @@
 // block stages kTile cached rows in shared memory (each row loaded once for the whole group), the warps score them
 // (one warp-wide dot per head and row), and keep an online softmax and the weighted sum of the rows' first v_dim
 // values in registers. Small grids (decode of a few sequences) also split each token's positions over several
-// blocks and merge their partial softmaxes after (flash-decoding).
+// blocks and merge their partial softmaxes after (flash-decoding). Draft-tree tokens (tree_mask.h) scan their span and
+// give the rows their mask hides no weight.
 #include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/elem.h"
 #include "backend/cuda/moe_kernels.h"
+#include "backend/cuda/tree_mask.h"
 #include "core/error.h"
 
 namespace servetune::gpu {
@@ -42,14 +44,15 @@ __global__ void store_latent_kernel(void* cache, int code, int64_t capacity, int
 template <int kPerLane>
 __global__ void __launch_bounds__(kThreads) latent_attention_kernel(
     const void* cache, int code, int page_size, int width, const int32_t* positions, const int32_t* seq_of_token,
-    const int32_t* block_tables, int64_t max_blocks, const float* q, int n_heads, int v_dim, float scale, int splits,
-    float* out, float* partial) {
+    const int32_t* block_tables, int64_t max_blocks, TreeMasks tree, const float* q, int n_heads, int v_dim, float scale,
+    int splits, float* out, float* partial) {
   extern __shared__ float rows_sm[];  // [kTile][width]
   const int groups = (n_heads + kGroup - 1) / kGroup;
   const int64_t t = blockIdx.x / groups;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int h_warp = static_cast<int>(blockIdx.x % groups) * kGroup + warp * kHeadsPerWarp;
-  const int span = positions[t] + 1;
+  const TreeView view = tree_view(tree, t);
+  const int span = static_cast<int>(view.span(positions[t]));
   const int32_t* table = block_tables + static_cast<int64_t>(seq_of_token[t]) * max_blocks;
   int begin = 0, end = span;
   if (splits > 1) {  // this token's positions in `used` near-equal chunks; splits past them see nothing
@@ -86,11 +89,13 @@ __global__ void __launch_bounds__(kThreads) latent_attention_kernel(
       if (h_warp + hh >= n_heads) continue;  // uniform across the warp
       // Raw scores (q . row); the scale goes into the exponent, as the CPU reference does.
       float s[kTile];
+      bool seen[kTile];  // uniform across the block
       float tile_max = -INFINITY;
 #pragma unroll
       for (int p = 0; p < kTile; ++p) {
         s[p] = -INFINITY;
-        if (p < count) {  // uniform across the block
+        seen[p] = p < count && view.sees(p0 + p);
+        if (seen[p]) {
           float dot = 0.0f;
 #pragma unroll
           for (int i = 0; i < kPerLane; ++i) {
@@ -102,11 +107,12 @@ __global__ void __launch_bounds__(kThreads) latent_attention_kernel(
         }
       }
       const float m_new = fmaxf(m[hh], tile_max);
+      if (m_new == -INFINITY) continue;  // nothing seen yet (a tile of masked rows first): the partial stays empty
       const float correction = expf((m[hh] - m_new) * scale);  // 0 on the first tile (m = -inf)
       float sum = 0.0f;
 #pragma unroll
       for (int p = 0; p < kTile; ++p) {
-        s[p] = p < count ? expf((s[p] - m_new) * scale) : 0.0f;
+        s[p] = seen[p] ? expf((s[p] - m_new) * scale) : 0.0f;
         sum += s[p];
       }
       l[hh] = l[hh] * correction + sum;
@@ -118,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) latent_attention_kernel(
         float a = acc[hh][i] * correction;
 #pragma unroll
         for (int p = 0; p < kTile; ++p) {
-          if (p < count) a += s[p] * rows_sm[p * width + d];  // rows past `count` are stale: never read
+          if (seen[p]) a += s[p] * rows_sm[p * width + d];  // rows past `count` are stale, masked ones unweighted
         }
         acc[hh][i] = a;
       }
@@ -189,8 +195,8 @@ void launch_with(const KvLayerView& kv, const AttentionBatch& b, const float* q,
   const size_t shared = static_cast<size_t>(kTile) * static_cast<size_t>(kv.head_dim) * sizeof(float);
   latent_attention_kernel<kPerLane><<<grid, kThreads, shared, stream>>>(
       kv.k, elem_code(kv.dtype), static_cast<int>(kv.page_size), static_cast<int>(kv.head_dim), b.positions,
-      b.seq_of_token, b.block_tables, b.max_blocks_per_seq, q, static_cast<int>(n_heads), static_cast<int>(v_dim), scale,
-      static_cast<int>(splits), out, scratch);
+      b.seq_of_token, b.block_tables, b.max_blocks_per_seq, tree_masks(b), q, static_cast<int>(n_heads),
+      static_cast<int>(v_dim), scale, static_cast<int>(splits), out, scratch);
   check(cudaGetLastError(), "attention_latent kernel");
   if (splits == 1) return;
   latent_merge_kernel<<<static_cast<unsigned>(b.n_tokens * n_heads), kThreads, 0, stream>>>(

@@ -1,9 +1,12 @@
 // Elementwise and row kernels of the GPU backend: embedding rows, RMSNorm (optionally fused with the residual add),
-// rotary embedding, KV-cache stores, SwiGLU, adds and the f32 -> bf16 cast. Numerics follow backend/cpu/ops_reference.
+// rotary embedding, KV-cache stores and slot copies, SwiGLU, adds and the f32 -> bf16 cast. Numerics follow backend/cpu/ops_reference.
+#include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "backend/cuda/elem.h"
 #include "backend/cuda/kernels.h"
+#include "core/error.h"
 
 namespace servetune::gpu {
 namespace {
@@ -127,6 +130,28 @@ __global__ void store_kv_kernel(void* kc, void* vc, int code, const float* k, co
   }
 }
 
+// Slot pairs one copy_kv_slots launch carries in its parameters (the caller's arrays are host memory: no upload).
+constexpr int kCopyPairs = 64;
+struct SlotPairs {
+  int32_t src[kCopyPairs];
+  int32_t dst[kCopyPairs];
+  int n;
+};
+
+// One thread per 2-byte column of a slot's row (K and V alike; v null: a latent cache), the pairs in order, so that a
+// pair reading an earlier pair's dst reads the copied value (columns are independent of each other).
+__global__ void copy_kv_slots_kernel(unsigned short* k, unsigned short* v, int64_t row_units, SlotPairs pairs) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < row_units;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    for (int i = 0; i < pairs.n; ++i) {
+      const int64_t from = static_cast<int64_t>(pairs.src[i]) * row_units + c;
+      const int64_t to = static_cast<int64_t>(pairs.dst[i]) * row_units + c;
+      k[to] = k[from];
+      if (v != nullptr) v[to] = v[from];
+    }
+  }
+}
+
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * ffn;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -227,6 +252,31 @@ void launch_store_kv(const KvLayerView& kv, const float* k, const float* v, cons
   store_kv_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(kv.k, kv.v, elem_code(kv.dtype), k, v, slots,
                                                                      kv.n_kv_heads * kv.head_dim);
   check(cudaGetLastError(), "store_kv kernel");
+}
+
+void launch_copy_kv_slots(const KvLayerView& kv, const int32_t* src, const int32_t* dst, int64_t n, cudaStream_t stream) {
+  const int64_t capacity = kv.num_blocks * kv.page_size;
+  for (int64_t i = 0; i < n; ++i) {
+    if (src[i] < 0 || src[i] >= capacity || dst[i] < 0 || dst[i] >= capacity) {
+      throw Error(ErrorKind::kInternal, "copy_kv_slots: slot pair " + std::to_string(src[i]) + " -> " +
+                                            std::to_string(dst[i]) + " outside the cache's " + std::to_string(capacity));
+    }
+  }
+  const int64_t row_units = kv.n_kv_heads * kv.head_dim * static_cast<int64_t>(dtype_info(kv.dtype).type_size) / 2;
+  if (n == 0 || row_units == 0) return;
+  auto* k = static_cast<unsigned short*>(kv.k);
+  auto* v = static_cast<unsigned short*>(kv.v);
+  // Launches of up to kCopyPairs pairs, in order on the stream: later pairs see earlier ones' copies.
+  for (int64_t first = 0; first < n; first += kCopyPairs) {
+    SlotPairs pairs{};
+    pairs.n = static_cast<int>(std::min<int64_t>(kCopyPairs, n - first));
+    for (int i = 0; i < pairs.n; ++i) {
+      pairs.src[i] = src[first + i];
+      pairs.dst[i] = dst[first + i];
+    }
+    copy_kv_slots_kernel<<<blocks_for(row_units), kThreads, 0, stream>>>(k, v, row_units, pairs);
+    check(cudaGetLastError(), "copy_kv_slots kernel");
+  }
 }
 
 void launch_silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out,
