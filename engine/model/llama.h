@@ -61,7 +61,7 @@ class LlamaModel final : public Model {
     const int32_t* slots = nullptr;
     const int32_t* block_tables = nullptr;
     const int32_t* logits_rows = nullptr;
-    const int32_t* tree_base = nullptr;  // host memory (draft trees run on host-memory backends only)
+    const int32_t* tree_base = nullptr;  // null without a draft tree
     const uint64_t* tree_mask = nullptr;
   };
 

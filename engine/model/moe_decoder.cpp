@@ -387,6 +387,10 @@ MoeDecoderModel::Indices MoeDecoderModel::place_indices(const Batch& batch) {
   constexpr size_t kParts = sizeof(parts) / sizeof(parts[0]);
   if (backend_.host_memory()) {
     for (size_t i = 0; i < kParts; ++i) *fields[i] = parts[i]->data();
+    if (batch.has_tree()) {
+      ix.tree_base = batch.tree_base.data();
+      ix.tree_mask = batch.tree_mask.data();
+    }
     return ix;
   }
   size_t offsets[kParts];
@@ -395,8 +399,13 @@ MoeDecoderModel::Indices MoeDecoderModel::place_indices(const Batch& batch) {
     offsets[i] = packed_indices_.size();
     packed_indices_.insert(packed_indices_.end(), parts[i]->begin(), parts[i]->end());
   }
+  const PackedTree tree = batch.has_tree() ? pack_tree(batch, packed_indices_) : PackedTree{};
   const int32_t* base = on_backend(kIndices, packed_indices_.data(), static_cast<int64_t>(packed_indices_.size()));
   for (size_t i = 0; i < kParts; ++i) *fields[i] = base + offsets[i];
+  if (batch.has_tree()) {
+    ix.tree_base = base + tree.base;
+    ix.tree_mask = reinterpret_cast<const uint64_t*>(base + tree.mask);
+  }
   return ix;
 }
 
@@ -437,9 +446,8 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
     throw_unsupported("draft-tree verification (speculative_eagle_topk > 1) needs tree attention, which the " +
                       backend_.name() + " backend does not have");
   }
-  const AttentionBatch ab{n, ix.positions, ix.seq_of_token, ix.block_tables,
-                          batch.max_blocks_per_seq, batch.has_tree() ? batch.tree_base.data() : nullptr,
-                          batch.has_tree() ? batch.tree_mask.data() : nullptr};
+  const AttentionBatch ab{n, ix.positions, ix.seq_of_token, ix.block_tables, batch.max_blocks_per_seq,
+                          ix.tree_base, ix.tree_mask};
   const float eps = config_.rms_eps;
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];

@@ -119,6 +119,8 @@ class MoeDecoderModel final : public Model {
     const int32_t* seq_of_token = nullptr;
     const int32_t* block_tables = nullptr;
     const int32_t* logits_rows = nullptr;
+    const int32_t* tree_base = nullptr;  // null without a draft tree
+    const uint64_t* tree_mask = nullptr;
   };
   Indices place_indices(const Batch& batch);
   // `n` host values (4 bytes each) where the backend's ops read them: in place on a host-memory backend, else

@@ -169,15 +169,13 @@ std::string EngineConfig::placement_problem() const {
   return "";
 }
 
-// Draft trees (speculative_eagle_topk > 1): SGLang's shape rules, and where tree verification runs.
+// Draft trees (speculative_eagle_topk > 1): SGLang's shape rules, and where tree verification runs (every device's
+// attention takes tree masks; compile = graphs runs tree batches eagerly).
 namespace {
 
 void validate_draft_tree(const EngineConfig& c) {
   auto usage = [](bool ok, const std::string& what) {
     if (!ok) throw_usage(what);
-  };
-  auto unsupported = [](bool ok, const std::string& what) {
-    if (!ok) throw_unsupported(what);
   };
   const int64_t topk = c.speculative_eagle_topk;
   usage(topk <= 16, "speculative_eagle_topk must be at most 16");
@@ -190,8 +188,6 @@ void validate_draft_tree(const EngineConfig& c) {
   usage(nodes - 1 <= candidates, "speculative_num_draft_tokens " + std::to_string(nodes) + " exceeds the tree's " +
                                      std::to_string(candidates) + " candidates + 1 (topk + (num_steps - 1) x topk^2, "
                                      "plus the root)");
-  unsupported(c.device == Device::kCpu, "speculative_eagle_topk > 1 (draft-tree verification) is implemented on device cpu "
-                                      "only (the " + to_string(c.device) + " attention kernels have no tree mask)");
 }
 
 }  // namespace
