@@ -7,8 +7,13 @@
 // DeepSeek-V3 with MLA, its FP8 block-scaled twin, Mixtral, Qwen3-MoE), compile eager and fused: the first token must
 // match on every prompt and most tokens before the first difference (random weights leave smaller margins between
 // the top logits than a trained model; the FP8 checkpoint is bf16 on the GPU, block-scaled FP8 on the CPU).
+// Draft trees (speculative_eagle_topk 2: tree attention, copy_kv_slots of accepted paths): stories260K with the random
+// EAGLE head of tests/data, every token equal to the CPU engine's without speculation; DeepSeek-V3 tiny's MTP layer
+// (MLA tree attention) under the MoE rule above.
 // Skips, saying why, when no GPU is visible.
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "backend/cuda/gpu_backend.h"
 #include "integration/greedy_jobs.h"
@@ -19,7 +24,8 @@ namespace servetune {
 namespace {
 
 std::vector<std::vector<int32_t>> run_on(const std::string& device, const std::string& model,
-                                         std::vector<testing::Job>& jobs, const std::string& compile = "eager") {
+                                         std::vector<testing::Job>& jobs, const std::string& compile = "eager",
+                                         const std::function<void(EngineConfig&)>& speculate = {}) {
   EngineConfig c;
   c.model = model;
   c.device = parse_device(device);
@@ -27,6 +33,7 @@ std::vector<std::vector<int32_t>> run_on(const std::string& device, const std::s
   c.threads = 2;
   c.max_total_tokens = 16384;
   c.kv_cache_dtype = KvCacheDtype::kF32;
+  if (speculate) speculate(c);
   Engine engine(c);
   if (jobs.empty()) {
     jobs = testing::mixed_jobs(engine.tokenizer(), 8, 1);
@@ -67,14 +74,16 @@ TEST(GpuParity, SmolLM2Bf16MatchesTheCpuEngine) {
 // Greedy tokens of `model` (a directory under tests/data/hf_models) on the GPU, compile eager and fused, against the
 // CPU engine's: the first token of every prompt equal, and at least `min_shared` of all tokens before each prompt's
 // first difference.
-void expect_moe_parity(const std::string& model, double min_shared) {
+// `speculate` (if any) sets the GPU engine's speculative decoding; the CPU engine runs without.
+void expect_moe_parity(const std::string& model, double min_shared,
+                       const std::function<void(EngineConfig&)>& speculate = {}) {
   std::vector<testing::Job> jobs;
   const std::string path = testing::data_path("hf_models/" + model);
   const auto cpu = run_on("cpu", path, jobs);
   size_t total = 0;
   for (const auto& tokens : cpu) total += tokens.size();
   for (const std::string compile : {"eager", "fused"}) {
-    const auto gpu = run_on(gpu_backend_name(), path, jobs, compile);
+    const auto gpu = run_on(gpu_backend_name(), path, jobs, compile, speculate);
     ASSERT_EQ(gpu.size(), cpu.size());
     size_t common = 0;
     for (size_t i = 0; i < cpu.size(); ++i) {
@@ -103,6 +112,39 @@ TEST(GpuParity, MixtralAndQwen3MoeTinyMatchTheCpuEngine) {
   if (gpu_device_count() == 0) GTEST_SKIP() << "no GPU visible to the " << gpu_backend_name() << " runtime";
   expect_moe_parity("mixtral_tiny", 0.9);
   expect_moe_parity("qwen3_moe_tiny", 0.9);
+}
+
+// A draft tree of topk 2 over `steps` steps, `tokens` nodes (the root included); head: an EAGLE head's directory, or
+// "" for the model's own MTP layer.
+std::function<void(EngineConfig&)> tree(const std::string& algorithm, const std::string& head, int steps, int tokens) {
+  return [=](EngineConfig& c) {
+    c.speculative_algorithm = parse_speculative_algorithm(algorithm);
+    c.speculative_draft_model = head;
+    c.speculative_num_steps = steps;
+    c.speculative_eagle_topk = 2;
+    c.speculative_num_draft_tokens = tokens;
+  };
+}
+
+// The random head rarely agrees with the target: whole trees rejected, partial paths accepted, their K/V moved. Greedy
+// speculation is lossless, so every token equals the CPU engine's without it; compile graphs runs the tree batches
+// eagerly.
+TEST(GpuParity, Stories260KDraftTreeEveryTokenMatchesTheCpuEngine) {
+  if (gpu_device_count() == 0) GTEST_SKIP() << "no GPU visible to the " << gpu_backend_name() << " runtime";
+  std::vector<testing::Job> jobs;
+  const auto cpu = run_on("cpu", testing::stories_path(), jobs);
+  for (const std::string compile : {"eager", "graphs"}) {
+    const auto gpu = run_on(gpu_backend_name(), testing::stories_path(), jobs, compile,
+                            tree("EAGLE", testing::data_path("eagle/stories260K_head"), 3, 6));
+    ASSERT_EQ(gpu.size(), cpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) EXPECT_EQ(gpu[i], cpu[i]) << "compile " << compile << ", prompt " << i;
+  }
+}
+
+// The trained MTP layer drafts trees the target often accepts (MLA tree attention in the target and the head).
+TEST(GpuParity, DeepSeekV3MtpDraftTreeMatchesTheCpuEngine) {
+  if (gpu_device_count() == 0) GTEST_SKIP() << "no GPU visible to the " << gpu_backend_name() << " runtime";
+  expect_moe_parity("deepseek_v3_mtp_tiny", 0.8, tree("mtp", "", 3, 6));
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 // to the CPU backend but, like the GPU one, claims device memory (so index arrays are uploaded, logits rows gathered
 // with embed, weights copied), keeps quantized weights as bf16 and draws dummy weights in place. Checks what the GPU
 // build relies on without needing a GPU: identical logits for f32 models, bf16 logits close to the quantized ones,
-// fused = eager, dummy weights generated through fill_random, and decode graphs: the backend records the ops of a
-// capture instead of running them and replays the recording, as CUDA graphs do.
+// fused = eager, dummy weights generated through fill_random, draft-tree batches (their tree arrays uploaded with the
+// other indices), and decode graphs: the backend records the ops of a capture instead of running them and replays the
+// recording, as CUDA graphs do.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -30,6 +31,7 @@ class DeviceStyleBackend final : public Backend {
  public:
   std::string name() const override { return "device-style cpu"; }
   bool host_memory() const override { return false; }
+  bool supports_tree_attention() const override { return true; }
   DType matrix_storage_type(DType t) const override { return t == DType::kF32 || t == DType::kBF16 ? t : DType::kBF16; }
   bool fill_random(void* dst, DType type, int64_t n, uint64_t seed, float mean, float std) override {
     std::mt19937_64 rng(seed);
@@ -69,6 +71,9 @@ class DeviceStyleBackend final : public Backend {
   }
   void store_kv(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n) override {
     run([=, this] { cpu_.store_kv(kv, k, v, slots, n); });
+  }
+  void copy_kv_slots(const KvLayerView& kv, const int32_t* src, const int32_t* dst, int64_t n) override {
+    run([=, this] { cpu_.copy_kv_slots(kv, src, dst, n); });
   }
   void attention(const KvLayerView& kv, const AttentionBatch& b, const float* q, int64_t n_heads, float scale, float* out) override {
     run([=, this] { cpu_.attention(kv, b, q, n_heads, scale, out); });
@@ -199,6 +204,42 @@ TEST(DeviceStyleLoading, MoeAndMlaModelsGiveTheCpuLogits) {
       }
       EXPECT_LT(diff / scale, 0.05) << name << " fused " << fused;
     }
+  }
+}
+
+// Logits of a draft tree verified after `context` cached positions of `tokens`: a root, two children, a grandchild
+// under the second child, and a great-grandchild (nodes at cache indices context + i, positions by depth).
+std::vector<float> tree_logits(const Checkpoint& ck, Backend& backend, const std::vector<int32_t>& tokens) {
+  auto model = ck.load(backend, ParallelContext{}, CompileOptions{false, 0});
+  const int64_t page = 4, blocks = 16;
+  const int context = 7;
+  KvStorage kv(backend, model->config(), model->local_kv_heads(), blocks, page, DType::kF32);
+  std::vector<float> logits;
+  model->forward(testing::one_sequence(tokens, 0, context, page, blocks), kv, logits);
+  const std::vector<int> parents = {-1, 0, 0, 2, 3};
+  const auto nodes = static_cast<int>(parents.size());
+  Batch b = testing::one_sequence(tokens, context, context + nodes, page, blocks);
+  std::vector<int> depth(parents.size(), 0);
+  for (int i = 0; i < nodes; ++i) {
+    const int parent = parents[static_cast<size_t>(i)];
+    depth[static_cast<size_t>(i)] = parent < 0 ? 0 : depth[static_cast<size_t>(parent)] + 1;
+    b.positions[static_cast<size_t>(i)] = context + depth[static_cast<size_t>(i)];
+    b.tree_base.push_back(context);
+    b.tree_mask.push_back((uint64_t{1} << i) | (parent < 0 ? 0 : b.tree_mask[static_cast<size_t>(parent)]));
+  }
+  model->forward(b, kv, logits);
+  return logits;
+}
+
+TEST(DeviceStyleLoading, DraftTreeBatchesGiveTheCpuLogits) {
+  for (const std::string name : {"", "deepseek_v3_tiny"}) {  // llama (stories260K), then MLA
+    const Checkpoint ck = name.empty() ? Checkpoint(testing::stories_path(), LoadFormat::kGguf)
+                                       : Checkpoint(testing::data_path("hf_models/" + name), LoadFormat::kSafetensors);
+    const std::vector<int32_t>& prompt = name.empty() ? kPrompt : std::vector<int32_t>{1, 203, 207, 61, 178, 232, 183, 86, 61, 176, 298, 315, 21};
+    auto cpu = make_backend("cpu", 2);
+    const auto expected = tree_logits(ck, *cpu, prompt);
+    DeviceStyleBackend device;
+    EXPECT_EQ(tree_logits(ck, device, prompt), expected) << (name.empty() ? "stories260K" : name);
   }
 }
 
