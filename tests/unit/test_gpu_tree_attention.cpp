@@ -219,30 +219,37 @@ int64_t GpuTreeAttention::check(const Geometry& g) {
   return chunks;
 }
 
+// A GQA geometry (pages of 16) and a latent one (one row of `width` per slot, its first v_dim values the latent).
+Geometry gqa(DType dtype, int64_t n_heads, int64_t n_kv, int64_t head_dim, int64_t context) {
+  Geometry g;
+  g.dtype = dtype;
+  g.n_heads = n_heads;
+  g.n_kv = n_kv;
+  g.head_dim = head_dim;
+  g.v_dim = head_dim;
+  g.context = context;
+  return g;
+}
+Geometry latent(DType dtype, int64_t n_heads, int64_t width, int64_t v_dim, int64_t page, int64_t context) {
+  Geometry g = gqa(dtype, n_heads, 1, width, context);
+  g.latent = true;
+  g.v_dim = v_dim;
+  g.page = page;
+  return g;
+}
+
 TEST_F(GpuTreeAttention, GqaSinglePassSmallAndGroupedBatches) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    Geometry small;  // 4 / 2 heads of 64
-    small.dtype = dtype;
+    Geometry small = gqa(dtype, 4, 2, 64, 13);
     small.page = 3;
     EXPECT_EQ(check(small), 1);
-    Geometry smollm2;  // SmolLM2-135M: 9 / 3 heads of 64
-    smollm2.dtype = dtype;
-    smollm2.n_heads = 9;
-    smollm2.n_kv = 3;
+    Geometry smollm2 = gqa(dtype, 9, 3, 64, 13);  // SmolLM2-135M's heads
     EXPECT_EQ(check(smollm2), 1);
     smollm2.context = 300;
     smollm2.other = 120;  // (11 + 120) tokens x 3 KV heads: the grouped single-pass kernel
     EXPECT_EQ(check(smollm2), 1);
-    Geometry odd;  // a head size the split kernel does not take
-    odd.dtype = dtype;
-    odd.n_heads = 6;
-    odd.n_kv = 3;
-    odd.head_dim = 40;
-    odd.context = 1000;
-    EXPECT_EQ(check(odd), 1);
-    Geometry root_first;  // no context: the root is cache index 0
-    root_first.dtype = dtype;
-    root_first.context = 0;
+    EXPECT_EQ(check(gqa(dtype, 6, 3, 40, 1000)), 1);  // a head size the split kernel does not take
+    Geometry root_first = gqa(dtype, 4, 2, 64, 0);    // no context: the root is cache index 0
     root_first.other = 0;
     EXPECT_EQ(check(root_first), 1);
   }
@@ -250,45 +257,17 @@ TEST_F(GpuTreeAttention, GqaSinglePassSmallAndGroupedBatches) {
 
 TEST_F(GpuTreeAttention, GqaSplitLongContexts) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    Geometry smollm2;
-    smollm2.dtype = dtype;
-    smollm2.n_heads = 9;
-    smollm2.n_kv = 3;
-    smollm2.context = 1000;
-    EXPECT_GT(check(smollm2), 1) << "a small batch with a context of 1000 takes the split kernel";
-    Geometry llama;  // Llama-3-8B's 32 / 8 heads of 128, pages of 16
-    llama.dtype = dtype;
-    llama.n_heads = 32;
-    llama.n_kv = 8;
-    llama.head_dim = 128;
-    llama.context = 1000;
-    EXPECT_GT(check(llama), 1);
+    EXPECT_GT(check(gqa(dtype, 9, 3, 64, 1000)), 1) << "a small batch with a context of 1000 takes the split kernel";
+    EXPECT_GT(check(gqa(dtype, 32, 8, 128, 1000)), 1);  // Llama-3-8B's heads
   }
 }
 
 TEST_F(GpuTreeAttention, LatentDeepSeekV3RowsAndTinyRows) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    Geometry v3;  // DeepSeek-V3's 128 heads over 512 + 64 rows
-    v3.latent = true;
-    v3.dtype = dtype;
-    v3.n_heads = 128;
-    v3.n_kv = 1;
-    v3.head_dim = 576;
-    v3.v_dim = 512;
-    check(v3);  // 24 rows: one pass
-    v3.context = 1000;
-    check(v3);  // 12 tokens x 8 head groups with 1000 positions: split
-    Geometry tiny;  // deepseek_v3_mtp_tiny's rows (32 + 8), 4 heads
-    tiny.latent = true;
-    tiny.dtype = dtype;
-    tiny.n_heads = 4;
-    tiny.n_kv = 1;
-    tiny.head_dim = 40;
-    tiny.v_dim = 32;
-    tiny.page = 5;
-    check(tiny);
-    tiny.context = 1000;
-    check(tiny);
+    check(latent(dtype, 128, 576, 512, 16, 13));    // DeepSeek-V3's 128 heads over 512 + 64 rows; 24 rows: one pass
+    check(latent(dtype, 128, 576, 512, 16, 1000));  // 12 tokens x 8 head groups with 1000 positions: split
+    check(latent(dtype, 4, 40, 32, 5, 13));         // deepseek_v3_mtp_tiny's rows (32 + 8), 4 heads
+    check(latent(dtype, 4, 40, 32, 5, 1000));
   }
 }
 
