@@ -14,6 +14,7 @@
 #include "backend/cuda/gpu_backend.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/moe_kernels.h"
+#include "backend/cuda/prefill_attention_mma.h"
 #include "core/error.h"
 
 #if !defined(SERVETUNE_HIP)
@@ -182,6 +183,12 @@ class GpuBackend final : public Backend {
   void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                  float* out) override {
     require_kv_type(kv);
+    if (prefill_attention_mma_applies(kv, batch, n_heads, q, out)) {  // tensor cores for prefill-sized batches
+      void* tiles = grow(attention_plan_, prefill_attention_mma_plan_bytes(batch.n_tokens), "attention");
+      launch_prefill_attention_mma(kv, batch, q, n_heads, scale, tiles, out, stream_);
+      after("attention");
+      return;
+    }
     const SplitPlan plan = plan_attention_split(kv, batch, n_heads, sm_count());
     if (plan.n_chunks > 1) {
       const size_t floats = split_attention_scratch_floats(plan, batch.n_tokens, n_heads, kv.head_dim);
@@ -480,6 +487,7 @@ class GpuBackend final : public Backend {
   std::unique_ptr<DeviceBuffer> mlp_gate_, mlp_up_;  // expert_mlps' gate and up rows of one expert
   std::unique_ptr<DeviceBuffer> latent_partials_;    // attention_latent's split partials
   std::unique_ptr<DeviceBuffer> attention_partials_;  // split attention's per-chunk partial softmaxes
+  std::unique_ptr<DeviceBuffer> attention_plan_;      // the tensor-core prefill attention's tile plan
   std::vector<std::unique_ptr<DeviceBuffer>> retired_;  // earlier scratch buffers that captured graphs read
 };
 
@@ -490,6 +498,10 @@ const char* gpu_backend_name() { return SERVETUNE_GPU_VENDOR; }
 
 int64_t gpu_attention_chunks(const KvLayerView& kv, const AttentionBatch& batch, int64_t n_heads) {
   return gpu::plan_attention_split(kv, batch, n_heads, gpu::sm_count()).n_chunks;
+}
+
+bool gpu_attention_tensor_cores(const KvLayerView& kv, const AttentionBatch& batch, int64_t n_heads) {
+  return gpu::prefill_attention_mma_applies(kv, batch, n_heads, nullptr, nullptr);
 }
 
 int gpu_device_count() {

@@ -1,0 +1,51 @@
+// Index math of the tensor-core prefill attention (prefill_attention_mma.cu): which (row, col) of the A (16x16), B
+// (16x8) and C/D (16x8) matrices element i of a lane holds in mma.sync.aligned.m16n8k16.row.col with f16/bf16 inputs and
+// f32 accumulators (PTX ISA 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16 with floating point type"), the reuse of
+// two C fragments as one A fragment (FlashAttention-2's P), and the plan's tile rule. Plain functions: a CPU test checks them.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define SERVETUNE_MMA_HD __host__ __device__
+#else
+#define SERVETUNE_MMA_HD
+#endif
+
+namespace servetune::gpu::mma {
+
+// The ISA's groupID (lane >> 2) and threadID_in_group (lane % 4).
+SERVETUNE_MMA_HD constexpr int group_id(int lane) { return lane >> 2; }
+SERVETUNE_MMA_HD constexpr int thread_in_group(int lane) { return lane & 3; }
+
+// A: a0..a7 in four 32-bit registers, register r holding a[2r] (low 16 bits) and a[2r + 1] (high). Rows groupID for
+// a0, a1, a4, a5 and groupID + 8 otherwise; columns 2 * threadID_in_group + (i & 1), + 8 for i >= 4.
+SERVETUNE_MMA_HD constexpr int a_row(int lane, int i) { return group_id(lane) + ((i & 2) != 0 ? 8 : 0); }
+SERVETUNE_MMA_HD constexpr int a_col(int lane, int i) { return 2 * thread_in_group(lane) + (i & 1) + ((i & 4) != 0 ? 8 : 0); }
+// B (K x N = 16 x 8, "col": element (k, n) of a [n][k] row-major array): b0..b3 in two registers. Rows (k)
+// 2 * threadID_in_group + (i & 1), + 8 for i >= 2; column (n) groupID.
+SERVETUNE_MMA_HD constexpr int b_row(int lane, int i) { return 2 * thread_in_group(lane) + (i & 1) + ((i & 2) != 0 ? 8 : 0); }
+SERVETUNE_MMA_HD constexpr int b_col(int lane, int /*i*/) { return group_id(lane); }
+// C/D (16 x 8, f32): c0..c3. Rows groupID for c0, c1 and groupID + 8 for c2, c3; columns 2 * threadID_in_group + (i & 1).
+SERVETUNE_MMA_HD constexpr int c_row(int lane, int i) { return group_id(lane) + ((i & 2) != 0 ? 8 : 0); }
+SERVETUNE_MMA_HD constexpr int c_col(int lane, int i) { return 2 * thread_in_group(lane) + (i & 1); }
+
+// FlashAttention-2's P: the A fragment of a 16 x 16 slice (columns 16 kk .. 16 kk + 15) of a 16-row score tile is made
+// of the C fragments of its 8-column tiles 2 kk and 2 kk + 1 with no data movement between lanes: A element i comes
+// from C tile 2 kk + (i >= 4) element i % 4 (same lane). Returns that C element index, and the tile offset in `tile`.
+SERVETUNE_MMA_HD constexpr int a_from_c(int i, int& tile) {
+  tile = i >= 4 ? 1 : 0;
+  return i & 3;
+}
+
+// The prefill plan's tiles: a tile is a run of batch tokens of one sequence whose positions share the window
+// position / tile_tokens, so (positions ascending within a sequence) it holds at most tile_tokens tokens. Each block
+// row is (token, query head of the GQA group): 64 rows hold 64 / group tokens.
+constexpr int kTileRows = 64;
+SERVETUNE_MMA_HD constexpr int tile_tokens(int group) { return group > 0 && group <= kTileRows ? kTileRows / group : 0; }
+SERVETUNE_MMA_HD constexpr bool tile_starts(int64_t t, int32_t seq, int32_t prev_seq, int32_t pos, int32_t prev_pos,
+                                            int tokens) {
+  return t == 0 || seq != prev_seq || pos / tokens != prev_pos / tokens;
+}
+
+}  // namespace servetune::gpu::mma
