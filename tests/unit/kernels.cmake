@@ -1,5 +1,6 @@
 # CPU kernel tests: the thread pool (core), the CPU matmul kernels (block-scaled FP8 included) and the latent attention
-# kernels against their reference (backend), and the GPU split-attention plan and merge (plain host code).
+# kernels against their reference (backend), and the GPU split-attention plan and merge and the tensor-core prefill
+# attention's fragment layouts and tile rule (plain host code).
 servetune_test(test_thread_pool LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_thread_pool.cpp
   LIBS servetune_core)
@@ -25,4 +26,7 @@ servetune_test(test_tree_attention LABEL unit
   LIBS servetune_backend)
 servetune_test(test_split_attention_plan LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_split_attention_plan.cpp
+  LIBS servetune_core)
+servetune_test(test_mma_fragments LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mma_fragments.cpp
   LIBS servetune_core)
