@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, for a session that has an H100 or H200 (at most 8 minutes): measures the device's peaks (`servetune
 # probe-device`: a copy kernel's bandwidth, a cuBLAS bf16 GEMM's rate, free memory), runs the GPU tests with the
-# per-op sync check on (test_gpu_ops, test_gpu_moe_ops, test_gpu_tree_attention, test_gpu_sample, test_gpu_parity: greedy
+# per-op sync check on (test_gpu_ops, test_gpu_moe_ops, test_gpu_tree_attention, test_gpu_prefill_attention, test_gpu_sample,
+# test_gpu_parity: greedy
 # parity with the CPU engine on stories260K, and on SmolLM2 where the model is on the machine: its 98 MB do not fit the
 # 64 MiB carry), then a
 # Llama-3-8B-shaped model with dummy bf16 weights generated on the device and a bf16 KV cache: batch-1 decode (tok/s,
@@ -83,14 +84,15 @@ elif [ -x "$BUNDLE/bin/servetune" ]; then
   fi
   BIN=$BUNDLE/bin/servetune
   TESTS=("$BUNDLE/bin/test_gpu_ops" "$BUNDLE/bin/test_gpu_moe_ops" "$BUNDLE/bin/test_gpu_tree_attention"
+         "$BUNDLE/bin/test_gpu_prefill_attention"
          "$BUNDLE/bin/test_gpu_sample" "$BUNDLE/bin/test_gpu_parity")
   COMMIT=$(cat "$BUNDLE/commit")
   row "binaries" "bundle, commit $COMMIT"
 else
   step "build (preset cuda, sm_90a; logs in $LOG/build.log)"
   if ! { cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES=90a && \
-         cmake --build build/cuda -j "$JOBS" --target servetune test_gpu_ops test_gpu_moe_ops test_gpu_tree_attention test_gpu_sample \
-           test_gpu_parity; } > "$LOG/build.log" 2>&1; then
+         cmake --build build/cuda -j "$JOBS" --target servetune test_gpu_ops test_gpu_moe_ops test_gpu_tree_attention test_gpu_prefill_attention \
+           test_gpu_sample            test_gpu_parity; } > "$LOG/build.log" 2>&1; then
     tail -40 "$LOG/build.log"
     failed "build (cuda preset)" "see build.log (or make a bundle)"
     exit 1
@@ -98,6 +100,7 @@ else
   row "build (cuda preset, sm_90a)" "ok in $(( $(date +%s) - T0 )) s"
   BIN=build/cuda/servetune
   TESTS=(build/cuda/tests/unit/test_gpu_ops build/cuda/tests/unit/test_gpu_moe_ops build/cuda/tests/unit/test_gpu_tree_attention
+         build/cuda/tests/unit/test_gpu_prefill_attention
          build/cuda/tests/unit/test_gpu_sample build/cuda/tests/integration/test_gpu_parity)
 fi
 

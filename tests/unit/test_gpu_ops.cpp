@@ -1,7 +1,7 @@
 // Every GPU backend op (the fused ones of compile = fused and the on-device random fill included) against the CPU
 // reference on random inputs of awkward sizes and on the Llama-3-8B shape's (GEMMs of 4096 x 14336, head_dim 128 and
 // 256, page size 16, contexts of over a thousand): f32 paths within 1e-5 relative error (of the largest reference
-// value), bf16 GEMMs within 1e-2; f32, f16 and bf16 KV caches; the tiled GEMM (the HIP build's) through
+// value), bf16 GEMMs within 1e-2, the tensor-core prefill attention within its f16/bf16 rounding; f32, f16 and bf16 KV caches; the tiled GEMM (the HIP build's) through
 // SERVETUNE_GPU_GEMM=tiled; flash-decoding split attention for small batches with contexts up to 5000; and a kernel
 // fault under the sync check naming its op. Skips, saying why, when no GPU is visible.
 #include <gtest/gtest.h>
@@ -364,8 +364,11 @@ int64_t GpuOps::check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t 
   const AttentionBatch batch{n, dev(positions), dev(seq_of_token), dev(tables), max_blocks};
   gpu_->attention(gkv, batch, dev(q), n_heads, scale, out);
   const int64_t chunks = gpu_attention_chunks(gkv, batch, n_heads);
-  EXPECT_LT(rel_error(host(out, q.size()), expected), 1e-5)
-      << dtype_name(kv_dtype) << " head_dim " << head_dim << " heads " << n_heads << "/" << n_kv << " page " << page
+  // Batches of 64+ tokens with f16/bf16 caches and head_dim 64/128 run on tensor cores with Q and P rounded to the
+  // cache's type (test_gpu_prefill_attention.cpp explains its tolerances); the other kernels compute in f32.
+  const bool tensor_cores = gpu_attention_tensor_cores(gkv, batch, n_heads);
+  EXPECT_LT(rel_error(host(out, q.size()), expected), tensor_cores ? (bf16 ? 2e-2 : 3e-3) : 1e-5)
+      << (tensor_cores ? "tensor cores " : "") << dtype_name(kv_dtype) << " head_dim " << head_dim << " heads " << n_heads << "/" << n_kv << " page " << page
       << " longest " << longest << " tokens " << n << " chunks " << chunks;
   return chunks;
 }
