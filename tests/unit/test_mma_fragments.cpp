@@ -1,8 +1,8 @@
 // The tensor-core prefill attention's index math (backend/cuda/mma_fragments.h) on the CPU: each m16n8k16 fragment
 // layout covers its matrix once, matches the PTX ISA's formulas at sample lanes, and one warp's S = Q K^T and O = P V,
 // computed the way prefill_attention_mma.cu addresses its fragments (K and V as [key][dim] rows, P reusing the score
-// C fragments as A) through a simulated mma, equal plain matrix products; and the plan's tiles cut a mixed batch
-// into runs of one sequence of at most 64 / group tokens.
+// C fragments as A) through a simulated mma, equal plain matrix products; the kernel's ldmatrix row addresses load those
+// same B fragments; and the plan's tiles cut a mixed batch into runs of one sequence of at most 64 / group tokens.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -146,6 +146,63 @@ TEST(MmaFragments, WarpScoresAndWeightedValuesMatchPlainProducts) {
         float sum = 0.0f;
         for (int j = 0; j < kKeys; ++j) sum += p[c_row(lane, i) * kKeys + j] * v[j * kDim + 8 * dt + c_col(lane, i)];
         EXPECT_NEAR(o[lane][i], sum, 1e-3) << dt << " " << lane << " " << i;
+      }
+    }
+  }
+}
+
+// ldmatrix.x4 as the ISA defines it, over a row-major [rows][cols] array: lanes 8 m .. 8 m + 7 give (row, col) starts
+// of matrix m's rows; lane L's register m gets two elements of matrix m, (L / 4, 2 (L % 4) + e), or transposed.
+std::array<std::array<std::array<float, 2>, 4>, 32> simulated_ldmatrix(const std::vector<float>& a, int cols, bool trans,
+                                                                       const std::array<std::pair<int, int>, 32>& starts) {
+  std::array<std::array<std::array<float, 2>, 4>, 32> regs{};
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int m = 0; m < 4; ++m) {
+      for (int e = 0; e < 2; ++e) {
+        const int r = trans ? 2 * (lane % 4) + e : lane / 4, c = trans ? lane / 4 : 2 * (lane % 4) + e;
+        const auto [row, col] = starts[8 * m + r];
+        regs[lane][m][e] = a[row * cols + col + c];
+      }
+    }
+  }
+  return regs;
+}
+
+// The ldmatrix row addresses the kernel gives (ldsm_k_*, ldsm_v_*) load exactly the B fragments the direct mapping
+// names: K for key tile nt and k-steps s, s + 1; V (transposed) for keys 16 kk.. and dim tiles dt, dt + 1.
+TEST(MmaFragments, LdmatrixRowAddressesGiveTheBFragments) {
+  constexpr int kDim = 64, kKeys = 64;
+  std::vector<float> kv(kKeys * kDim);
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = static_cast<float>(i);
+  for (int nt = 0; nt < kKeys / 8; ++nt) {
+    for (int s = 0; s < kDim / 16; s += 2) {
+      std::array<std::pair<int, int>, 32> starts;
+      for (int lane = 0; lane < 32; ++lane) starts[lane] = {8 * nt + ldsm_k_key(lane), 16 * s + ldsm_k_dim(lane)};
+      const auto regs = simulated_ldmatrix(kv, kDim, false, starts);
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int i = 0; i < 4; ++i) {  // registers 0, 1: b0..b3 of step s; 2, 3: of step s + 1
+          for (int half = 0; half < 2; ++half) {
+            const int step = s + half;
+            const float want = kv[(8 * nt + b_col(lane, i)) * kDim + 16 * step + b_row(lane, i)];
+            EXPECT_EQ(regs[lane][2 * half + i / 2][i % 2], want) << "K nt " << nt << " s " << step << " lane " << lane;
+          }
+        }
+      }
+    }
+  }
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    for (int dt = 0; dt < kDim / 8; dt += 2) {
+      std::array<std::pair<int, int>, 32> starts;
+      for (int lane = 0; lane < 32; ++lane) starts[lane] = {16 * kk + ldsm_v_key(lane), 8 * dt + ldsm_v_dim(lane)};
+      const auto regs = simulated_ldmatrix(kv, kDim, true, starts);
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int i = 0; i < 4; ++i) {
+          for (int half = 0; half < 2; ++half) {
+            const int tile = dt + half;
+            const float want = kv[(16 * kk + b_row(lane, i)) * kDim + 8 * tile + b_col(lane, i)];
+            EXPECT_EQ(regs[lane][2 * half + i / 2][i % 2], want) << "V kk " << kk << " dt " << tile << " lane " << lane;
+          }
+        }
       }
     }
   }

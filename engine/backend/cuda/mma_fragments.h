@@ -38,6 +38,18 @@ SERVETUNE_MMA_HD constexpr int a_from_c(int i, int& tile) {
   return i & 3;
 }
 
+// ldmatrix.sync.aligned.m8n8.x4 (PTX ISA 9.7.14.5.15): lanes 8 m .. 8 m + 7 give the addresses of rows 0..7 of 8x8
+// b16 matrix m; lane L receives in register m the elements (L / 4, 2 (L % 4)) and (L / 4, 2 (L % 4) + 1) of matrix m,
+// or with .trans (2 (L % 4), L / 4) and (2 (L % 4) + 1, L / 4). With K and V tiles stored [key][dim] in shared memory:
+// - K (no .trans) gives the B fragments of S = Q K^T for 8 keys 8 nt.. and two k-steps s, s + 1: registers b0, b1 of
+//   step s, then of s + 1, when lane L points at key 8 nt + ldsm_k_key(L), dim 16 s + ldsm_k_dim(L);
+// - V (.trans) gives the B fragments of O = P V for 16 keys 16 kk.. and two 8-column tiles dt, dt + 1: b0, b1 of dt,
+//   then of dt + 1, when lane L points at key 16 kk + ldsm_v_key(L), dim 8 dt + ldsm_v_dim(L).
+SERVETUNE_MMA_HD constexpr int ldsm_k_key(int lane) { return lane & 7; }
+SERVETUNE_MMA_HD constexpr int ldsm_k_dim(int lane) { return 8 * (lane >> 3); }
+SERVETUNE_MMA_HD constexpr int ldsm_v_key(int lane) { return 8 * ((lane >> 3) & 1) + (lane & 7); }
+SERVETUNE_MMA_HD constexpr int ldsm_v_dim(int lane) { return 8 * (lane >> 4); }
+
 // The prefill plan's tiles: a tile is a run of batch tokens of one sequence whose positions share the window
 // position / tile_tokens, so (positions ascending within a sequence) it holds at most tile_tokens tokens. Each block
 // row is (token, query head of the GQA group): 64 rows hold 64 / group tokens.

@@ -63,6 +63,32 @@ __device__ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t
   }
 }
 
+// 16 bytes global -> shared without a register round trip (sm_80+); bytes = 0 writes 16 zero bytes and reads nothing.
+__device__ inline void cp_async_16(void* smem, const void* global, int bytes) {
+  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(bytes) : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most one committed group of this thread is pending.
+__device__ inline void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+// Four 8x8 b16 matrices from shared memory (mma_fragments.h: ldsm_*); kTrans transposes each.
+template <bool kTrans>
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const unsigned short* row) {
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+  }
+}
+
 // The plan: plan[0] = number of tiles, plan[1 + k] = first token of tile k, plan[1 + count] = n (so tile k is
 // [plan[1 + k], plan[2 + k])). One block scans the tile starts (mma::tile_starts) 1024 tokens at a time.
 __global__ void __launch_bounds__(kPlanThreads) plan_tiles_kernel(const int32_t* positions, const int32_t* seq_of_token,
@@ -107,22 +133,57 @@ __global__ void __launch_bounds__(kPlanThreads) plan_tiles_kernel(const int32_t*
 // One block per (tile slot, KV head), tiles taken grid-stride from the plan, latest (longest-context) tiles first.
 // Warp w owns rows 16 w .. 16 w + 15; lane (g = lane / 4, q = lane % 4) holds rows 16 w + g and 16 w + g + 8 of every
 // C fragment (mma_fragments.h), so its softmax state is two rows' (m, l) and its accumulators the two rows' columns
-// 8 dt + 2 q, + 1 of each 8-column output tile dt.
+// 8 dt + 2 q, + 1 of each 8-column output tile dt. K/V tiles go through two shared-memory stages (cp.async): tile
+// i + 1 loads while tile i is computed. Dynamic shared memory: smem_bytes<kHeadDim>().
+template <int kHeadDim>
+constexpr int smem_bytes() {
+  return 2 * 2 * kKeys * (kHeadDim + kPad) * static_cast<int>(sizeof(unsigned short));  // stages x (K, V)
+}
+
+// Issues the copies of keys key0 .. key0 + 63 of the sequence (block table `table`) into one stage, K at `sk` and V
+// right after it (zeros past `last`: they are masked, and V rows must be finite since P = 0 multiplies them), and
+// commits them as one cp.async group.
+template <int kHeadDim>
+__device__ __forceinline__ void load_kv_tile(unsigned short* sk, const unsigned short* k_cache, const unsigned short* v_cache,
+                                             const int32_t* table, int page_size, int n_kv_heads, int kv_head, int key0,
+                                             int last) {
+  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per cache row
+  constexpr int kStride = kHeadDim + kPad;
+  unsigned short* sv = sk + kKeys * kStride;
+  for (int c = static_cast<int>(threadIdx.x); c < kKeys * kChunks; c += kThreads) {
+    const int key = c / kChunks, chunk = c % kChunks;
+    const int j = key0 + key;
+    int64_t off = 0;
+    if (j <= last) {
+      const int64_t slot = static_cast<int64_t>(table[j / page_size]) * page_size + j % page_size;
+      off = (slot * n_kv_heads + kv_head) * kHeadDim + chunk * 8;
+    }
+    const int bytes = j <= last ? 16 : 0;
+    cp_async_16(sk + key * kStride + chunk * 8, k_cache + off, bytes);
+    cp_async_16(sv + key * kStride + chunk * 8, v_cache + off, bytes);
+  }
+  cp_async_commit();
+}
+
+// Resident blocks per SM the register budget aims at: 3 (at most 168 registers a thread) fit head_dim 64 without
+// spills; head_dim 128 needs more (ptxas spills at 168) and gets 2 (smem: 2 x 68 KiB).
+template <int kHeadDim>
+constexpr int kBlocksPerSm = kHeadDim <= 64 ? 3 : 2;
+
 template <bool kBf16, int kHeadDim>
-__global__ void __launch_bounds__(kThreads) prefill_attention_mma_kernel(
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm<kHeadDim>) prefill_attention_mma_kernel(
     const unsigned short* k_cache, const unsigned short* v_cache, int page_size, int n_kv_heads, const int32_t* positions,
     const int32_t* seq_of_token, const int32_t* block_tables, int64_t max_blocks, const float* q, int n_heads, int group,
     float q_scale, const int32_t* plan, float* out) {
   constexpr int kSteps = kHeadDim / 16;   // k-steps of S = Q K^T
   constexpr int kDimTiles = kHeadDim / 8;  // 8-column tiles of O
-  constexpr int kChunks = kHeadDim / 8;    // 16-byte chunks per cache row
   constexpr int kStride = kHeadDim + kPad;
-  __shared__ alignas(16) unsigned short sk[kKeys * kStride];
-  __shared__ alignas(16) unsigned short sv[kKeys * kStride];
+  constexpr int kTileElems = kKeys * kStride;  // one K or V tile
+  extern __shared__ __align__(16) unsigned short smem[];  // stage st: K at 2 st * kTileElems, V right after
   __shared__ int s_last;
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int g = mma::group_id(lane), qd = mma::thread_in_group(lane);
+  const int g = mma::group_id(lane);
   const int kv_head = static_cast<int>(blockIdx.y);
   const int tokens = mma::tile_tokens(group);
   const int n_tiles = plan[0];
@@ -173,98 +234,96 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_mma_kernel(
 #pragma unroll
       for (int dt = 0; dt < kDimTiles; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
 
-      for (int key0 = 0; key0 <= last; key0 += kKeys) {
-        __syncthreads();  // the previous K/V tile is no longer read
-        // Load keys key0 .. key0 + 63 (zeros past `last`: masked, and V rows must be finite since P = 0 multiplies them).
-        for (int c = static_cast<int>(threadIdx.x); c < kKeys * kChunks; c += kThreads) {
-          const int key = c / kChunks, chunk = c % kChunks;
-          const int j = key0 + key;
-          uint4 kk = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-          if (j <= last) {
-            const int64_t slot_id = static_cast<int64_t>(table[j / page_size]) * page_size + j % page_size;
-            const int64_t off = (slot_id * n_kv_heads + kv_head) * kHeadDim + chunk * 8;
-            kk = *reinterpret_cast<const uint4*>(k_cache + off);
-            vv = *reinterpret_cast<const uint4*>(v_cache + off);
+      const auto load_tile = [&](int key0, int st) {
+        load_kv_tile<kHeadDim>(smem + 2 * st * kTileElems, k_cache, v_cache, table, page_size, n_kv_heads, kv_head, key0, last);
+      };
+      const int n_key_tiles = last / kKeys + 1;
+      load_tile(0, 0);
+      for (int it = 0; it < n_key_tiles; ++it) {
+        const int key0 = it * kKeys;
+        // Prefetch the next tile into the other stage (read by the previous iteration, which every warp has left: the
+        // barrier at the end of it); an empty group past the last tile keeps the wait below uniform.
+        if (it + 1 < n_key_tiles) load_tile(key0 + kKeys, (it + 1) & 1);
+        else cp_async_commit();
+        cp_async_wait_one();  // this thread's copies of tile `it` have landed
+        __syncthreads();      // and every thread's
+        const unsigned short* sk = smem + 2 * (it & 1) * kTileElems;
+        const unsigned short* sv = sk + kTileElems;
+        if (key0 <= warp_last) {  // else every key of the tile is masked for this warp's rows (warp-uniform)
+          // S = Q K^T for 8 tiles of 8 keys; one ldmatrix gives the B fragments of two k-steps (mma_fragments.h).
+          float sc[kKeys / 8][4];
+#pragma unroll
+          for (int nt = 0; nt < kKeys / 8; ++nt) {
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+            const unsigned short* krow = sk + (8 * nt + mma::ldsm_k_key(lane)) * kStride + mma::ldsm_k_dim(lane);
+#pragma unroll
+            for (int s = 0; s < kSteps; s += 2) {
+              uint32_t b[4];
+              ldmatrix_x4<false>(b, krow + 16 * s);
+              mma_16816<kBf16>(sc[nt], qa[s], b[0], b[1]);
+              mma_16816<kBf16>(sc[nt], qa[s + 1], b[2], b[3]);
+            }
           }
-          *reinterpret_cast<uint4*>(sk + key * kStride + chunk * 8) = kk;
-          *reinterpret_cast<uint4*>(sv + key * kStride + chunk * 8) = vv;
-        }
-        __syncthreads();
-        if (key0 > warp_last) continue;  // every key of the tile is masked for this warp's rows (warp-uniform)
-
-        // S = Q K^T for 8 tiles of 8 keys. B (k = dim, n = key) element (k, n) is K[key0 + 8 nt + n][16 s + k]; elements
-        // 0, 1 (and 2, 3) are consecutive dims: one 32-bit shared load each.
-        float sc[kKeys / 8][4];
+          // Causal mask and the tile's row maxima (each row's 64 scores are spread over the 4 lanes of its quad).
+          float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt) {
-          sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
-          const unsigned short* krow = sk + (8 * nt + mma::b_col(lane, 0)) * kStride;
+          for (int nt = 0; nt < kKeys / 8; ++nt) {
 #pragma unroll
-          for (int s = 0; s < kSteps; ++s) {
-            const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + 16 * s + mma::b_row(lane, 0));
-            const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + 16 * s + mma::b_row(lane, 2));
-            mma_16816<kBf16>(sc[nt], qa[s], b0, b1);
+            for (int i = 0; i < 4; ++i) {
+              const int h = i >> 1;  // c_row(lane, i) is g for i < 2, g + 8 otherwise
+              if (key0 + 8 * nt + mma::c_col(lane, i) > row_pos[h]) sc[nt][i] = -INFINITY;
+              tile_max[h] = fmaxf(tile_max[h], sc[nt][i]);
+            }
           }
-        }
-        // Causal mask and the tile's row maxima (each row's 64 scores are spread over the 4 lanes of its quad).
-        float tile_max[2] = {-INFINITY, -INFINITY};
+          float scale_old[2], m_ref[2];
 #pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int h = i >> 1;  // c_row(lane, i) is g for i < 2, g + 8 otherwise
-            if (key0 + 8 * nt + mma::c_col(lane, i) > row_pos[h]) sc[nt][i] = -INFINITY;
-            tile_max[h] = fmaxf(tile_max[h], sc[nt][i]);
+          for (int h = 0; h < 2; ++h) {
+            tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+            tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+            const float m_new = fmaxf(m_run[h], tile_max[h]);
+            m_ref[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen no key yet: exp2(-inf - 0) = 0, no NaN
+            scale_old[h] = exp2f(m_run[h] - m_ref[h]);
+            m_run[h] = m_new;
+            l_run[h] *= scale_old[h];
           }
-        }
-        float scale_old[2], m_ref[2];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-          tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-          const float m_new = fmaxf(m_run[h], tile_max[h]);
-          m_ref[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen no key yet: exp2(-inf - 0) = 0, no NaN
-          scale_old[h] = exp2f(m_run[h] - m_ref[h]);
-          m_run[h] = m_new;
-          l_run[h] *= scale_old[h];
-        }
+          for (int nt = 0; nt < kKeys / 8; ++nt) {
 #pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int h = i >> 1;
-            sc[nt][i] = exp2f(sc[nt][i] - m_ref[h]);
-            l_run[h] += sc[nt][i];  // this lane's share of the row sum; the quad's shares are added at the end
+            for (int i = 0; i < 4; ++i) {
+              const int h = i >> 1;
+              sc[nt][i] = exp2f(sc[nt][i] - m_ref[h]);
+              l_run[h] += sc[nt][i];  // this lane's share of the row sum; the quad's shares are added at the end
+            }
           }
-        }
-#pragma unroll
-        for (int dt = 0; dt < kDimTiles; ++dt) {
-          acc[dt][0] *= scale_old[0];
-          acc[dt][1] *= scale_old[0];
-          acc[dt][2] *= scale_old[1];
-          acc[dt][3] *= scale_old[1];
-        }
-        // O += P V over 4 k-steps of 16 keys. P's A fragment is score tiles 2 kk and 2 kk + 1 (mma::a_from_c); B
-        // (k = key, n = dim) element (k, n) is V[key0 + 16 kk + k][8 dt + n]: two 16-bit loads per register.
-#pragma unroll
-        for (int kk = 0; kk < kKeys / 16; ++kk) {
-          uint32_t pa[4];
-#pragma unroll
-          for (int m = 0; m < 4; ++m) {
-            int tile_off = 0;
-            const int e = mma::a_from_c(2 * m, tile_off);
-            pa[m] = pack2<kBf16>(sc[2 * kk + tile_off][e], sc[2 * kk + tile_off][e + 1]);
-          }
-          const unsigned short* vrow = sv + 16 * kk * kStride + mma::b_col(lane, 0);
-          const int k0 = mma::b_row(lane, 0), k2 = mma::b_row(lane, 2);
 #pragma unroll
           for (int dt = 0; dt < kDimTiles; ++dt) {
-            const unsigned short* vcol = vrow + 8 * dt;
-            const uint32_t b0 = static_cast<uint32_t>(vcol[k0 * kStride]) | (static_cast<uint32_t>(vcol[(k0 + 1) * kStride]) << 16);
-            const uint32_t b1 = static_cast<uint32_t>(vcol[k2 * kStride]) | (static_cast<uint32_t>(vcol[(k2 + 1) * kStride]) << 16);
-            mma_16816<kBf16>(acc[dt], pa, b0, b1);
+            acc[dt][0] *= scale_old[0];
+            acc[dt][1] *= scale_old[0];
+            acc[dt][2] *= scale_old[1];
+            acc[dt][3] *= scale_old[1];
+          }
+          // O += P V over 4 k-steps of 16 keys. P's A fragment is score tiles 2 kk and 2 kk + 1 (mma::a_from_c); one
+          // transposing ldmatrix gives the B fragments (key, dim) of two 8-column tiles of V.
+#pragma unroll
+          for (int kk = 0; kk < kKeys / 16; ++kk) {
+            uint32_t pa[4];
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+              int tile_off = 0;
+              const int e = mma::a_from_c(2 * m, tile_off);
+              pa[m] = pack2<kBf16>(sc[2 * kk + tile_off][e], sc[2 * kk + tile_off][e + 1]);
+            }
+            const unsigned short* vrow = sv + (16 * kk + mma::ldsm_v_key(lane)) * kStride + mma::ldsm_v_dim(lane);
+#pragma unroll
+            for (int dt = 0; dt < kDimTiles; dt += 2) {
+              uint32_t b[4];
+              ldmatrix_x4<true>(b, vrow + 8 * dt);
+              mma_16816<kBf16>(acc[dt], pa, b[0], b[1]);
+              mma_16816<kBf16>(acc[dt + 1], pa, b[2], b[3]);
+            }
           }
         }
+        __syncthreads();  // every warp is done with stage it & 1 before it is loaded again
       }
 
       // out = acc / l for the valid rows (every valid row saw at least its own position, so l > 0).
@@ -294,7 +353,12 @@ void launch_kernel(const KvLayerView& kv, const AttentionBatch& b, const float* 
   // count exit at once, and a plan with more tiles than blocks is walked grid-stride.
   const int64_t slots = std::min<int64_t>(b.n_tokens, (b.n_tokens + tokens - 1) / tokens + 256);
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(kv.n_kv_heads));
-  prefill_attention_mma_kernel<kBf16, kHeadDim><<<grid, kThreads, 0, stream>>>(
+  constexpr int kSmem = smem_bytes<kHeadDim>();
+  // Above 48 KiB of dynamic shared memory a kernel must opt in, once (not a stream operation: allowed while capturing).
+  static const cudaError_t opted_in = cudaFuncSetAttribute(prefill_attention_mma_kernel<kBf16, kHeadDim>,
+                                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  check(opted_in, "cudaFuncSetAttribute (prefill attention shared memory)");
+  prefill_attention_mma_kernel<kBf16, kHeadDim><<<grid, kThreads, kSmem, stream>>>(
       static_cast<const unsigned short*>(kv.k), static_cast<const unsigned short*>(kv.v), static_cast<int>(kv.page_size),
       static_cast<int>(kv.n_kv_heads), b.positions, b.seq_of_token, b.block_tables, b.max_blocks_per_seq, q, n_heads,
       group, q_scale, plan, out);
