@@ -4,7 +4,8 @@
 // straddles sequences and mixes prefill chunks, chunks continuing cached positions and decode tokens alike. A block
 // takes a tile for one KV head: its 64 rows are (token, query head of the GQA group) pairs, so each K/V tile read from
 // the cache serves the whole group, and a decode token fills `group` rows rather than 1 of 64. Keys [0, the tile's
-// last position] go through the block table 64 at a time into shared memory; row r sees key j when j <= positions of
+// last position] go through the block table 64 at a time into two shared-memory stages (cp.async: the next tile loads
+// while one is computed; ldmatrix feeds the mma B operands); row r sees key j when j <= positions of
 // its token (causal; earlier chunks' positions are in the cache). Q (f32 in memory) is scaled by scale * log2(e) in
 // f32, then rounded to the cache's type; the online softmax runs in f32 base 2; P is rounded for the P.V mma; out f32.
 // The HIP build compiles none of it (no NVIDIA mma): prefill_attention_mma_applies is false there and attention keeps
@@ -31,8 +32,9 @@ using mma::kTileRows;
 constexpr int kKeys = 64;                       // keys per shared-memory K/V tile
 constexpr int kWarps = kTileRows / 16;          // each warp owns 16 rows (one m16 slice)
 constexpr int kThreads = kWarps * 32;
-// Shared rows are padded by 8 halves (16 bytes): a row stride of (head_dim + 8) * 2 bytes puts the 32-bit fragment
-// loads of a warp (8 rows x 4 consecutive words) in 32 different banks, and keeps rows 16-byte aligned.
+// Shared rows are padded by 8 halves (16 bytes): with a row stride of (head_dim + 8) * 2 bytes (16 past a multiple of
+// 128), the 8 row addresses of each ldmatrix phase fall in 8 different 16-byte bank groups, and rows stay 16-byte
+// aligned for cp.async and ldmatrix.
 constexpr int kPad = 8;
 constexpr int kPlanThreads = 1024;
 static_assert(kWarpSize == 32, "mma.sync fragments are defined for 32-lane warps");
@@ -130,14 +132,10 @@ __global__ void __launch_bounds__(kPlanThreads) plan_tiles_kernel(const int32_t*
   }
 }
 
-// One block per (tile slot, KV head), tiles taken grid-stride from the plan, latest (longest-context) tiles first.
-// Warp w owns rows 16 w .. 16 w + 15; lane (g = lane / 4, q = lane % 4) holds rows 16 w + g and 16 w + g + 8 of every
-// C fragment (mma_fragments.h), so its softmax state is two rows' (m, l) and its accumulators the two rows' columns
-// 8 dt + 2 q, + 1 of each 8-column output tile dt. K/V tiles go through two shared-memory stages (cp.async): tile
-// i + 1 loads while tile i is computed. Dynamic shared memory: smem_bytes<kHeadDim>().
+// Dynamic shared memory of the kernel: two stages of a K and a V tile.
 template <int kHeadDim>
 constexpr int smem_bytes() {
-  return 2 * 2 * kKeys * (kHeadDim + kPad) * static_cast<int>(sizeof(unsigned short));  // stages x (K, V)
+  return 2 * 2 * kKeys * (kHeadDim + kPad) * static_cast<int>(sizeof(unsigned short));
 }
 
 // Issues the copies of keys key0 .. key0 + 63 of the sequence (block table `table`) into one stage, K at `sk` and V
@@ -170,6 +168,11 @@ __device__ __forceinline__ void load_kv_tile(unsigned short* sk, const unsigned 
 template <int kHeadDim>
 constexpr int kBlocksPerSm = kHeadDim <= 64 ? 3 : 2;
 
+// One block per (tile slot, KV head), tiles taken grid-stride from the plan, latest (longest-context) tiles first.
+// Warp w owns rows 16 w .. 16 w + 15; lane (g = lane / 4, q = lane % 4) holds rows 16 w + g and 16 w + g + 8 of every
+// C fragment (mma_fragments.h), so its softmax state is two rows' (m, l) and its accumulators the two rows' columns
+// 8 dt + 2 q, + 1 of each 8-column output tile dt. K/V tiles go through two shared-memory stages (cp.async): tile
+// i + 1 loads while tile i is computed. Dynamic shared memory: smem_bytes<kHeadDim>().
 template <bool kBf16, int kHeadDim>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm<kHeadDim>) prefill_attention_mma_kernel(
     const unsigned short* k_cache, const unsigned short* v_cache, int page_size, int n_kv_heads, const int32_t* positions,
