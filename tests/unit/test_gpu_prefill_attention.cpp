@@ -3,9 +3,10 @@
 // continuing 500 cached positions and two short prompts (GQA 32/8, MHA 8/8, 32/2), and SmolLM2's 9/3 heads at
 // head_dim 64; f16 and bf16 caches. Skips without a GPU (the dispatch rule's test needs none).
 // Tolerance, per output row (token, head) relative to the row's largest |value|: Q and P are rounded to the cache's
-// type for the mma (bf16: 8 significant bits, unit roundoff 2^-9; f16: 2^-12), K and V are the same values on both
-// sides. P's rounding perturbs each weight by up to 2^-9 relative and Q's each score by about 2^-9 * |q||k| * scale,
-// so a row's error is a few 2^-9 of its magnitude at most: 2e-2 for bf16 (about 10 units of 2^-9), 3e-3 for f16.
+// type for the mma (bf16: 8 significant bits, unit roundoff u = 2^-8 = 3.9e-3; f16: 11 bits, u = 2^-11 = 4.9e-4), K and
+// V are the same values on both sides. P's rounding perturbs each softmax weight by up to u (relative) and Q's each
+// score by about u * scale * |q . k| terms (~1.5e-3 in bf16 here), independently per key, so a row's error is about u
+// of its magnitude, a little more at its worst: 2e-2 for bf16 (5 u), 3e-3 for f16 (6 u).
 #include <gtest/gtest.h>
 
 #include <algorithm>
