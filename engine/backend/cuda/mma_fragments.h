@@ -1,7 +1,8 @@
 // Index math of the tensor-core prefill attention (prefill_attention_mma.cu): which (row, col) of the A (16x16), B
 // (16x8) and C/D (16x8) matrices element i of a lane holds in mma.sync.aligned.m16n8k16.row.col with f16/bf16 inputs and
 // f32 accumulators (PTX ISA 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16 with floating point type"), the reuse of
-// two C fragments as one A fragment (FlashAttention-2's P), and the plan's tile rule. Plain functions: a CPU test checks them.
+// two C fragments as one A fragment (FlashAttention-2's P), the ldmatrix row addresses that load the B fragments, and
+// the plan's tile rule. Plain functions: a CPU test (test_mma_fragments) checks them.
 #pragma once
 
 #include <cstdint>
