@@ -183,7 +183,9 @@ class GpuBackend final : public Backend {
   void attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads, float scale,
                  float* out) override {
     require_kv_type(kv);
-    if (prefill_attention_mma_applies(kv, batch, n_heads, q, out)) {  // tensor cores for prefill-sized batches
+    // Tensor cores for prefill-sized batches, unless SERVETUNE_GPU_ATTENTION=simt asks for the CUDA-core kernels (to
+    // compare the two on a device, or to step around the newer kernel).
+    if (!simt_attention_ && prefill_attention_mma_applies(kv, batch, n_heads, q, out)) {
       void* tiles = grow(attention_plan_, prefill_attention_mma_plan_bytes(batch.n_tokens), "attention");
       launch_prefill_attention_mma(kv, batch, q, n_heads, scale, tiles, out, stream_);
       after("attention");
@@ -471,6 +473,10 @@ class GpuBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   bool capturing_ = false;
   const bool sync_check_ = sync_check_enabled();
+  const bool simt_attention_ = [] {
+    const char* v = std::getenv("SERVETUNE_GPU_ATTENTION");
+    return v != nullptr && std::string(v) == "simt";
+  }();
   std::map<int64_t, cudaGraphExec_t> graphs_;
 #if !defined(SERVETUNE_HIP)
   // Read per backend, not once per process, so a test can make one of each.
