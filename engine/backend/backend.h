@@ -17,8 +17,9 @@ class ThreadPool;
 
 // A weight matrix with `rows` output features and `cols` input features; rows are contiguous in GGML block layout
 // (row_bytes = dtype_row_bytes(type, cols)). Non-owning; lives in backend memory, as do the block scales that type
-// kFP8_E4M3_B128 carries (no other type has any). Only backends whose matrix_storage_type keeps kFP8_E4M3_B128 (the
-// CPU) ever see that type; for the others the loader dequantizes such weights.
+// kFP8_E4M3_B128 carries (no other type has any; its scale rows BlockScales::stride floats apart, a multiple of 4: see
+// backend/fp8_layout.h). Only backends whose matrix_storage_type keeps kFP8_E4M3_B128 (the CPU; CUDA on sm_90, for
+// the shapes keeps_block_scaled takes) ever see that type; for the others the loader dequantizes such weights to bf16.
 struct WeightMatrix {
   const void* data = nullptr;
   DType type = DType::kF32;
@@ -116,8 +117,14 @@ class Backend {
   // True when buffers are ordinary host memory, so weights can be used in place from a memory map.
   virtual bool host_memory() const { return false; }
   // The type a weight matrix stored as `file_type` is kept in (GPU backends: bf16 for quantized and f16 weights,
-  // dequantized once at load; f32 and bf16 stay as they are).
+  // dequantized once at load, except block-scaled FP8 on CUDA sm_90; f32 and bf16 stay as they are).
   virtual DType matrix_storage_type(DType file_type) const { return file_type; }
+  // Where matrix_storage_type keeps kFP8_E4M3_B128: whether a matrix of this shape, its first row `row_offset` rows
+  // into its 128-row scale block, stays block-scaled; the loader stores the others as bf16.
+  virtual bool keeps_block_scaled(int64_t rows, int64_t cols, int64_t row_offset) const {
+    (void)rows, (void)cols, (void)row_offset;
+    return true;
+  }
   // Total and free memory of the device; nullopt for host-memory backends (they size the KV cache by physical RAM).
   virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
   // True when store_kv and attention handle a KV cache of this element type.

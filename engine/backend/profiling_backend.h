@@ -31,6 +31,9 @@ class ProfilingBackend final : public Backend {
   std::string name() const override { return inner_->name(); }
   bool host_memory() const override { return inner_->host_memory(); }
   DType matrix_storage_type(DType file_type) const override { return inner_->matrix_storage_type(file_type); }
+  bool keeps_block_scaled(int64_t rows, int64_t cols, int64_t row_offset) const override {
+    return inner_->keeps_block_scaled(rows, cols, row_offset);
+  }
   std::optional<DeviceMemory> device_memory() const override { return inner_->device_memory(); }
   bool supports_kv_dtype(DType t) const override { return inner_->supports_kv_dtype(t); }
   bool supports_tree_attention() const override { return inner_->supports_tree_attention(); }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "backend/fp8_layout.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/quant.h"
@@ -79,10 +80,16 @@ const void* WeightLoader::place(const void* host, size_t bytes) {
   return p;
 }
 
-void WeightLoader::append_rows(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first,
-                               int64_t stride, std::vector<uint8_t>& out, const BlockScales* scales) const {
-  check_storable(name, type, cols);
+DType WeightLoader::matrix_storage(DType type, int64_t rows, int64_t cols, const BlockScales* scales) const {
   const DType store = storage_type(type);
+  if (store != DType::kFP8_E4M3_B128 || scales == nullptr) return store;
+  return backend_.keeps_block_scaled(rows, cols, scales->row_offset) ? store : DType::kBF16;
+}
+
+void WeightLoader::append_rows(const std::string& name, DType type, DType store, int64_t rows, int64_t cols,
+                               const uint8_t* first, int64_t stride, std::vector<uint8_t>& out,
+                               const BlockScales* scales) const {
+  check_storable(name, type, cols);
   const int64_t row_bytes = *dtype_row_bytes(store, cols);
   const size_t begin = out.size();
   out.resize(begin + static_cast<size_t>(rows * row_bytes));
@@ -124,7 +131,7 @@ WeightMatrix WeightLoader::place_matrix(const std::string& name, DType type, int
   }
   check_storable(name, type, cols);
   WeightMatrix w;
-  w.type = storage_type(type);
+  w.type = matrix_storage(type, rows, cols, scales);
   w.rows = rows;
   w.cols = cols;
   w.row_bytes = *dtype_row_bytes(w.type, cols);
@@ -144,7 +151,7 @@ WeightMatrix WeightLoader::place_matrix(const std::string& name, DType type, int
     return w;
   }
   std::vector<uint8_t> bytes;
-  append_rows(name, type, rows, cols, first, stride, bytes, scales);
+  append_rows(name, type, w.type, rows, cols, first, stride, bytes, scales);
   w.data = place(bytes.data(), bytes.size());
   // Whole rows (converted): done with them. Column slices (tensor parallelism) leave the other ranks' columns alone.
   if (stride == *dtype_row_bytes(type, cols)) source_.copied(first, rows * stride);
@@ -221,9 +228,9 @@ WeightMatrix WeightLoader::stacked_rows(const std::vector<RowPart>& parts) {
       const std::vector<float> grid = block_scales(part.name, t);
       const BlockScales scales{grid.data() + part.range.begin / kFp8ScaleBlock * scale_blocks(cols), scale_blocks(cols),
                                part.range.begin % kFp8ScaleBlock};
-      append_rows(part.name, part_type, part.range.count, cols, first, row_bytes, bytes, &scales);
+      append_rows(part.name, part_type, stored, part.range.count, cols, first, row_bytes, bytes, &scales);
     } else {
-      append_rows(part.name, t.type, part.range.count, cols, first, row_bytes, bytes);
+      append_rows(part.name, t.type, stored, part.range.count, cols, first, row_bytes, bytes);
     }
     source_.copied(first, part.range.count * row_bytes);  // now in `bytes`
   }
@@ -285,7 +292,7 @@ WeightMatrix WeightLoader::matrix_row_subset(const std::string& name, int64_t ro
   w.cols = cols;
   w.row_bytes = *dtype_row_bytes(w.type, cols);
   std::vector<uint8_t> stored;
-  append_rows(name, t.type, w.rows, cols, picked.data(), row_bytes, stored, nullptr);
+  append_rows(name, t.type, w.type, w.rows, cols, picked.data(), row_bytes, stored, nullptr);
   w.data = place(stored.data(), stored.size());
   return w;
 }
@@ -385,12 +392,9 @@ std::vector<float> WeightLoader::block_scales(const std::string& name, const Ten
 }
 
 BlockScales WeightLoader::place_scales(const BlockScales& host, int64_t rows, int64_t cols) {
-  const int64_t block_cols = scale_blocks(cols), block_rows = host.block_rows(rows);
-  std::vector<float> packed(static_cast<size_t>(block_rows * block_cols));
-  for (int64_t r = 0; r < block_rows; ++r) {
-    std::copy_n(host.data + r * host.stride, block_cols, packed.begin() + r * block_cols);
-  }
-  return {static_cast<const float*>(place(packed.data(), packed.size() * sizeof(float))), block_cols, host.row_offset};
+  const std::vector<float> packed = pack_block_scales(host, rows, cols);
+  return {static_cast<const float*>(place(packed.data(), packed.size() * sizeof(float))), fp8_scale_stride(cols),
+          host.row_offset};
 }
 
 const float* WeightLoader::vector(const std::string& name, int64_t n) { return vector(name, n, SliceRange{0, n}); }

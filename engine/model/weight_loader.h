@@ -4,7 +4,8 @@
 // place()) and the map's pages dropped, so the matmuls stream them through 2 MB pages; tensors of sources that
 // cannot give their memory back (dummy weights) are used in place. FP8 E4M3 matrices come with their 128x128 block
 // scales (the tensor block_scale_name(name) beside them, as DeepSeek-V3/R1 ship them): one byte a weight plus the
-// scales (kFP8_E4M3_B128) on backends that keep that type (the CPU), dequantized to bf16 once at load on the others.
+// scales (kFP8_E4M3_B128) on backends that keep that type (the CPU; CUDA on sm_90 for the shapes its FP8 GEMM takes:
+// Backend::keeps_block_scaled), dequantized to bf16 once at load on the others.
 #pragma once
 
 #include <map>
@@ -103,7 +104,8 @@ class WeightLoader {
   int64_t column_offset_bytes(const std::string& name, DType type, int64_t cols, SliceRange range) const;
   // The block scales of FP8 matrix `t` (loaded as `name`) as f32, [ceil(rows / 128), ceil(cols / 128)] row-major.
   std::vector<float> block_scales(const std::string& name, const TensorRef& t) const;
-  // The scale rows that `rows` rows read from `host` (ceil(cols / 128) of each), packed and placed.
+  // The scale rows that `rows` rows read from `host` (ceil(cols / 128) of each), packed at 16-byte strides
+  // (fp8_scale_stride: cuBLASLt's 128x128 layout) and placed.
   BlockScales place_scales(const BlockScales& host, int64_t rows, int64_t cols);
   // `bytes` from `host` in backend memory. Host backends: bump-allocated (64-byte aligned) from buffers of at least
   // kArenaBytes, which host backends map on transparent huge pages (2 MB and up), so a matmul streaming its matrix
@@ -115,9 +117,12 @@ class WeightLoader {
   // cannot give memory back). kFP8_E4M3_B128 rows need `scales` (host memory, row 0 of the rows being the first).
   WeightMatrix place_matrix(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first,
                             int64_t stride, const BlockScales* scales = nullptr);
-  // Appends `rows` rows (`stride` bytes apart from `first`) to `out` in the backend's storage type for `type`.
-  void append_rows(const std::string& name, DType type, int64_t rows, int64_t cols, const uint8_t* first, int64_t stride,
-                   std::vector<uint8_t>& out, const BlockScales* scales = nullptr) const;
+  // storage_type(type), except that a block-scaled FP8 matrix the backend cannot take in this shape
+  // (Backend::keeps_block_scaled) is stored as bf16.
+  DType matrix_storage(DType type, int64_t rows, int64_t cols, const BlockScales* scales) const;
+  // Appends `rows` rows (`stride` bytes apart from `first`) to `out` as `store` (the storage type chosen for `type`).
+  void append_rows(const std::string& name, DType type, DType store, int64_t rows, int64_t cols, const uint8_t* first,
+                   int64_t stride, std::vector<uint8_t>& out, const BlockScales* scales = nullptr) const;
   // Appends values [range) of vector `name` as f32; sets host_view_ when they can be used in place from the map.
   void append_vector(const std::string& name, int64_t n, SliceRange range, std::vector<float>& out);
 

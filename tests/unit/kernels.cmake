@@ -1,6 +1,7 @@
 # CPU kernel tests: the thread pool (core), the CPU matmul kernels (block-scaled FP8 included) and the latent attention
-# kernels against their reference (backend), and the GPU split-attention plan and merge and the tensor-core prefill
-# attention's fragment layouts and tile rule (plain host code).
+# kernels against their reference (backend), and the GPU split-attention plan and merge, the tensor-core prefill
+# attention's fragment layouts and tile rule, and the FP8 GEMM's scale layouts and activation quantization (plain
+# host code).
 servetune_test(test_thread_pool LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_thread_pool.cpp
   LIBS servetune_core)
@@ -24,6 +25,9 @@ servetune_test(test_cpu_latent_attention LABEL unit
 servetune_test(test_tree_attention LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tree_attention.cpp
   LIBS servetune_backend)
+servetune_test(test_fp8_layout LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_layout.cpp
+  LIBS servetune_core)
 servetune_test(test_split_attention_plan LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_split_attention_plan.cpp
   LIBS servetune_core)

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/fp8_layout.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/quant.h"
@@ -59,12 +60,20 @@ std::span<const uint8_t> bytes_of(const std::vector<float>& v) {
 }
 
 // A backend like the GPU ones as far as loading goes: device memory (no host views), bf16 for every matrix type but
-// f32 and bf16. Its memory is host memory, so the test can read what was uploaded. No ops.
+// f32 and bf16, or with keep_fp8 as CUDA on sm_90: block-scaled FP8 kept in the shapes its FP8 GEMM takes
+// (fp8_gemm_shape_problem). Its memory is host memory, so the test can read what was uploaded. No ops.
 class Bf16DeviceBackend final : public Backend {
  public:
+  explicit Bf16DeviceBackend(bool keep_fp8 = false) : keep_fp8_(keep_fp8) {}
   std::string name() const override { return "bf16 device"; }
   bool host_memory() const override { return false; }
-  DType matrix_storage_type(DType t) const override { return t == DType::kF32 || t == DType::kBF16 ? t : DType::kBF16; }
+  DType matrix_storage_type(DType t) const override {
+    if (keep_fp8_ && t == DType::kFP8_E4M3_B128) return t;
+    return t == DType::kF32 || t == DType::kBF16 ? t : DType::kBF16;
+  }
+  bool keeps_block_scaled(int64_t rows, int64_t cols, int64_t row_offset) const override {
+    return fp8_gemm_shape_problem(rows, cols, row_offset).empty();
+  }
   std::unique_ptr<Buffer> allocate(size_t bytes) override { return cpu_.allocate(bytes); }
   void upload(Buffer& dst, size_t offset, const void* src, size_t bytes) override { cpu_.upload(dst, offset, src, bytes); }
   void download(void* dst, const Buffer& src, size_t offset, size_t bytes) override { cpu_.download(dst, src, offset, bytes); }
@@ -84,6 +93,7 @@ class Bf16DeviceBackend final : public Backend {
 
  private:
   [[noreturn]] static void no_ops() { throw std::logic_error("Bf16DeviceBackend runs no ops"); }
+  bool keep_fp8_;
   cpu::CpuBackend cpu_{1};
 };
 
@@ -179,9 +189,12 @@ TEST_F(Fp8Loading, WholeMatrixKeepsCodesAndScalesOnTheCpu) {
   EXPECT_EQ(w.row_bytes, 260);
   EXPECT_EQ(std::memcmp(w.data, q_.codes.data(), q_.codes.size()), 0) << "codes as the file has them";
   ASSERT_NE(w.scales.data, nullptr);
-  EXPECT_EQ(w.scales.stride, 3);
+  EXPECT_EQ(w.scales.stride, 4) << "3 column blocks, rows of scales 16 bytes apart (fp8_scale_stride)";
   EXPECT_EQ(w.scales.row_offset, 0);
-  EXPECT_EQ(std::vector<float>(w.scales.data, w.scales.data + 9), q_.scales);
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(std::vector<float>(w.scales.data + r * 4, w.scales.data + r * 4 + 3),
+              std::vector<float>(q_.scales.begin() + static_cast<std::ptrdiff_t>(r * 3), q_.scales.begin() + static_cast<std::ptrdiff_t>(r * 3 + 3)));
+  }
   for (int64_t n_tokens : {1, 3, 17}) {
     const std::vector<float> x = activations(n_tokens * 260, 10);
     expect_matmul_near(backend, w, exact_product(q_, 0, 300, 0, 260, x, n_tokens), x, n_tokens);
@@ -227,7 +240,7 @@ TEST_F(Fp8Loading, ColumnSlicesFollowScaleBlocks) {
     const WeightMatrix w = loader.matrix_cols("blk.0.ffn_down.weight", 64, 260, range);
     EXPECT_EQ(w.type, DType::kFP8_E4M3_B128);
     ASSERT_EQ(w.cols, range.count);
-    EXPECT_EQ(w.scales.stride, (range.count + 127) / 128);
+    EXPECT_EQ(w.scales.stride, fp8_scale_stride(range.count));
     EXPECT_EQ(w.scales.data[0], down_.scales[static_cast<size_t>(range.begin / 128)]);
     const std::vector<float> x = activations(3 * range.count, 12);
     expect_matmul_near(backend, w, exact_product(down_, 0, 64, range.begin, range.count, x, 3), x, 3);
@@ -283,20 +296,22 @@ TEST_F(Fp8Loading, CpuKeepsFp8MatricesUnstacked) {
   EXPECT_THROW(loader.stacked_rows(gate_up), Error);
 }
 
-// A device backend gets bf16: each weight code · scale rounded to bf16, slices and stacks included.
+// `w` is rows [r0, ...) x columns [c0, ...) of `t` as bf16: each weight code · scale rounded to bf16.
+void expect_bf16(const WeightMatrix& w, const Fp8Tensor& t, int64_t r0, int64_t c0) {
+  ASSERT_EQ(w.type, DType::kBF16);
+  EXPECT_EQ(w.scales.data, nullptr);
+  const auto* values = static_cast<const uint16_t*>(w.data);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t c = 0; c < w.cols; ++c) {
+      ASSERT_EQ(values[r * w.cols + c], f32_to_bf16(t.value(r0 + r, c0 + c))) << "r=" << r << " c=" << c;
+    }
+  }
+}
+
+// A device backend gets bf16, slices and stacks included.
 TEST_F(Fp8Loading, DeviceBackendsGetBf16) {
   Bf16DeviceBackend backend;
   WeightLoader loader(*source_, backend, ParallelContext{1, 2, nullptr});
-  const auto expect_bf16 = [](const WeightMatrix& w, const Fp8Tensor& t, int64_t r0, int64_t c0) {
-    ASSERT_EQ(w.type, DType::kBF16);
-    EXPECT_EQ(w.scales.data, nullptr);
-    const auto* values = static_cast<const uint16_t*>(w.data);
-    for (int64_t r = 0; r < w.rows; ++r) {
-      for (int64_t c = 0; c < w.cols; ++c) {
-        ASSERT_EQ(values[r * w.cols + c], f32_to_bf16(t.value(r0 + r, c0 + c))) << "r=" << r << " c=" << c;
-      }
-    }
-  };
   expect_bf16(loader.matrix("blk.0.attn_q.weight", 300, 260), q_, 0, 0);
   expect_bf16(loader.matrix_rows("blk.0.attn_q.weight", 300, 260, SliceRange{150, 150}), q_, 150, 0);
   expect_bf16(loader.matrix_cols("blk.0.ffn_down.weight", 64, 260, SliceRange{128, 132}), down_, 0, 128);
@@ -312,6 +327,28 @@ TEST_F(Fp8Loading, DeviceBackendsGetBf16) {
   auto keep = loader.take_buffers();
   // Bad scales are the same errors there.
   EXPECT_THROW(loader.matrix("blk.0.attn_k.weight", 200, 260), Error);
+}
+
+// A device that keeps FP8 (CUDA on sm_90) keeps the matrices its FP8 GEMM takes, codes as in the file and scales at
+// 16-byte strides; the others become bf16, matrix by matrix: 260 columns (not a multiple of 16), a row slice starting
+// inside a 128-row scale block.
+TEST_F(Fp8Loading, Fp8DeviceKeepsTheShapesItsGemmTakes) {
+  Bf16DeviceBackend backend(true);
+  WeightLoader loader(*source_, backend, ParallelContext{0, 1, nullptr});
+  const WeightMatrix gate = loader.matrix("blk.0.ffn_gate.weight", 300, 256);
+  ASSERT_EQ(gate.type, DType::kFP8_E4M3_B128);
+  EXPECT_EQ(std::memcmp(gate.data, gate_.codes.data(), gate_.codes.size()), 0);
+  EXPECT_EQ(gate.scales.stride, 4);
+  for (int64_t r = 0; r < 300; r += 7) {
+    for (int64_t c = 0; c < 256; c += 5) EXPECT_EQ(gate.scales.at(r, c), gate_.scales[static_cast<size_t>(r / 128 * 2 + c / 128)]);
+  }
+  const WeightMatrix second = loader.matrix_rows("blk.0.ffn_up.weight", 300, 256, SliceRange{128, 172});
+  ASSERT_EQ(second.type, DType::kFP8_E4M3_B128) << "a slice on a block boundary stays FP8";
+  EXPECT_EQ(second.scales.row_offset, 0);
+  EXPECT_EQ(second.scales.at(0, 200), up_.scales[static_cast<size_t>(1 * 2 + 1)]);
+  expect_bf16(loader.matrix("blk.0.attn_q.weight", 300, 260), q_, 0, 0);
+  expect_bf16(loader.matrix_rows("blk.0.ffn_up.weight", 300, 256, SliceRange{100, 200}), up_, 100, 0);
+  EXPECT_FALSE(loader.stackable({"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"})) << "FP8 kept: no stacking";
 }
 
 }  // namespace
