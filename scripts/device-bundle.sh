@@ -18,7 +18,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/cuda}
 OUTDIR=.device-bundle
-TARGETS=(servetune test_gpu_ops test_gpu_moe_ops test_gpu_tree_attention test_gpu_prefill_attention test_gpu_sample test_gpu_parity)
+TARGETS=(servetune test_gpu_ops test_gpu_moe_ops test_gpu_tree_attention test_gpu_prefill_attention test_gpu_fp8 test_gpu_sample
+         test_gpu_parity)
 
 [ -d "$BUILD" ] || cmake --preset cuda >/dev/null
 cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}"
@@ -26,7 +27,7 @@ cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}"
 rm -rf "$OUTDIR"
 mkdir -p "$OUTDIR/bin" "$OUTDIR/lib"
 bins=("$BUILD/servetune" "$BUILD/tests/unit/test_gpu_ops" "$BUILD/tests/unit/test_gpu_moe_ops"
-      "$BUILD/tests/unit/test_gpu_tree_attention" "$BUILD/tests/unit/test_gpu_prefill_attention"
+      "$BUILD/tests/unit/test_gpu_tree_attention" "$BUILD/tests/unit/test_gpu_prefill_attention" "$BUILD/tests/unit/test_gpu_fp8"
       "$BUILD/tests/unit/test_gpu_sample" "$BUILD/tests/integration/test_gpu_parity")
 for b in "${bins[@]}"; do
   cp "$b" "$OUTDIR/bin/"

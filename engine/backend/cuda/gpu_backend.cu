@@ -2,16 +2,21 @@
 // and GEMMs through cuBLAS (bf16 weights x bf16-cast activations, f32 accumulate; f32 weights in plain fp32, no TF32).
 // The HIP build has no BLAS library (Debian packages none) and uses the tiled kernel of gemm.cu; SERVETUNE_GPU_GEMM=tiled
 // makes a CUDA build use it too (so the HIP build's GEMM is tested and timed where a GPU is).
+// Block-scaled FP8 weights (DeepSeek-V3/R1's) stay FP8 on an sm_90 CUDA device, multiplied by cuBLASLt's FP8 GEMM
+// (fp8_gemm.h); everywhere else (HIP, other GPUs, the tiled GEMM, shapes that GEMM cannot take) they become bf16 at load.
 // Kernel faults are asynchronous: they surface at the next synchronizing call, under that call's name. With
 // SERVETUNE_GPU_SYNC_CHECK=1 (or CUDA_LAUNCH_BLOCKING=1) every op waits for its work and names itself in the error.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/gpu_backend.h"
+#include "backend/fp8_layout.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/prefill_attention_mma.h"
@@ -110,6 +115,8 @@ class GpuBackend final : public Backend {
     // A fixed workspace, so cuBLAS allocates nothing while a graph is being captured.
     blas_workspace_ = std::make_unique<DeviceBuffer>(kBlasWorkspaceBytes);
     check_blas(cublasSetWorkspace(blas_, blas_workspace_->data(), kBlasWorkspaceBytes), "cublasSetWorkspace");
+    // FP8 weights are kept as such only where the FP8 GEMM runs; the tiled kernel reads f32 and bf16 only.
+    if (!tiled_gemm_ && fp8_block_gemm_supported()) fp8_ = std::make_unique<Fp8Gemm>();
 #endif
   }
   ~GpuBackend() override {
@@ -125,7 +132,14 @@ class GpuBackend final : public Backend {
 
   std::string name() const override { return SERVETUNE_GPU_VENDOR; }
   DType matrix_storage_type(DType file_type) const override {
+#if !defined(SERVETUNE_HIP)
+    if (file_type == DType::kFP8_E4M3_B128 && fp8_) return file_type;
+#endif
     return file_type == DType::kF32 || file_type == DType::kBF16 ? file_type : DType::kBF16;
+  }
+  // The FP8 GEMM's shape rules (fp8_gemm_shape_problem); a matrix outside them is converted to bf16 at load.
+  bool keeps_block_scaled(int64_t rows, int64_t cols, int64_t row_offset) const override {
+    return fp8_gemm_shape_problem(rows, cols, row_offset).empty();
   }
   bool supports_kv_dtype(DType t) const override { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
   // attention, the split kernel and attention_latent honour draft-tree masks (tree_mask.h); copy_kv_slots below.
@@ -403,6 +417,12 @@ class GpuBackend final : public Backend {
   }
 
   void gemm(const WeightMatrix& w, const float* x, int64_t n, float* y) {
+#if !defined(SERVETUNE_HIP)
+    if (w.type == DType::kFP8_E4M3_B128 && fp8_) {
+      fp8_gemm(w, x, n, y);
+      return;
+    }
+#endif
     if (w.type != DType::kF32 && w.type != DType::kBF16) {
       throw Error(ErrorKind::kInternal, "GPU matmul needs f32 or bf16 weights, got " + std::string(dtype_name(w.type)));
     }
@@ -431,6 +451,26 @@ class GpuBackend final : public Backend {
                "bf16 GEMM");
 #endif
   }
+
+#if !defined(SERVETUNE_HIP)
+  // y[n, rows] = x . W^T for block-scaled FP8 W: x quantized to e4m3 per token and 128 columns, then cuBLASLt. The
+  // GEMM runs on a multiple of 4 tokens and writes 256-byte-aligned output (the heuristic's default alignment
+  // assumption), so a y that is neither gets the result through a scratch copy.
+  void fp8_gemm(const WeightMatrix& w, const float* x, int64_t n, float* y) {
+    const int64_t n_pad = fp8_gemm_tokens(n);
+    auto* codes = static_cast<uint8_t*>(grow(x_fp8_, static_cast<size_t>(n_pad * w.cols), "FP8 GEMM"));
+    auto* scales = static_cast<float*>(
+        grow(x_fp8_scales_, static_cast<size_t>(fp8_blocks(w.cols) * n_pad) * sizeof(float), "FP8 GEMM"));
+    launch_quantize_fp8_groups(x, n, w.cols, codes, scales, stream_);
+    const bool direct = n_pad == n && reinterpret_cast<uintptr_t>(y) % 256 == 0;
+    float* out = direct ? y : static_cast<float*>(grow(fp8_out_, static_cast<size_t>(n_pad * w.rows) * sizeof(float), "FP8 GEMM"));
+    fp8_->run(w, codes, scales, n_pad, out, blas_workspace_->data(), kBlasWorkspaceBytes, stream_);
+    if (!direct) {
+      check(cudaMemcpyAsync(y, out, static_cast<size_t>(n * w.rows) * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+            "FP8 GEMM output copy");
+    }
+  }
+#endif
 
   // head_matmul's GEMMs: y_h = x_h . W_h^T for every head h in one strided batched call (the HIP build, and
   // SERVETUNE_GPU_GEMM=tiled: the batched tiled kernel). bf16 weights take the heads' inputs packed as bf16.
@@ -486,7 +526,9 @@ class GpuBackend final : public Backend {
   }();
   static constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
   cublasHandle_t blas_ = nullptr;
-  std::unique_ptr<DeviceBuffer> blas_workspace_;
+  std::unique_ptr<DeviceBuffer> blas_workspace_;  // cuBLAS's, and cuBLASLt's for the FP8 GEMMs (same stream)
+  std::unique_ptr<Fp8Gemm> fp8_;                  // sm_90 without the tiled GEMM only
+  std::unique_ptr<DeviceBuffer> x_fp8_, x_fp8_scales_, fp8_out_;  // FP8 GEMM activations, their scales, padded output
 #endif
   std::unique_ptr<DeviceBuffer> sample_rows_, sample_tokens_;  // Backend::sample's rows in and ids out
   std::unique_ptr<DeviceBuffer> x_bf16_;  // activations cast to bf16 for the bf16 GEMMs
