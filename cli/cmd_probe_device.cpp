@@ -29,7 +29,9 @@ void run_probe(const ProbeOptions& o) {
                               {"copy_bytes_per_s", p.copy_bytes_per_s},
                               {"copy_what", p.copy_what},
                               {"gemm_flops", p.gemm_flops},
-                              {"gemm_what", p.gemm_what}};
+                              {"gemm_what", p.gemm_what},
+                              {"fp8_gemm_flops", p.fp8_gemm_flops},
+                              {"fp8_gemm_what", p.fp8_gemm_what}};
     std::printf("%s\n", j.dump().c_str());
     return;
   }
@@ -38,6 +40,7 @@ void run_probe(const ProbeOptions& o) {
               format_bytes(static_cast<double>(p.free_bytes)).c_str());
   std::printf("copy:    %.1f GB/s read + write (%s)\n", p.copy_bytes_per_s / 1e9, p.copy_what.c_str());
   std::printf("gemm:    %.3g TFLOP/s (%s)\n", p.gemm_flops / 1e12, p.gemm_what.c_str());
+  if (p.fp8_gemm_flops > 0) std::printf("fp8:     %.3g TFLOP/s (%s)\n", p.fp8_gemm_flops / 1e12, p.fp8_gemm_what.c_str());
 }
 
 void add_probe_device_command(CLI::App& app) {

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check, for a session that has an H100 or H200 (at most 8 minutes): measures the device's peaks (`servetune
 # probe-device`: a copy kernel's bandwidth, a cuBLAS bf16 GEMM's rate, free memory), runs the GPU tests with the
-# per-op sync check on (test_gpu_ops, test_gpu_moe_ops, test_gpu_tree_attention, test_gpu_prefill_attention, test_gpu_sample,
-# test_gpu_parity: greedy
-# parity with the CPU engine on stories260K, and on SmolLM2 where the model is on the machine: its 98 MB do not fit the
-# 64 MiB carry), then a
+# per-op sync check on (test_gpu_ops, test_gpu_moe_ops, test_gpu_tree_attention, test_gpu_prefill_attention,
+# test_gpu_fp8, test_gpu_sample, test_gpu_parity: greedy parity with the CPU engine on stories260K, and on SmolLM2
+# where the model is on the machine: its 98 MB do not fit the 64 MiB carry), then a
 # Llama-3-8B-shaped model with dummy bf16 weights generated on the device and a bf16 KV cache: batch-1 decode (tok/s,
 # bandwidth against the measured copy bandwidth), 2048-token prefill (TFLOP/s against the measured GEMM rate), greedy
 # ids that must agree across compile eager / fused / graphs (a NaN or inf logit is an error), and in-process random
@@ -84,14 +83,14 @@ elif [ -x "$BUNDLE/bin/servetune" ]; then
   fi
   BIN=$BUNDLE/bin/servetune
   TESTS=("$BUNDLE/bin/test_gpu_ops" "$BUNDLE/bin/test_gpu_moe_ops" "$BUNDLE/bin/test_gpu_tree_attention"
-         "$BUNDLE/bin/test_gpu_prefill_attention"
+         "$BUNDLE/bin/test_gpu_prefill_attention" "$BUNDLE/bin/test_gpu_fp8"
          "$BUNDLE/bin/test_gpu_sample" "$BUNDLE/bin/test_gpu_parity")
   COMMIT=$(cat "$BUNDLE/commit")
   row "binaries" "bundle, commit $COMMIT"
 else
   step "build (preset cuda, sm_90a; logs in $LOG/build.log)"
   if ! { cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES=90a && \
-         cmake --build build/cuda -j "$JOBS" --target servetune test_gpu_ops test_gpu_moe_ops test_gpu_tree_attention test_gpu_prefill_attention \
+         cmake --build build/cuda -j "$JOBS" --target servetune test_gpu_ops test_gpu_moe_ops test_gpu_tree_attention test_gpu_prefill_attention test_gpu_fp8 \
            test_gpu_sample            test_gpu_parity; } > "$LOG/build.log" 2>&1; then
     tail -40 "$LOG/build.log"
     failed "build (cuda preset)" "see build.log (or make a bundle)"
@@ -100,7 +99,7 @@ else
   row "build (cuda preset, sm_90a)" "ok in $(( $(date +%s) - T0 )) s"
   BIN=build/cuda/servetune
   TESTS=(build/cuda/tests/unit/test_gpu_ops build/cuda/tests/unit/test_gpu_moe_ops build/cuda/tests/unit/test_gpu_tree_attention
-         build/cuda/tests/unit/test_gpu_prefill_attention
+         build/cuda/tests/unit/test_gpu_prefill_attention build/cuda/tests/unit/test_gpu_fp8
          build/cuda/tests/unit/test_gpu_sample build/cuda/tests/integration/test_gpu_parity)
 fi
 
@@ -113,16 +112,18 @@ rc=$?
 PROBE=$(python3 -c "
 import json; p = json.loads(open('$LOG/probe.json').read().strip().splitlines()[-1])
 assert p['copy_bytes_per_s'] > 0 and p['gemm_flops'] > 0 and p['free_bytes'] > 0
-print(p['total_bytes'], p['free_bytes'], p['copy_bytes_per_s'], p['gemm_flops'], p['name'])" 2>> "$LOG/probe.log")
+print(p['total_bytes'], p['free_bytes'], p['copy_bytes_per_s'], p['gemm_flops'], p.get('fp8_gemm_flops', 0), p['name'])" 2>> "$LOG/probe.log")
 if [ -z "$PROBE" ]; then
   failed "device probe (rc $rc)" "see probe.log"
   exit 1  # without the free memory nothing below can be sized
 fi
-read -r TOTAL_BYTES FREE_BYTES PEAK_BW PEAK_FLOPS GPU_NAME <<< "$PROBE"
+read -r TOTAL_BYTES FREE_BYTES PEAK_BW PEAK_FLOPS FP8_FLOPS GPU_NAME <<< "$PROBE"
 row "device" "$GPU_NAME"
 row "memory total / free" "$(python3 -c "print(f'{$TOTAL_BYTES/2**30:.1f} / {$FREE_BYTES/2**30:.1f} GiB')")"
 row "copy bandwidth, measured (read + write)" "$(python3 -c "print(f'{$PEAK_BW/1e12:.3g} TB/s')")"
 row "bf16 GEMM, measured" "$(python3 -c "print(f'{$PEAK_FLOPS/1e12:.3g} TFLOP/s')")"
+# The engine's FP8 matmul (activation quantization + cuBLASLt block-scaled GEMM, 8192^3): sm_90 CUDA devices only.
+[ "$DRY" = 1 ] || row "FP8 GEMM (block-scaled, 8192^3), measured" "$(python3 -c "f = $FP8_FLOPS; print(f'{f/1e12:.4g} TFLOP/s' if f > 0 else 'not available on this device (needs sm_90)')")"
 
 step "GPU tests (SERVETUNE_GPU_SYNC_CHECK=1: a kernel fault names its op)"
 [ "$DRY" = 1 ] && row "GPU tests" "not run (dry run)"

@@ -1,11 +1,14 @@
 // probe_gpu (gpu_backend.h): device 0's memory, the bandwidth of a 16-byte-per-thread copy kernel over two buffers far
 // larger than L2, and the rate of a large square bf16 GEMM (cuBLAS, f32 accumulate; the HIP build has no BLAS and
-// times its tiled kernel instead), each the best of several event-timed runs after a warm-up, on a stream of its own.
+// times its tiled kernel instead), each the best of several event-timed runs after a warm-up, on a stream of its own;
+// on an sm_90 CUDA device also the engine's FP8 matmul (activation quantization + cuBLASLt block-scaled FP8 GEMM).
 #include <algorithm>
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/gpu_backend.h"
+#include "backend/fp8_layout.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
 
@@ -152,6 +155,34 @@ DeviceProbe probe_gpu() {
 #endif
     p.gemm_flops = 2.0 * static_cast<double>(m) * static_cast<double>(m) * static_cast<double>(m) / s;
   }
+#if !defined(SERVETUNE_HIP)
+  if (backend->matrix_storage_type(DType::kFP8_E4M3_B128) == DType::kFP8_E4M3_B128) {
+    // As a layer runs it (GpuBackend::fp8_gemm): f32 activations quantized per token and 128 columns, then the GEMM
+    // with 128x128 weight scales, f32 out. Weight codes all e4m3 1.0 and scales 1 (the rate does not depend on them).
+    const int64_t m = 8192;
+    const size_t elems = static_cast<size_t>(m * m), workspace_bytes = size_t{32} << 20;
+    const int64_t n_scales = fp8_blocks(m) * fp8_scale_stride(m);
+    auto codes = backend->allocate(elems), scales = backend->allocate(static_cast<size_t>(n_scales) * 4);
+    auto x = backend->allocate(elems * 4), y = backend->allocate(elems * 4), x_codes = backend->allocate(elems);
+    auto x_scales = backend->allocate(static_cast<size_t>(fp8_blocks(m) * m) * 4), workspace = backend->allocate(workspace_bytes);
+    backend->fill_random(scales->data(), DType::kF32, n_scales, 4, 1.0f, 0.0f);
+    backend->fill_random(x->data(), DType::kF32, m * m, 5, 0.0f, 1.0f);
+    backend->synchronize();
+    check(cudaMemsetAsync(codes->data(), 0x38, elems, stream.get()), "cudaMemsetAsync");  // before the timed runs
+    const WeightMatrix w{codes->data(), DType::kFP8_E4M3_B128, m, m, m,
+                         BlockScales{static_cast<const float*>(scales->data()), fp8_scale_stride(m), 0}};
+    Fp8Gemm gemm;
+    auto* xc = static_cast<uint8_t*>(x_codes->data());
+    auto* xs = static_cast<float*>(x_scales->data());
+    const double s = timer.best_seconds(3, 10, [&] {
+      launch_quantize_fp8_groups(static_cast<const float*>(x->data()), m, m, xc, xs, stream.get());
+      gemm.run(w, xc, xs, m, static_cast<float*>(y->data()), workspace->data(), workspace_bytes, stream.get());
+    });
+    p.fp8_gemm_flops = 2.0 * static_cast<double>(m) * static_cast<double>(m) * static_cast<double>(m) / s;
+    p.fp8_gemm_what = "activation quantization (1x128) + cuBLASLt FP8 e4m3 GEMM, 128x128 weight scales, f32 out, " +
+                      std::to_string(m) + "^3, best of 10";
+  }
+#endif
   return p;
 }
 

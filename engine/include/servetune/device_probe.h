@@ -21,6 +21,8 @@ struct DeviceProbe {
   std::string copy_what;         // how it was measured
   double gemm_flops = 0;         // 2*m*n*k per second of a bf16 GEMM with f32 accumulation; best of several runs
   std::string gemm_what;         // which GEMM, and its shape
+  double fp8_gemm_flops = 0;     // the engine's block-scaled FP8 matmul (CUDA sm_90 only; else 0), 2*m*n*k per second
+  std::string fp8_gemm_what;
 };
 
 // Measures `device` (the cpu with `threads` pool threads, 0 = all cores; a GPU: device 0), a second or two of work.
