@@ -1,7 +1,7 @@
 // Every GPU backend op (the fused ones of compile = fused and the on-device random fill included) against the CPU
 // reference on random inputs of awkward sizes and on the Llama-3-8B shape's (GEMMs of 4096 x 14336, head_dim 128 and
 // 256, page size 16, contexts of over a thousand): f32 paths within 1e-5 relative error (of the largest reference
-// value), bf16 GEMMs within 1e-2, the tensor-core prefill attention within its f16/bf16 rounding; f32, f16 and bf16 KV caches; the tiled GEMM (the HIP build's) through
+// value), bf16 GEMMs within 1e-2, the tensor-core prefill attention within its f16/bf16 rounding; f32, f16, bf16 and FP8 E4M3 KV caches; the tiled GEMM (the HIP build's) through
 // SERVETUNE_GPU_GEMM=tiled; flash-decoding split attention for small batches with contexts up to 5000; and a kernel
 // fault under the sync check naming its op. Skips, saying why, when no GPU is visible.
 #include <gtest/gtest.h>
@@ -276,6 +276,35 @@ TEST_F(GpuOps, FusedRopeStoreQkvMatchesReference) {
   }
 }
 
+// The FP8 cache's encoder stores core's f32_to_fp8_e4m3 codes for every code's value, the midpoints between neighbours
+// (ties to even), subnormals, values past 448 and non-finite ones.
+TEST_F(GpuOps, Fp8CacheStoresCoresCodes) {
+  std::vector<float> values;
+  for (int c = 0; c < 256; ++c) {
+    const float v = fp8_e4m3_to_f32(static_cast<uint8_t>(c)), next = fp8_e4m3_to_f32(static_cast<uint8_t>(c + 1));
+    values.push_back(v);
+    if (std::isfinite(v) && std::isfinite(next) && (c & 0x7F) != 0x7F) values.push_back(0.5f * (v + next));
+  }
+  for (float v : {448.0f, 463.9f, 464.0f, 1e9f, 0x1p-10f, 0x1p-11f, 3e-40f, INFINITY, -INFINITY, NAN}) {
+    values.push_back(v);
+    values.push_back(-v);
+  }
+  const int64_t head_dim = 16, n = static_cast<int64_t>((values.size() + 15) / 16);
+  values.resize(static_cast<size_t>(n * head_dim), 0.0f);
+  std::vector<int32_t> slots(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) slots[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+  const std::vector<uint8_t> zeros(values.size(), 0);
+  const size_t k_buffer = buffers_.size();
+  uint8_t* k = dev(zeros);
+  const KvLayerView kv{k, dev(zeros), DType::kFP8_E4M3, 1, n, 1, head_dim};
+  gpu_->store_kv(kv, dev(values), dev(values), dev(slots), n);
+  std::vector<uint8_t> codes(values.size());
+  gpu_->download(codes.data(), *buffers_[k_buffer], 0, codes.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(codes[i], f32_to_fp8_e4m3(values[i])) << "value " << values[i] << " (element " << i << ")";
+  }
+}
+
 TEST_F(GpuOps, FillRandomDrawsNormalValuesDeterministically) {
   const int64_t n = 100001;
   for (DType type : {DType::kF32, DType::kBF16}) {
@@ -341,7 +370,7 @@ int64_t GpuOps::check_paged_attention(DType kv_dtype, int64_t head_dim, int64_t 
   const auto v_new = random_floats(static_cast<size_t>(n * width), 23);
   const auto q = random_floats(static_cast<size_t>(n * n_heads * head_dim), 24, -2.0f, 2.0f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const size_t cache_bytes = static_cast<size_t>(num_blocks * page * width) * (kv_dtype == DType::kF32 ? 4 : 2);
+  const size_t cache_bytes = static_cast<size_t>(num_blocks * page * width * dtype_info(kv_dtype).type_size);
 
   const bool bf16 = kv_dtype == DType::kBF16;
   const auto rounded = [&](const std::vector<float>& v) { return bf16 ? to_bf16(v).rounded : v; };
@@ -402,6 +431,18 @@ TEST_F(GpuOps, PagedAttentionHeadDim256Page16LongContexts) {
     }
   }
   check_paged_attention(DType::kF32, 256, 16, 2, 300, 16);
+}
+
+// The FP8 E4M3 cache (a byte per element, stored as core's f32_to_fp8_e4m3 stores it: the CPU's FP8 cache holds the
+// same codes, so both attend over the same values): prefill and decode through the single-pass and grouped kernels
+// (head_dim 40 and 128), and flash-decoding's 16-byte loads of 16 codes at head_dim 64, 128 and 256.
+TEST_F(GpuOps, PagedAttentionFp8Cache) {
+  for (int64_t head_dim : {40, 128}) {
+    for (int64_t prefill : {50, 300}) check_paged_attention(DType::kFP8_E4M3, head_dim, 16, 2, prefill);
+  }
+  for (int64_t head_dim : {64, 128, 256}) {
+    EXPECT_GT(check_paged_attention(DType::kFP8_E4M3, head_dim, 32, 8, {0, 16, 999, 4999}, {1, 1, 1, 1}, 16), 1);
+  }
 }
 
 // Flash-decoding (decode_attention_split.cu): decode tokens with contexts up to 5000 split into chunks of whole pages

@@ -26,14 +26,18 @@ int64_t heads_per_block(int64_t group_size) {
 // kVec consecutive cache elements from one 16-byte load, as floats (little-endian: the lower half is the first).
 template <int kCode>
 struct KvVec {
-  static constexpr int kVec = kCode == kElemF32 ? 4 : 8;
+  static constexpr int kBytes = kCode == kElemF32 ? 4 : kCode == kElemFp8 ? 1 : 2;
+  static constexpr int kVec = 16 / kBytes;
   __device__ static void load(const void* base, int64_t index, float* out) {
-    const uint4 w = *reinterpret_cast<const uint4*>(static_cast<const char*>(base) + index * (kCode == kElemF32 ? 4 : 2));
+    const uint4 w = *reinterpret_cast<const uint4*>(static_cast<const char*>(base) + index * kBytes);
     const unsigned words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       if constexpr (kCode == kElemF32) {
         out[i] = __uint_as_float(words[i]);
+      } else if constexpr (kCode == kElemFp8) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) out[4 * i + j] = fp8_e4m3_bits_to_f32(static_cast<unsigned char>(words[i] >> (8 * j)));
       } else if constexpr (kCode == kElemF16) {
         out[2 * i] = fp16_bits_to_f32(static_cast<unsigned short>(words[i] & 0xFFFFu));
         out[2 * i + 1] = fp16_bits_to_f32(static_cast<unsigned short>(words[i] >> 16));
@@ -238,7 +242,8 @@ SplitPlan plan_attention_split(const KvLayerView& kv, const AttentionBatch& batc
   SplitPlan single;
   single.page_size = kv.page_size;
   const bool shape = kv.head_dim == 64 || kv.head_dim == 128 || kv.head_dim == 256;
-  const bool type = kv.dtype == DType::kF32 || kv.dtype == DType::kF16 || kv.dtype == DType::kBF16;
+  const bool type = kv.dtype == DType::kF32 || kv.dtype == DType::kF16 || kv.dtype == DType::kBF16 ||
+                    kv.dtype == DType::kFP8_E4M3;
   // 16-byte loads need 16-byte aligned rows: the head_dims above make every row offset a multiple of 16 bytes.
   const bool aligned = reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 && reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
   if (!shape || !type || !aligned || kv.n_kv_heads <= 0 || n_heads <= 0 ||
@@ -260,6 +265,7 @@ void launch_attention_split(const KvLayerView& kv, const AttentionBatch& batch, 
   float* part_acc = scratch + 2 * batch.n_tokens * n_heads * plan.n_chunks;
   const int code = elem_code(kv.dtype);
   if (code == kElemF16) launch_split_head_dim<kElemF16>(kv, batch, q, n_heads, scale, plan, part_ml, part_acc, stream);
+  else if (code == kElemFp8) launch_split_head_dim<kElemFp8>(kv, batch, q, n_heads, scale, plan, part_ml, part_acc, stream);
   else if (code == kElemBf16) launch_split_head_dim<kElemBf16>(kv, batch, q, n_heads, scale, plan, part_ml, part_acc, stream);
   else launch_split_head_dim<kElemF32>(kv, batch, q, n_heads, scale, plan, part_ml, part_acc, stream);
   check(cudaGetLastError(), "split attention kernel");

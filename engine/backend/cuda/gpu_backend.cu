@@ -16,10 +16,10 @@
 
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/gpu_backend.h"
-#include "backend/fp8_layout.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/prefill_attention_mma.h"
+#include "backend/fp8_layout.h"
 #include "core/error.h"
 
 #if !defined(SERVETUNE_HIP)
@@ -141,7 +141,9 @@ class GpuBackend final : public Backend {
   bool keeps_block_scaled(int64_t rows, int64_t cols, int64_t row_offset) const override {
     return fp8_gemm_shape_problem(rows, cols, row_offset).empty();
   }
-  bool supports_kv_dtype(DType t) const override { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+  bool supports_kv_dtype(DType t) const override {
+    return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kFP8_E4M3;
+  }
   // attention, the split kernel and attention_latent honour draft-tree masks (tree_mask.h); copy_kv_slots below.
   bool supports_tree_attention() const override { return true; }
   std::optional<DeviceMemory> device_memory() const override {
@@ -399,7 +401,8 @@ class GpuBackend final : public Backend {
   }
   void require_kv_type(const KvLayerView& kv) const {
     if (!supports_kv_dtype(kv.dtype)) {
-      throw Error(ErrorKind::kInternal, "GPU KV cache must be f32, f16 or bf16, got " + std::string(dtype_name(kv.dtype)));
+      throw Error(ErrorKind::kInternal,
+                  "GPU KV cache must be f32, f16, bf16 or fp8_e4m3, got " + std::string(dtype_name(kv.dtype)));
     }
   }
   // As the CPU reference computes it (host std::pow), so both backends start from the same float.
@@ -463,7 +466,8 @@ class GpuBackend final : public Backend {
         grow(x_fp8_scales_, static_cast<size_t>(fp8_blocks(w.cols) * n_pad) * sizeof(float), "FP8 GEMM"));
     launch_quantize_fp8_groups(x, n, w.cols, codes, scales, stream_);
     const bool direct = n_pad == n && reinterpret_cast<uintptr_t>(y) % 256 == 0;
-    float* out = direct ? y : static_cast<float*>(grow(fp8_out_, static_cast<size_t>(n_pad * w.rows) * sizeof(float), "FP8 GEMM"));
+    float* out = direct ? y
+                        : static_cast<float*>(grow(fp8_out_, static_cast<size_t>(n_pad * w.rows) * sizeof(float), "FP8 GEMM"));
     fp8_->run(w, codes, scales, n_pad, out, blas_workspace_->data(), kBlasWorkspaceBytes, stream_);
     if (!direct) {
       check(cudaMemcpyAsync(y, out, static_cast<size_t>(n * w.rows) * sizeof(float), cudaMemcpyDeviceToDevice, stream_),

@@ -87,4 +87,30 @@ __device__ inline unsigned short f32_to_bf16_bits(float f) {
 __device__ inline float fp16_bits_to_f32(unsigned short h) { return __half2float(__ushort_as_half(h)); }
 __device__ inline unsigned short f32_to_fp16_bits(float f) { return __half_as_ushort(__float2half_rn(f)); }
 
+// OCP FP8 E4M3 codes (the FP8 KV cache) to float and back, bit for bit as core/half.h's fp8_e4m3_to_f32 and
+// f32_to_fp8_e4m3 (round to nearest even, saturating at +-448, NaN kept), without the vendors' FP8 headers (ROCm 5.2
+// has none).
+__device__ inline float fp8_e4m3_bits_to_f32(unsigned char b) {
+  const unsigned sign = static_cast<unsigned>(b & 0x80u) << 24, exp = (b >> 3) & 0x0Fu, man = b & 0x07u;
+  if (exp == 0x0Fu && man == 0x07u) return __uint_as_float(sign | 0x7FC00000u);
+  if (exp == 0) return __uint_as_float(sign | __float_as_uint(static_cast<float>(man) * 0x1p-9f));  // m * 2^-9
+  return __uint_as_float(sign | (exp + 127u - 7u) << 23 | man << 20);
+}
+__device__ inline unsigned char f32_to_fp8_e4m3_bits(float f) {
+  const unsigned u = __float_as_uint(f);
+  const auto sign = static_cast<unsigned char>((u >> 24) & 0x80u);
+  const unsigned a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return sign | 0x7Fu;
+  if (a >= 0x43E00000u) return sign | 0x7Eu;  // 448
+  if (a < 0x3C800000u) {                       // below 2^-6: multiples of 2^-9
+    const float quanta = __uint_as_float(a) * 512.0f;
+    auto q = static_cast<unsigned>(quanta);
+    const float rest = quanta - static_cast<float>(q);
+    if (rest > 0.5f || (rest == 0.5f && (q & 1u) != 0)) ++q;
+    return static_cast<unsigned char>(sign | q);
+  }
+  const unsigned rounded = a + 0x7FFFFu + ((a >> 20) & 1u);
+  return static_cast<unsigned char>(sign | ((rounded >> 20) - ((127u - 7u) << 3)));
+}
+
 }  // namespace servetune::gpu
