@@ -152,11 +152,13 @@ Fp8Gemm::Plan& Fp8Gemm::plan(const WeightMatrix& w, const float* a_scales, const
 
 void Fp8Gemm::run(const WeightMatrix& w, const uint8_t* codes, const float* scales, int64_t n_pad, float* out,
                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  if (w.type != DType::kFP8_E4M3_B128 || w.row_bytes != w.cols || w.scales.stride != fp8_scale_stride(w.cols) ||
-      !fp8_gemm_shape_problem(w.rows, w.cols, w.scales.row_offset).empty() || n_pad % 4 != 0) {
-    throw Error(ErrorKind::kInternal, "FP8 GEMM: a [" + std::to_string(w.rows) + ", " + std::to_string(w.cols) +
-                                          "] matrix the loader should have stored as bf16 (" +
-                                          fp8_gemm_shape_problem(w.rows, w.cols, w.scales.row_offset) + ")");
+  std::string problem = fp8_gemm_shape_problem(w.rows, w.cols, w.scales.row_offset);
+  if (w.type != DType::kFP8_E4M3_B128 || w.row_bytes != w.cols) problem = "not packed block-scaled FP8 rows";
+  if (w.scales.stride != fp8_scale_stride(w.cols)) problem = "scale rows not fp8_scale_stride floats apart";
+  if (n_pad % 4 != 0) problem = "a token count not padded to a multiple of 4";
+  if (!problem.empty()) {
+    throw Error(ErrorKind::kInternal, "FP8 GEMM of a [" + std::to_string(w.rows) + ", " + std::to_string(w.cols) +
+                                          "] matrix: " + problem + " (the loader stores such matrices as bf16)");
   }
   Plan& p = plan(w, w.scales.data, scales, n_pad, workspace_bytes);
   // The descriptor is shared by every weight of this shape: this call's scale pointers go in before the call (the
