@@ -150,6 +150,17 @@ Fp8Gemm::Plan& Fp8Gemm::plan(const WeightMatrix& w, const float* a_scales, const
   return plans_.emplace(key, p).first->second;
 }
 
+std::string Fp8Gemm::unsupported_reason(int64_t rows, int64_t cols, const void* stand_in, size_t workspace_bytes) {
+  const auto* scales = static_cast<const float*>(stand_in);
+  const WeightMatrix w{stand_in, DType::kFP8_E4M3_B128, rows, cols, cols, BlockScales{scales, fp8_scale_stride(cols), 0}};
+  try {
+    plan(w, scales, scales, fp8_gemm_tokens(1), workspace_bytes);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 void Fp8Gemm::run(const WeightMatrix& w, const uint8_t* codes, const float* scales, int64_t n_pad, float* out,
                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   std::string problem = fp8_gemm_shape_problem(w.rows, w.cols, w.scales.row_offset);

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "backend/backend.h"
@@ -39,6 +40,10 @@ class Fp8Gemm {
   // left them for n_pad tokens; `workspace` (256-byte aligned) is cuBLASLt's, used on `stream` only.
   void run(const WeightMatrix& w, const uint8_t* codes, const float* scales, int64_t n_pad, float* out, void* workspace,
            size_t workspace_bytes, cudaStream_t stream);
+  // Why cuBLASLt has no algorithm for a [rows, cols] weight (its heuristic asked for 4 tokens, a decode step's padded
+  // count), or "" when it has one (that plan is kept). `stand_in` is any 256-byte-aligned device address for the scale
+  // pointers, which the heuristic does not read. Runs nothing on the device.
+  std::string unsupported_reason(int64_t rows, int64_t cols, const void* stand_in, size_t workspace_bytes);
 
  private:
   struct Plan {

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -137,9 +139,24 @@ class GpuBackend final : public Backend {
 #endif
     return file_type == DType::kF32 || file_type == DType::kBF16 ? file_type : DType::kBF16;
   }
-  // The FP8 GEMM's shape rules (fp8_gemm_shape_problem); a matrix outside them is converted to bf16 at load.
+  // The FP8 GEMM's shape rules (fp8_gemm_shape_problem), and an algorithm from cuBLASLt's heuristic for the shape (so
+  // a shape this cuBLASLt cannot run, partial 128-blocks say, costs bf16 weights rather than a failed step; said once
+  // per shape on stderr). A matrix outside them is converted to bf16 at load.
   bool keeps_block_scaled(int64_t rows, int64_t cols, int64_t row_offset) const override {
-    return fp8_gemm_shape_problem(rows, cols, row_offset).empty();
+    if (!fp8_gemm_shape_problem(rows, cols, row_offset).empty()) return false;
+#if !defined(SERVETUNE_HIP)
+    if (fp8_) {
+      const std::string problem = fp8_->unsupported_reason(rows, cols, blas_workspace_->data(), kBlasWorkspaceBytes);
+      if (!problem.empty()) {
+        if (fp8_reported_.insert({rows, cols}).second) {
+          std::fprintf(stderr, "servetune: FP8 weights of shape [%lld, %lld] are kept as bf16 on this GPU: %s\n",
+                       static_cast<long long>(rows), static_cast<long long>(cols), problem.c_str());
+        }
+        return false;
+      }
+    }
+#endif
+    return true;
   }
   bool supports_kv_dtype(DType t) const override {
     return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kFP8_E4M3;
@@ -532,6 +549,7 @@ class GpuBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<DeviceBuffer> blas_workspace_;  // cuBLAS's, and cuBLASLt's for the FP8 GEMMs (same stream)
   std::unique_ptr<Fp8Gemm> fp8_;                  // sm_90 without the tiled GEMM only
+  mutable std::set<std::pair<int64_t, int64_t>> fp8_reported_;  // shapes keeps_block_scaled said it turned to bf16
   std::unique_ptr<DeviceBuffer> x_fp8_, x_fp8_scales_, fp8_out_;  // FP8 GEMM activations, their scales, padded output
 #endif
   std::unique_ptr<DeviceBuffer> sample_rows_, sample_tokens_;  // Backend::sample's rows in and ids out
