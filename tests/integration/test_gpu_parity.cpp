@@ -9,7 +9,8 @@
 // the top logits than a trained model). The FP8 checkpoints (deepseek_v3_tiny_fp8: one partial 128-block per matrix;
 // deepseek_v3_small_fp8: several, most partial) are block-scaled FP8 on both devices on an sm_90 GPU (the GPU quantizes
 // the activations to e4m3 as well, the CPU multiplies f32 ones; the MLA rotary-key rows, which start inside a scale
-// block, are bf16 there), bf16 on the GPU elsewhere. Neither's shapes are multiples of 128 (hidden 64 and 320).
+// block, and any shape cuBLASLt has no algorithm for (stderr names it) are bf16 there), bf16 on the GPU elsewhere.
+// Neither's shapes are multiples of 128 (hidden 64 and 320).
 // Draft trees (speculative_eagle_topk 2: tree attention, copy_kv_slots of accepted paths): stories260K with the random
 // EAGLE head of tests/data, every token equal to the CPU engine's without speculation; DeepSeek-V3 tiny's MTP layer
 // (MLA tree attention) under the MoE rule above.
