@@ -294,12 +294,10 @@ TEST_F(GpuOps, Fp8CacheStoresCoresCodes) {
   std::vector<int32_t> slots(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) slots[static_cast<size_t>(t)] = static_cast<int32_t>(t);
   const std::vector<uint8_t> zeros(values.size(), 0);
-  const size_t k_buffer = buffers_.size();
   uint8_t* k = dev(zeros);
   const KvLayerView kv{k, dev(zeros), DType::kFP8_E4M3, 1, n, 1, head_dim};
   gpu_->store_kv(kv, dev(values), dev(values), dev(slots), n);
-  std::vector<uint8_t> codes(values.size());
-  gpu_->download(codes.data(), *buffers_[k_buffer], 0, codes.size());
+  const std::vector<uint8_t> codes = host<uint8_t>(k, values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     ASSERT_EQ(codes[i], f32_to_fp8_e4m3(values[i])) << "value " << values[i] << " (element " << i << ")";
   }
