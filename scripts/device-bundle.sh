@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Packs the GPU check's binaries into .device-bundle/ (git-ignored) so a bare H200 machine, which has CUDA 13 and
+# Packs the GPU check's binaries into .device-bundle/bundle.tar.xz (git-ignored; device-check.sh unpacks it: the
+# eight binaries each link the whole backend, 116 MB stripped, 30 MB packed) so a bare H200 machine, which has CUDA 13 and
 # PyTorch but none of the Debian build dependencies (GTest, CLI11, nlohmann-json, yaml-cpp, libcurl, gloo...), runs
 # scripts/device-check.sh without building: the cuda preset's servetune and GPU test binaries (stripped), libcudart,
 # and every other shared library they link except glibc's, libstdc++/libgcc (newer there) and the big CUDA
@@ -8,7 +9,7 @@
 # parity test skips there, saying so.
 #
 # One-shot device run, from a session that has the machine (about 6 minutes with the bundle, no build there):
-#   bash scripts/device-bundle.sh            # here: builds the cuda preset's targets, fills .device-bundle/ (~35 MiB)
+#   bash scripts/device-bundle.sh            # here: builds the cuda preset's targets, fills .device-bundle/ (~30 MiB)
 #   run(command='bash scripts/device-check.sh /tmp/dc 2>&1 | tee "$OUT/check.txt"; tar czf "$OUT/logs.tgz" -C /tmp dc',
 #       carry=[".device-bundle"], timeout_s=560)
 # The table comes last in output_tail; the logs its rows name come back in $OUT/logs.tgz (a run returns 8 files at
@@ -18,28 +19,30 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/cuda}
 OUTDIR=.device-bundle
-TARGETS=(servetune test_gpu_ops test_gpu_moe_ops test_gpu_tree_attention test_gpu_prefill_attention test_gpu_fp8 test_gpu_sample
-         test_gpu_parity)
+source scripts/gpu_tests.sh
+TARGETS=(servetune "${GPU_TEST_TARGETS[@]}")
 
 [ -d "$BUILD" ] || cmake --preset cuda >/dev/null
 cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}"
 
-rm -rf "$OUTDIR"
-mkdir -p "$OUTDIR/bin" "$OUTDIR/lib"
-bins=("$BUILD/servetune" "$BUILD/tests/unit/test_gpu_ops" "$BUILD/tests/unit/test_gpu_moe_ops"
-      "$BUILD/tests/unit/test_gpu_tree_attention" "$BUILD/tests/unit/test_gpu_prefill_attention" "$BUILD/tests/unit/test_gpu_fp8"
-      "$BUILD/tests/unit/test_gpu_sample" "$BUILD/tests/integration/test_gpu_parity")
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+mkdir -p "$STAGE/bin" "$STAGE/lib"
+bins=("$BUILD/servetune" "${GPU_TESTS[@]/#/$BUILD/}")
 for b in "${bins[@]}"; do
-  cp "$b" "$OUTDIR/bin/"
-  strip --strip-unneeded "$OUTDIR/bin/$(basename "$b")"
+  cp "$b" "$STAGE/bin/"
+  strip --strip-unneeded "$STAGE/bin/$(basename "$b")"
 done
 # Libraries the machine has (glibc's own, libstdc++ / libgcc_s, the driver, cuBLAS, NCCL) stay behind.
 system='/(ld-linux[^/]*|lib(c|m|dl|pthread|rt|resolv|util|nsl|anl|gcc_s|stdc\+\+|cuda|cublas|cublasLt|nccl)\.so[^/]*)$'
 ldd "${bins[@]}" | awk '/=> \//{print $3}' | sort -u | grep -E -v "$system" | while read -r lib; do
-  cp -L "$lib" "$OUTDIR/lib/"
+  cp -L "$lib" "$STAGE/lib/"
 done
 # The test binaries read tests/data through the absolute source path they were built in; the check recreates it.
-pwd > "$OUTDIR/source_dir"
-echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- engine tests cli tuner report importers loadgen datasets || echo '+changes')" > "$OUTDIR/commit"
+pwd > "$STAGE/source_dir"
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- engine tests cli tuner report importers loadgen datasets || echo '+changes')" > "$STAGE/commit"
+rm -rf "$OUTDIR"
+mkdir -p "$OUTDIR"
+XZ_OPT=-T0 tar -cJf "$OUTDIR/bundle.tar.xz" -C "$STAGE" .
 du -sh "$OUTDIR"
-echo "bundle for $(cat "$OUTDIR/commit") in $OUTDIR: $(ls "$OUTDIR/bin" | tr '\n' ' ')+ $(ls "$OUTDIR/lib" | wc -l) libraries"
+echo "bundle for $(cat "$STAGE/commit") in $OUTDIR/bundle.tar.xz: $(ls "$STAGE/bin" | tr '\n' ' ')+ $(ls "$STAGE/lib" | wc -l) libraries"

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, for a session that has an H100 or H200 (at most 8 minutes): measures the device's peaks (`servetune
 # probe-device`: a copy kernel's bandwidth, a cuBLAS bf16 GEMM's rate, free memory), runs the GPU tests with the
-# per-op sync check on (test_gpu_ops, test_gpu_moe_ops, test_gpu_tree_attention, test_gpu_prefill_attention,
-# test_gpu_fp8, test_gpu_sample, test_gpu_parity: greedy parity with the CPU engine on stories260K, and on SmolLM2
-# where the model is on the machine: its 98 MB do not fit the 64 MiB carry), then a
+# per-op sync check on (scripts/gpu_tests.sh names them; test_gpu_parity: greedy parity with the CPU engine on
+# stories260K, and on SmolLM2 where the model is on the machine: its 98 MB do not fit the 64 MiB carry), then a
 # Llama-3-8B-shaped model with dummy bf16 weights generated on the device and a bf16 KV cache: batch-1 decode (tok/s,
 # bandwidth against the measured copy bandwidth), 2048-token prefill (TFLOP/s against the measured GEMM rate), greedy
 # ids that must agree across compile eager / fused / graphs (a NaN or inf logit is an error), and in-process random
@@ -32,6 +31,7 @@ mkdir -p "$LOG"
 LOG=$(cd "$LOG" && pwd)
 [ -n "$BIN" ] && BIN=$(realpath -m "$BIN")  # from the caller's directory, before the cd below
 cd "$(dirname "$0")/.."
+source scripts/gpu_tests.sh
 JOBS=${JOBS:-$(nproc)}
 ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}  # PyTorch loads its own CUDA libraries, not the bundle's Debian ones
 T0=$(date +%s)
@@ -62,6 +62,11 @@ trap finish EXIT
 
 BUNDLE=.device-bundle
 TESTS=()
+# device-bundle.sh packs the binaries (the carry limit is 64 MiB): unpacked here once, by tar or Python's lzma.
+if [ "$DRY" != 1 ] && [ -z "$BIN" ] && [ -f "$BUNDLE/bundle.tar.xz" ] && [ ! -x "$BUNDLE/bin/servetune" ]; then
+  tar -xJf "$BUNDLE/bundle.tar.xz" -C "$BUNDLE" 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$BUNDLE/bundle.tar.xz" "$BUNDLE"
+fi
 if [ "$DRY" = 1 ]; then
   BIN=${BIN:-build/cpu/servetune}
   if [ ! -x "$BIN" ]; then failed "binaries (dry run)" "no $BIN (build the cpu preset)"; exit 1; fi
@@ -82,25 +87,20 @@ elif [ -x "$BUNDLE/bin/servetune" ]; then
     exit 1
   fi
   BIN=$BUNDLE/bin/servetune
-  TESTS=("$BUNDLE/bin/test_gpu_ops" "$BUNDLE/bin/test_gpu_moe_ops" "$BUNDLE/bin/test_gpu_tree_attention"
-         "$BUNDLE/bin/test_gpu_prefill_attention" "$BUNDLE/bin/test_gpu_fp8"
-         "$BUNDLE/bin/test_gpu_sample" "$BUNDLE/bin/test_gpu_parity")
+  TESTS=("${GPU_TEST_TARGETS[@]/#/$BUNDLE/bin/}")
   COMMIT=$(cat "$BUNDLE/commit")
   row "binaries" "bundle, commit $COMMIT"
 else
   step "build (preset cuda, sm_90a; logs in $LOG/build.log)"
   if ! { cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES=90a && \
-         cmake --build build/cuda -j "$JOBS" --target servetune test_gpu_ops test_gpu_moe_ops test_gpu_tree_attention test_gpu_prefill_attention test_gpu_fp8 \
-           test_gpu_sample            test_gpu_parity; } > "$LOG/build.log" 2>&1; then
+         cmake --build build/cuda -j "$JOBS" --target servetune "${GPU_TEST_TARGETS[@]}"; } > "$LOG/build.log" 2>&1; then
     tail -40 "$LOG/build.log"
     failed "build (cuda preset)" "see build.log (or make a bundle)"
     exit 1
   fi
   row "build (cuda preset, sm_90a)" "ok in $(( $(date +%s) - T0 )) s"
   BIN=build/cuda/servetune
-  TESTS=(build/cuda/tests/unit/test_gpu_ops build/cuda/tests/unit/test_gpu_moe_ops build/cuda/tests/unit/test_gpu_tree_attention
-         build/cuda/tests/unit/test_gpu_prefill_attention build/cuda/tests/unit/test_gpu_fp8
-         build/cuda/tests/unit/test_gpu_sample build/cuda/tests/integration/test_gpu_parity)
+  TESTS=("${GPU_TESTS[@]/#/build/cuda/}")
 fi
 
 DEVICE=cuda

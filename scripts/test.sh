@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+source scripts/gpu_tests.sh
 
 bash scripts/setup.sh
 export SERVETUNE_REQUIRE_MODELS=1
@@ -32,7 +33,7 @@ ctest --test-dir build/ci --output-on-failure -j "$JOBS" --timeout 900
 step "cuda backend and nccl communicator compile and link (preset cuda: sm_90a + sm_80; nothing runs without a GPU)"
 if [ -x /usr/local/cuda/bin/nvcc ] && [ -f /usr/local/cuda/include/nccl.h ]; then
   cmake --preset cuda "${CONFIGURE[@]}" >/dev/null
-  cmake --build build/cuda -j "$JOBS" --target servetune test_gpu_ops test_gpu_moe_ops test_gpu_tree_attention test_gpu_prefill_attention test_gpu_fp8 test_gpu_sample test_gpu_parity test_comm
+  cmake --build build/cuda -j "$JOBS" --target servetune "${GPU_TEST_TARGETS[@]}" test_comm
 elif [ -f /usr/local/cuda/include/nccl.h ]; then
   echo "no nvcc: only the nccl communicator (preset nccl)"
   cmake --preset nccl "${CONFIGURE[@]}" >/dev/null
@@ -45,7 +46,7 @@ step "hip backend compiles and links (preset hip: the same .cu sources through h
 if command -v hipcc >/dev/null; then
   cmake --preset hip "${CONFIGURE[@]}" >/dev/null
   # The GPU kernel tests link the whole backend (core + cpu + hip objects) without rebuilding the rest of the engine.
-  cmake --build build/hip -j "$JOBS" --target test_gpu_ops test_gpu_moe_ops test_gpu_tree_attention test_gpu_prefill_attention test_gpu_fp8
+  cmake --build build/hip -j "$JOBS" --target "${GPU_TESTS_HIP[@]}"
 else
   echo "skipped: no hipcc (scripts/setup.sh installs Debian's)"
 fi
