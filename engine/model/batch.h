@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 namespace servetune {
@@ -32,23 +31,5 @@ struct Batch {
   bool has_tree() const { return !tree_mask.empty(); }
   int64_t n_seqs() const { return max_blocks_per_seq == 0 ? 0 : static_cast<int64_t>(block_tables.size()) / max_blocks_per_seq; }
 };
-
-// Where pack_tree put a batch's tree arrays in the packed int32 staging of its index arrays (offsets in int32s).
-struct PackedTree {
-  size_t base = 0;
-  size_t mask = 0;
-};
-// Appends the batch's tree_base, then its tree_mask words from an even index (8-byte aligned in a buffer that is), to
-// `packed`: a device backend gets them in the same upload as the other index arrays.
-inline PackedTree pack_tree(const Batch& b, std::vector<int32_t>& packed) {
-  PackedTree at;
-  at.base = packed.size();
-  packed.insert(packed.end(), b.tree_base.begin(), b.tree_base.end());
-  if (packed.size() % 2 != 0) packed.push_back(0);
-  at.mask = packed.size();
-  packed.resize(at.mask + 2 * b.tree_mask.size());
-  std::memcpy(packed.data() + at.mask, b.tree_mask.data(), b.tree_mask.size() * sizeof(uint64_t));
-  return at;
-}
 
 }  // namespace servetune

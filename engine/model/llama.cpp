@@ -74,41 +74,17 @@ LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend&
 
 }
 
-LlamaModel::BatchIndices LlamaModel::place_indices(const Batch& batch) {
-  const std::vector<int32_t>* parts[] = {&batch.tokens, &batch.slot_mapping, &batch.positions, &batch.seq_of_token,
-                                         &batch.block_tables, &batch.logits_indices};
-  BatchIndices ix;
-  const int32_t** fields[] = {&ix.tokens, &ix.slots, &ix.positions, &ix.seq_of_token, &ix.block_tables, &ix.logits_rows};
-  constexpr size_t kParts = sizeof(parts) / sizeof(parts[0]);
+BatchIndices LlamaModel::place_indices(const Batch& batch) {
   if (batch.has_tree() && !backend_.supports_tree_attention()) {
     throw_unsupported("draft-tree verification (speculative_eagle_topk > 1) needs tree attention, which the " +
                       backend_.name() + " backend does not have");
   }
-  if (backend_.host_memory()) {
-    for (size_t i = 0; i < kParts; ++i) *fields[i] = parts[i]->data();
-    if (batch.has_tree()) {
-      ix.tree_base = batch.tree_base.data();
-      ix.tree_mask = batch.tree_mask.data();
-    }
-    return ix;
-  }
-  size_t offsets[kParts];
-  ws_.packed.clear();
-  for (size_t i = 0; i < kParts; ++i) {
-    offsets[i] = ws_.packed.size();
-    ws_.packed.insert(ws_.packed.end(), parts[i]->begin(), parts[i]->end());
-  }
-  const PackedTree tree = batch.has_tree() ? pack_tree(batch, ws_.packed) : PackedTree{};
-  const size_t bytes = ws_.packed.size() * sizeof(int32_t);
-  if (!ws_.indices || ws_.indices->size() < bytes) ws_.indices = backend_.allocate(std::max<size_t>(2 * bytes, 4096));
-  backend_.upload(*ws_.indices, 0, ws_.packed.data(), bytes);
-  const auto* base = static_cast<const int32_t*>(ws_.indices->data());
-  for (size_t i = 0; i < kParts; ++i) *fields[i] = base + offsets[i];
-  if (batch.has_tree()) {
-    ix.tree_base = base + tree.base;
-    ix.tree_mask = reinterpret_cast<const uint64_t*>(base + tree.mask);
-  }
-  return ix;
+  return place_batch_indices(backend_, batch, ws_.packed, [&](const std::vector<int32_t>& packed) {
+    const size_t bytes = packed.size() * sizeof(int32_t);
+    if (!ws_.indices || ws_.indices->size() < bytes) ws_.indices = backend_.allocate(std::max<size_t>(2 * bytes, 4096));
+    backend_.upload(*ws_.indices, 0, packed.data(), bytes);
+    return static_cast<const int32_t*>(ws_.indices->data());
+  });
 }
 
 bool LlamaModel::reserve(int64_t n_tokens, int64_t n_logits) {

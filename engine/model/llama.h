@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "model/batch_indices.h"
 #include "model/model.h"
 #include "model/rotary.h"
 #include "model/weight_loader.h"
@@ -50,19 +51,6 @@ class LlamaModel final : public Model {
     std::unique_ptr<Buffer> x, h, q, k, v, attn, gate, up, act, logits_in;  // fused: k holds qkv rows, gate gate|up
     std::unique_ptr<Buffer> indices;
     std::vector<int32_t> packed;  // host staging of `indices`
-  };
-
-  // The batch's index arrays where the backend's ops read them: the Batch's own vectors on host-memory backends,
-  // one packed copy in backend memory otherwise.
-  struct BatchIndices {
-    const int32_t* tokens = nullptr;
-    const int32_t* positions = nullptr;
-    const int32_t* seq_of_token = nullptr;
-    const int32_t* slots = nullptr;
-    const int32_t* block_tables = nullptr;
-    const int32_t* logits_rows = nullptr;
-    const int32_t* tree_base = nullptr;  // null without a draft tree
-    const uint64_t* tree_mask = nullptr;
   };
 
   // Grows the workspace; true when it moved (captured graphs point at the old buffers).

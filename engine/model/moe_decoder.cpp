@@ -379,34 +379,10 @@ const T* MoeDecoderModel::on_backend(size_t slot, const T* values, int64_t n) {
   return reinterpret_cast<const T*>(scratch_[slot]->data());
 }
 
-MoeDecoderModel::Indices MoeDecoderModel::place_indices(const Batch& batch) {
-  const std::vector<int32_t>* parts[] = {&batch.tokens, &batch.slot_mapping, &batch.positions, &batch.seq_of_token,
-                                         &batch.block_tables, &batch.logits_indices};
-  Indices ix;
-  const int32_t** fields[] = {&ix.tokens, &ix.slots, &ix.positions, &ix.seq_of_token, &ix.block_tables, &ix.logits_rows};
-  constexpr size_t kParts = sizeof(parts) / sizeof(parts[0]);
-  if (backend_.host_memory()) {
-    for (size_t i = 0; i < kParts; ++i) *fields[i] = parts[i]->data();
-    if (batch.has_tree()) {
-      ix.tree_base = batch.tree_base.data();
-      ix.tree_mask = batch.tree_mask.data();
-    }
-    return ix;
-  }
-  size_t offsets[kParts];
-  packed_indices_.clear();
-  for (size_t i = 0; i < kParts; ++i) {
-    offsets[i] = packed_indices_.size();
-    packed_indices_.insert(packed_indices_.end(), parts[i]->begin(), parts[i]->end());
-  }
-  const PackedTree tree = batch.has_tree() ? pack_tree(batch, packed_indices_) : PackedTree{};
-  const int32_t* base = on_backend(kIndices, packed_indices_.data(), static_cast<int64_t>(packed_indices_.size()));
-  for (size_t i = 0; i < kParts; ++i) *fields[i] = base + offsets[i];
-  if (batch.has_tree()) {
-    ix.tree_base = base + tree.base;
-    ix.tree_mask = reinterpret_cast<const uint64_t*>(base + tree.mask);
-  }
-  return ix;
+BatchIndices MoeDecoderModel::place_indices(const Batch& batch) {
+  return place_batch_indices(backend_, batch, packed_indices_, [&](const std::vector<int32_t>& packed) {
+    return on_backend(kIndices, packed.data(), static_cast<int64_t>(packed.size()));
+  });
 }
 
 void MoeDecoderModel::forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) {
@@ -438,7 +414,7 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   float* x = scratch(kX, n * d);
   float* h = scratch(kH, n * d);
   float* out = scratch(kOut, n * d);
-  const Indices ix = place_indices(batch);
+  const BatchIndices ix = place_indices(batch);
   if (nextn_block_ >= 0 || eagle_) embed_head_input(batch, ix.tokens, x);
   else backend_.embed(tok_embd_, ix.tokens, n, x);
   if (moe_comm_ != nullptr && !parallel_.moe_all_to_all) exchange_replica_sizes(n);

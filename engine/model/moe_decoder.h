@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "model/expert_placement.h"
+#include "model/batch_indices.h"
 #include "model/model.h"
 #include "model/rotary.h"
 #include "model/moe_routing.h"
@@ -111,18 +112,7 @@ class MoeDecoderModel final : public Model {
     // experts[i] is routed expert expert_share_.experts.begin + i (this rank's ones, each its expert_ffn part).
   };
 
-  // The batch's index arrays where the backend's ops read them (uploaded once per step on a device backend).
-  struct Indices {
-    const int32_t* tokens = nullptr;
-    const int32_t* slots = nullptr;
-    const int32_t* positions = nullptr;
-    const int32_t* seq_of_token = nullptr;
-    const int32_t* block_tables = nullptr;
-    const int32_t* logits_rows = nullptr;
-    const int32_t* tree_base = nullptr;  // null without a draft tree
-    const uint64_t* tree_mask = nullptr;
-  };
-  Indices place_indices(const Batch& batch);
+  BatchIndices place_indices(const Batch& batch);  // uploaded once per step on a device backend
   // `n` host values (4 bytes each) where the backend's ops read them: in place on a host-memory backend, else
   // uploaded into scratch slot `slot`.
   template <class T>
