@@ -292,8 +292,6 @@ void CpuBackend::prefetch_attention(const KvLayerView& kv, const AttentionBatch&
 void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, const float* q, int64_t n_heads,
                            float scale, float* out) {
   background_.clear();
-  int64_t max_ctx = 0;
-  for (int64_t t = 0; t < batch.n_tokens; ++t) max_ctx = std::max<int64_t>(max_ctx, attention_span(batch, t));
   const int64_t hd = kv.head_dim;
   detail::AttentionGroupKernel group_kernel = nullptr;
   if (supports_kv_dtype(kv.dtype)) {
@@ -309,6 +307,7 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
   constexpr int64_t kRunScoreBytes = 512 << 10;
   const int64_t max_run = group_kernel != nullptr ? detail::kMaxRunTokens : 1;
   runs_.clear();
+  int64_t max_ctx = 0, longest_run = 1;  // the scratch's sizes
   for (int64_t t = 0; t < batch.n_tokens;) {
     int64_t end = t + 1, span = attention_span(batch, t);
     while (end < batch.n_tokens && end - t < max_run && batch.seq_of_token[end] == batch.seq_of_token[t]) {
@@ -318,6 +317,8 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
       ++end;
     }
     runs_.push_back({t, end});
+    max_ctx = std::max(max_ctx, span);
+    longest_run = std::max(longest_run, end - t);
     t = end;
   }
   const auto n_runs = static_cast<int64_t>(runs_.size());
@@ -335,8 +336,6 @@ void CpuBackend::attention(const KvLayerView& kv, const AttentionBatch& batch, c
                          : groups % threads == 0 || groups >= 4 * threads ? kv.n_kv_heads
                                                                           : std::min(n_heads, threads / std::gcd(n_runs, threads));
   const int64_t range_heads = (n_heads + ranges - 1) / ranges;  // the most heads in one range
-  int64_t longest_run = 1;
-  for (const auto& [t0, t1] : runs_) longest_run = std::max(longest_run, t1 - t0);
   const int64_t scratch_floats =
       group_kernel != nullptr ? detail::attention_scratch_floats(longest_run * range_heads, max_ctx) : max_ctx;
   for (auto& s : scratch_) {

@@ -50,6 +50,12 @@ bool sync_check_enabled() {
 
 namespace {
 
+// Whether environment variable `name` is set to `value` (the backend's A/B switches).
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == value;
+}
+
 // Device 0's SM count, queried once (it sizes the split-attention plan).
 int64_t sm_count() {
   static const int64_t count = [] {
@@ -534,17 +540,11 @@ class GpuBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   bool capturing_ = false;
   const bool sync_check_ = sync_check_enabled();
-  const bool simt_attention_ = [] {
-    const char* v = std::getenv("SERVETUNE_GPU_ATTENTION");
-    return v != nullptr && std::string(v) == "simt";
-  }();
+  const bool simt_attention_ = env_is("SERVETUNE_GPU_ATTENTION", "simt");
   std::map<int64_t, cudaGraphExec_t> graphs_;
 #if !defined(SERVETUNE_HIP)
   // Read per backend, not once per process, so a test can make one of each.
-  const bool tiled_gemm_ = [] {
-    const char* v = std::getenv("SERVETUNE_GPU_GEMM");
-    return v != nullptr && std::string(v) == "tiled";
-  }();
+  const bool tiled_gemm_ = env_is("SERVETUNE_GPU_GEMM", "tiled");
   static constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<DeviceBuffer> blas_workspace_;  // cuBLAS's, and cuBLASLt's for the FP8 GEMMs (same stream)
