@@ -141,6 +141,8 @@ void parse_sampling(const Fields& f, GenerateRequest& r) {
     }
   }
   if (auto v = f.boolean("ignore_eos")) s.ignore_eos = *v;
+  // Exact ids for clients that need them (a token's text alone can be ambiguous or not valid UTF-8).
+  if (auto v = f.boolean("return_tokens_as_token_ids")) r.tokens_as_ids = *v;
   if (auto v = f.integer("min_tokens", 0, std::numeric_limits<int32_t>::max())) s.min_tokens = static_cast<int32_t>(*v);
   // max_completion_tokens wins over the deprecated max_tokens, as in vLLM.
   for (const char* name : {"max_tokens", "max_completion_tokens"}) {

@@ -34,6 +34,7 @@ struct GenerateRequest {
   bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM): usage on every chunk
   bool logprobs = false;          // chat: logprobs=true; completions: logprobs=N given
   int32_t prompt_logprobs = -1;   // completions, vLLM's extension: K >= 0 returns the prompt's log-probabilities
+  bool tokens_as_ids = false;     // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N"
 };
 
 // Throw ApiError(400) for malformed JSON or invalid fields.

@@ -47,6 +47,7 @@ ResponseBuilder::ResponseBuilder(const GenerateRequest& request, std::string id,
                                  const Tokenizer& tokenizer)
     : kind_(request.kind),
       logprobs_(request.logprobs),
+      tokens_as_ids_(request.tokens_as_ids),
       include_usage_(request.include_usage),
       continuous_usage_(request.continuous_usage),
       id_(std::move(id)),
@@ -66,8 +67,12 @@ std::string ResponseBuilder::piece(int32_t token) const {
   return tokenizer_.token_to_piece(token);
 }
 
+std::string ResponseBuilder::logprob_token(int32_t token) const {
+  return tokens_as_ids_ ? "token_id:" + std::to_string(token) : piece(token);
+}
+
 void ResponseBuilder::append_chat_logprob_entry(std::string& out, int32_t token, float logprob) const {
-  const std::string p = piece(token);
+  const std::string p = logprob_token(token);
   out += "{\"token\":";
   append_json_string(out, p);
   out += ",\"logprob\":";
@@ -100,20 +105,19 @@ void ResponseBuilder::append_logprobs(std::string& out, const std::vector<Sample
   std::string tokens = "[", token_logprobs = "[", top = "[", offsets = "[";
   for (size_t i = 0; i < lps.size(); ++i) {
     const char* sep = i ? "," : "";
-    const std::string p = piece(lps[i].token);
     tokens += sep;
-    append_json_string(tokens, p);
+    append_json_string(tokens, logprob_token(lps[i].token));
     token_logprobs += sep;
     append_json_number(token_logprobs, lps[i].logprob);
-    offsets += sep + std::to_string(text_offset);
-    text_offset += p.size();
+    offsets += sep + std::to_string(text_offset);  // offsets index the returned text, whatever names the tokens
+    text_offset += piece(lps[i].token).size();
     // A dict: the sampled token plus the top-n, each key once (as vLLM).
     top += sep;
     top += '{';
     std::unordered_set<std::string> seen;
     auto add = [&](int32_t t, float lp) {
       std::string key;
-      append_json_string(key, piece(t));
+      append_json_string(key, logprob_token(t));
       if (!seen.insert(key).second) return;
       if (seen.size() > 1) top += ',';
       top += key + ':';

@@ -51,9 +51,11 @@ class ResponseBuilder {
   void append_logprobs(std::string& out, const std::vector<SampleResult>& lps, size_t text_offset) const;
   void append_chat_logprob_entry(std::string& out, int32_t token, float logprob) const;
   std::string piece(int32_t token) const;
+  std::string logprob_token(int32_t token) const;  // the token as logprobs name it: its text, or "token_id:N"
 
   ApiKind kind_;
   bool logprobs_;
+  bool tokens_as_ids_;
   bool include_usage_;
   bool continuous_usage_;
   std::string id_;

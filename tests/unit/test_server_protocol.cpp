@@ -370,6 +370,38 @@ TEST_F(ServerResponse, CompletionWithLogprobs) {
   EXPECT_EQ(r["usage"]["total_tokens"], 7);
 }
 
+// vLLM's return_tokens_as_token_ids: every token a logprobs entry names is "token_id:N" (exact even where a piece is
+// ambiguous or not UTF-8); the text and its offsets stay the text's.
+TEST_F(ServerResponse, LogprobsNameTokensByIdWhenAsked) {
+  auto req = parse_completion_request(R"({"prompt":"x","logprobs":1,"return_tokens_as_token_ids":true})");
+  ResponseBuilder b(req, "cmpl-1", 1, "m", *tok_);
+  TokenEvent e1 = event({403}, " Once");
+  e1.logprobs.push_back({403, -0.5f, {{403, -0.5f}, {407, -1.5f}}});
+  TokenEvent e2 = event({407}, " upon", FinishReason::kStop);
+  e2.logprobs.push_back({407, -0.25f, {}});
+  b.add(0, e1);
+  b.add(0, e2);
+  const json r = json::parse(b.response({e2.finish}, e2.usage));
+  EXPECT_EQ(r["choices"][0]["text"], " Once upon");
+  const json& lp = r["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], json({"token_id:403", "token_id:407"}));
+  EXPECT_EQ(lp["text_offset"], json({0, 5}));
+  EXPECT_EQ(lp["top_logprobs"][0]["token_id:407"], -1.5);
+
+  auto chat = parse_chat_request(
+      R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":1,"return_tokens_as_token_ids":true})");
+  ResponseBuilder c(chat, "c", 1, "m", *tok_);
+  TokenEvent e = event({403}, " Once", FinishReason::kStop);
+  e.logprobs.push_back({403, -0.5f, {{407, -0.7f}}});
+  c.add(0, e);
+  const json cr = json::parse(c.response({e.finish}, e.usage));
+  const json& entry = cr["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(entry["token"], "token_id:403");
+  EXPECT_EQ(entry["top_logprobs"][0]["token"], "token_id:407");
+  EXPECT_FALSE(parse_completion_request(R"({"prompt":"x","logprobs":1})").tokens_as_ids);
+  bad_completion(R"({"prompt":"x","return_tokens_as_token_ids":1})", "return_tokens_as_token_ids");
+}
+
 TEST_F(ServerResponse, ChatLogprobsAndErrorEvent) {
   auto req = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":1})");
   ResponseBuilder b(req, "c", 1, "m", *tok_);
