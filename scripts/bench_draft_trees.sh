@@ -3,10 +3,13 @@
 # (concurrency C), alternating the settings REPEAT times so a busy host hurts them alike. Prints output tok/s, vLLM's
 # acceptance length and the draft time per step for: none, topk 1 with 1 step, topk 1 with SGLang's 5 steps (6 draft
 # tokens), topk 2 and topk 4 with SGLang's llama tree (5 steps, 8 draft tokens); MODES picks among those and
-# ngram (prompt lookup, 4 draft tokens) and topk1-steps2 / topk1-steps3.
+# ngram (prompt lookup, 4 draft tokens) and topk1-steps2 / topk1-steps3. CHAT=1 sends each ShareGPT first turn through
+# the model's chat template (as /v1/chat/completions serves a chat model, and as the SmolLM2 head was trained) instead
+# of as raw text.
 # Usage: scripts/bench_draft_trees.sh [MODEL] [HEAD] [THREADS] [NUM_PROMPTS] [OUTPUT_LEN] [C]
 #        (env: BUILD=build/cpu, REPEAT=1, ALGO=EAGLE (mtp for DeepSeek's own layer: HEAD "-"), MODES="none ngram ...",
-#        HEAD_FLAGS="--speculative-token-map F --speculative-draft-model-quantization q8_0": added to every head mode)
+#        HEAD_FLAGS="--speculative-token-map F --speculative-draft-model-quantization q8_0": added to every head mode,
+#        CHAT=1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -21,6 +24,8 @@ SPEC=(--speculative-algorithm "${ALGO:-EAGLE}")
 [ "$HEAD" != "-" ] && SPEC+=(--speculative-draft-model "$HEAD")
 read -r -a EXTRA <<< "${HEAD_FLAGS:-}"
 SPEC+=("${EXTRA[@]}")
+DATA=(--dataset-name sharegpt)
+[ "${CHAT:-0}" = 1 ] && DATA+=(--multi-turn --multi-turn-max-turns 1)
 read -r -a MODES <<< "${MODES:-none topk1-steps1 topk1-steps5 topk2-steps5-tokens8 topk4-steps5-tokens8}"
 flags_for() {
   case "$1" in
@@ -39,7 +44,7 @@ printf '%-22s %10s %10s %14s\n' setting "tok/s" "acc. len" "draft ms/step"
 for ((r = 0; r < ${REPEAT:-1}; ++r)); do
   for mode in "${MODES[@]}"; do
     flags_for "$mode"
-    out=$("$ST" bench --backend builtin --model "$MODEL" --threads "$THREADS" --dataset-name sharegpt \
+    out=$("$ST" bench --backend builtin --model "$MODEL" --threads "$THREADS" "${DATA[@]}" \
       --num-prompts "$NUM_PROMPTS" --max-concurrency "$CONC" --seed 0 --sharegpt-output-len "$OUTPUT_LEN" \
       --ignore-eos --temperature 0 "${flags[@]}" 2>&1)
     tput=$(echo "$out" | sed -n 's/^Output token throughput (tok\/s): *\([0-9.]*\).*/\1/p')

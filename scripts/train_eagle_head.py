@@ -5,11 +5,13 @@ The head and its forward are scripts/gen_eagle_goldens.py's EagleHead (SGLang's 
 concat(embed(t_{i+1}), H_i), one llama layer without input_layernorm, no final norm, the target's tied
 embedding / lm_head, frozen). The EAGLE recipe on a CPU budget:
 
-  data     the first human turn of a seeded slice of datasets/cache/ShareGPT_V3_unfiltered_cleaned_split.json (turns
-           of 16..MAX_PROMPT_CHARS characters), as `<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n`,
-           answered greedily (up to MAX_NEW tokens) by SmolLM2 itself through the C++ engine:
-           `servetune generate --json --temperature 0 -t 1` on models/SmolLM2-135M-Instruct.Q4_1.gguf, two at a time
-           (exact token ids; cached per prompt in models/eagle-smollm2/answers.json).
+  data     the distinct first human turns of 16..MAX_PROMPT_CHARS characters in
+           datasets/cache/ShareGPT_V3_unfiltered_cleaned_split.json, shuffled with a seed: the first N_HELD held out,
+           the next N_TRAIN for training; each as `<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n`,
+           answered greedily (up to MAX_NEW tokens) by SmolLM2 itself through the C++ engine: `servetune serve` on
+           models/SmolLM2-135M-Instruct.Q4_1.gguf, CONCURRENCY requests at a time (exact token ids through vLLM's
+           return_tokens_as_token_ids; cached per prompt in models/eagle-smollm2/answers.json, where earlier runs'
+           answers came one at a time from `servetune generate --json`).
   features H_i for every position of prompt + answer from transformers' f32 dequantisation of the same GGUF
            (teacher forcing, frozen).
   vocab    FR-Spec's draft vocabulary: the HOT_TOKENS tokens most frequent in the training answers (token_map.json,
@@ -28,11 +30,13 @@ token counts, times and acceptance; models/ is not committed) and, when model.sa
 tests/data/eagle/smollm2_head/. Deterministic on CPU for a given torch build (fixed seeds and thread count).
 
 Needs: pip install torch transformers accelerate gguf safetensors; the built engine (build/cpu/servetune, or
-SERVETUNE=path). Usage: python3 scripts/train_eagle_head.py   (about an hour on two cores; answers are cached)
+SERVETUNE=path). Usage: python3 scripts/train_eagle_head.py   (about 90 minutes on two cores; answers and features
+are cached)    python3 scripts/train_eagle_head.py --eval DIR   (only the held-out acceptance of the head in DIR)
 """
 import collections
 import concurrent.futures
 import functools
+import hashlib
 import json
 import math
 import os
@@ -41,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +59,8 @@ SHAREGPT = os.path.join(ROOT, "datasets/cache/ShareGPT_V3_unfiltered_cleaned_spl
 OUT = os.path.join(ROOT, "models/eagle-smollm2")
 COMMIT = os.path.join(ROOT, "tests/data/eagle/smollm2_head")
 SERVETUNE = os.environ.get("SERVETUNE", os.path.join(ROOT, "build/cpu/servetune"))
-SLICE = dict(seed=0, n_train=1200, n_held=60, min_prompt_chars=16, max_prompt_chars=300, max_new=160)
+SLICE = dict(seed=0, n_train=6300, n_held=60, min_prompt_chars=16, max_prompt_chars=300, max_new=160)
+CONCURRENCY = 64
 TRAIN = dict(seed=0, epochs=2, batch=4, lr=1e-3, warmup=10, w_reg=1.0, w_ce=0.1, clip=0.5, threads=2, hot_tokens=8192,
              unroll=2)
 MAX_BYTES = 9 * 1024 * 1024
@@ -72,20 +78,49 @@ def pick_prompts():
         convs = json.loads(text)
     except json.JSONDecodeError:  # PyPI's copy is truncated: keep the complete entries (as gen_sharegpt_slice.py)
         convs = json.loads(text[:text.rfind("\n  },\n  {")] + "\n  }\n]")
-    ok = [c["conversations"][0]["value"] for c in convs if c.get("conversations")
-          and c["conversations"][0].get("from") == "human"
-          and SLICE["min_prompt_chars"] <= len(c["conversations"][0]["value"]) <= SLICE["max_prompt_chars"]]
-    rng = random.Random(SLICE["seed"])
-    return rng.sample(ok, SLICE["n_train"] + SLICE["n_held"]), len(convs), len(ok)
+    ok = list(dict.fromkeys(  # distinct turns, so no held-out prompt is also a training one
+        c["conversations"][0]["value"] for c in convs if c.get("conversations")
+        and c["conversations"][0].get("from") == "human"
+        and SLICE["min_prompt_chars"] <= len(c["conversations"][0]["value"]) <= SLICE["max_prompt_chars"]))
+    order = random.Random(SLICE["seed"]).sample(ok, len(ok))
+    held, train = order[:SLICE["n_held"]], order[SLICE["n_held"]:SLICE["n_held"] + SLICE["n_train"]]
+    if len(train) < SLICE["n_train"]:
+        sys.exit(f"only {len(ok)} distinct prompts of {SLICE['min_prompt_chars']}..{SLICE['max_prompt_chars']} chars: "
+                 f"{SLICE['n_train']} training + {SLICE['n_held']} held-out asked for")
+    return train + held, len(convs), len(ok)
 
 
-def answer(prompt):
-    text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
-    out = subprocess.run([SERVETUNE, "generate", "--model", os.path.join(ROOT, "models", GGUF), "--json",
-                          "--temperature", "0", "-n", str(SLICE["max_new"]), "-t", "1", "--max-total-tokens", "2048",
-                          "-p", text], capture_output=True, text=True, check=True).stdout
-    r = json.loads(out.strip().splitlines()[-1])
-    return {"prompt_ids": r["prompt_ids"], "output_ids": r["output_ids"]}
+class Server:
+    """`servetune serve` on the target for the answers: greedy, exact ids (return_tokens_as_token_ids)."""
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([SERVETUNE, "serve", "--model", os.path.join(ROOT, "models", GGUF), "--port", "0",
+                                      "-t", str(TRAIN["threads"]), "--max-total-tokens", "65536",
+                                      "--max-running-requests", str(CONCURRENCY)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = self.proc.stdout.readline()
+        if "listening on " not in line:
+            self.proc.kill()
+            sys.exit(f"servetune serve did not start: {line}{self.proc.stdout.read()}")
+        self.url = line.split("listening on ")[1].split()[0]
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait()
+
+    def post(self, path, body):
+        req = urllib.request.Request(self.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return json.load(r)
+
+    def answer(self, prompt):
+        text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+        ids = self.post("/tokenize", {"prompt": text})["tokens"]
+        r = self.post("/v1/completions", {"prompt": ids, "max_tokens": SLICE["max_new"], "temperature": 0,
+                                          "logprobs": 0, "return_tokens_as_token_ids": True})
+        out = [int(t.removeprefix("token_id:")) for t in r["choices"][0]["logprobs"]["tokens"]]
+        return {"prompt_ids": ids, "output_ids": out}
 
 
 def answers(prompts):
@@ -95,20 +130,20 @@ def answers(prompts):
     if os.path.exists(cache):
         with open(cache) as f:
             c = json.load(f)
-        if c["slice"]["max_new"] == SLICE["max_new"]:
+        if c.get("max_new", c.get("slice", {}).get("max_new")) == SLICE["max_new"]:
             known = dict(zip(c["prompts"], c["answers"]))
     todo = [p for p in dict.fromkeys(prompts) if p not in known]
     log(f"{len(prompts) - len(todo)} answers cached, {len(todo)} to generate")
     def save():
         os.makedirs(OUT, exist_ok=True)
         with open(cache + ".tmp", "w") as f:
-            json.dump({"slice": SLICE, "prompts": list(known), "answers": list(known.values())}, f)
+            json.dump({"max_new": SLICE["max_new"], "prompts": list(known), "answers": list(known.values())}, f)
         os.replace(cache + ".tmp", cache)
 
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        for k, (p, r) in enumerate(zip(todo, pool.map(answer, todo))):
+    with Server() as server, concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
+        for k, (p, r) in enumerate(zip(todo, pool.map(server.answer, todo))):
             known[p] = r
-            if k % 100 == 99:
+            if k % 500 == 499:
                 log(f"  answered {k + 1}/{len(todo)}")
                 save()  # an interrupted run keeps what it generated
     if todo:
@@ -143,6 +178,49 @@ def hidden_states(model, seqs, batch=8):
             for j, k in enumerate(idx):
                 out[k] = h[j, :len(seqs[k])].clone()
     return out
+
+
+def cached_hidden_states(model, seqs):
+    """hidden_states, kept in models/eagle-smollm2/features.pt for the same sequences (~2.6 GB for the full slice)."""
+    key = hashlib.sha256(json.dumps(seqs).encode()).hexdigest()
+    path = os.path.join(OUT, "features.pt")
+    if os.path.exists(path):
+        c = torch.load(path)
+        if c["key"] == key:
+            return list(torch.split(c["h"], [len(q) for q in seqs])), True
+    hs = hidden_states(model, seqs)
+    os.makedirs(OUT, exist_ok=True)
+    torch.save({"key": key, "h": torch.cat(hs)}, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    return hs, False
+
+
+def load_head(directory, cfg):
+    """A head written by save_head (config.json, model.safetensors, token_map.json), in f32."""
+    import safetensors.torch
+    hcfg = type(cfg)(**head_config(cfg))
+    hcfg._attn_implementation = "sdpa"
+    head = EagleHead(hcfg)
+    sd = safetensors.torch.load_file(os.path.join(directory, "model.safetensors"))
+    head.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
+    missing = set(k for k in head.state_dict() if not k.startswith("rotary.")) - set(sd)
+    if missing:
+        sys.exit(f"{directory}/model.safetensors lacks {sorted(missing)}")
+    with open(os.path.join(directory, "token_map.json")) as f:
+        hot = torch.tensor(json.load(f))
+    return head.eval(), hot
+
+
+def evaluate(directory):
+    """--eval DIR: the held-out acceptance of an existing head (the same held-out slice as training)."""
+    torch.set_num_threads(TRAIN["threads"])
+    prompts, _, _ = pick_prompts()
+    ans, _ = answers(prompts[SLICE["n_train"]:])
+    model = load_target(os.path.join(ROOT, "models"), GGUF, attn="sdpa")
+    hs = hidden_states(model, [a["prompt_ids"] + a["output_ids"] for a in ans])
+    head, hot = load_head(directory, model.config)
+    res = acceptance(head, model, ans, hs, hot)
+    print(json.dumps({"head": directory, "slice": SLICE, "acceptance": res}, indent=1))
 
 
 def batches(seqs, hs, order, size):
@@ -253,9 +331,9 @@ def main():
     for p in model.parameters():
         p.requires_grad_(False)
     cfg = model.config
-    hs = hidden_states(model, seqs)
+    hs, feat_cached = cached_hidden_states(model, seqs)
     t_feat = time.time() - t_start - t_data
-    log(f"H for {sum(map(len, seqs))} positions in {t_feat:.0f}s")
+    log(f"H for {sum(map(len, seqs))} positions in {t_feat:.0f}s" + (" (cached)" if feat_cached else ""))
 
     hcfg = type(cfg)(**head_config(cfg))
     hcfg._attn_implementation = "sdpa"
@@ -324,7 +402,7 @@ def main():
     size = os.path.getsize(os.path.join(OUT, "model.safetensors"))
     record = {"script": "scripts/train_eagle_head.py", "command": "python3 scripts/train_eagle_head.py",
               "target": "models/" + GGUF, "slice": SLICE, "train": TRAIN, "counts": counts,
-              "answers_cached": cached,
+              "answers_cached": cached, "features_cached": feat_cached,
               "seconds": {"answers": round(t_data), "features": round(t_feat), "training": round(t_train),
                           "total": round(time.time() - t_start)},
               "acceptance": held, "safetensors_bytes": size,
@@ -340,4 +418,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--eval"] and len(sys.argv) == 3:
+        evaluate(sys.argv[2])
+    elif len(sys.argv) > 1:
+        sys.exit("usage: train_eagle_head.py [--eval HEAD_DIR]")
+    else:
+        main()
