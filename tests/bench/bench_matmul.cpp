@@ -206,6 +206,10 @@ const bool kRegistered = [] {
             ->Args({1, 1})
             ->Args({2, 1})
             ->Args({2, 4})
+            ->Args({1, 2})  // a verify step's 2, 3, 4 tokens, a small batch's 8: the row-pair kernel's passes
+            ->Args({1, 3})
+            ->Args({1, 4})
+            ->Args({1, 8})
             ->Args({1, 32})  // batched decode: 32 sequences, one token each
             ->Args({2, 32})
             ->UseRealTime()

@@ -17,7 +17,7 @@ namespace {
 using namespace avx512;
 
 constexpr int64_t kPanelRows = 16;  // rows per row-pair tile (8 pairs): one zmm lane each after the block sums
-constexpr int kPassTokens = 2;      // tokens per pass (weights are unpacked once per pass)
+constexpr int kPassTokens = 4;      // tokens per pass (weights are unpacked once per pass)
 
 template <DType kType>
 struct QuantTraits;
@@ -125,10 +125,18 @@ inline void transpose_pair_sums(const int32_t* sums, __m512i* v) {
   }
 }
 
+// Quad dots of token t's block b against a row pair's unpacked block w (one zmm: both rows' 8 quads).
+inline __m512i pair_dot(__m512i w, const Activations& a, int64_t t, int64_t b) {
+  const int8_t* xq = a.q + t * a.q_stride + b * kQBlock;
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(xq))));
+}
+
 // Row-pair kernel for tokens outside whole token groups (decode): 16 rows [0, rows) × T tokens from t0. Per 8 blocks,
 // vpdpbusd gives each row pair's quad dots (one zmm: two rows' block), reduce_pair_blocks turns 8 of them into block
 // sums, transpose_pair_sums turns those into one zmm per block with a lane per row, and one fma per block and row
-// follows the canonical arithmetic. Weights are unpacked once per pass; short tiles repeat their last row (not stored).
+// follows the canonical arithmetic. Up to 4 tokens share a pass's unpacking, which costs about what one token's dots
+// do, so a verify step's drafts or a small batch's 3rd and 4th tokens do not pay it again; short tiles repeat their
+// last row (not stored).
 template <DType kType, int T>
 void rowpair_tile(const uint8_t* row0, int64_t row_bytes, int64_t rows, const Activations& a, int64_t t0, float* y,
                   int64_t y_stride) {
@@ -145,20 +153,30 @@ void rowpair_tile(const uint8_t* row0, int64_t row_bytes, int64_t rows, const Ac
   for (int64_t b0 = 0; b0 < a.nb; b0 += kChunkBlocks) {
     const int n = static_cast<int>(imin(kChunkBlocks, a.nb - b0));
     for (int p = 0; p < 8; ++p) {
-      __m512i z[T][kChunkBlocks];
-      for (int j = 0; j < kChunkBlocks; ++j) {
-        if (j < n) {
-          const __m512i w = unpack_two<kType>(row[2 * p] + b0 + j, row[2 * p + 1] + b0 + j);
-          for (int t = 0; t < T; ++t) {
-            const int8_t* xq = a.q + (t0 + t) * a.q_stride + (b0 + j) * kQBlock;
-            const __m512i x2 = _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(xq)));
-            z[t][j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x2);
+      if constexpr (T <= 2) {
+        // Each block's unpacked weights feed the tokens' dots at once (2 × 8 dot registers fit).
+        __m512i z[T][kChunkBlocks];
+        for (int j = 0; j < kChunkBlocks; ++j) {
+          if (j < n) {
+            const __m512i w = unpack_two<kType>(row[2 * p] + b0 + j, row[2 * p + 1] + b0 + j);
+            for (int t = 0; t < T; ++t) z[t][j] = pair_dot(w, a, t0 + t, b0 + j);
+          } else {
+            for (int t = 0; t < T; ++t) z[t][j] = _mm512_setzero_si512();
           }
-        } else {
-          for (int t = 0; t < T; ++t) z[t][j] = _mm512_setzero_si512();
+        }
+        for (int t = 0; t < T; ++t) _mm512_store_si512(sums[t] + p * 16, reduce_pair_blocks(z[t]));
+      } else {
+        // More tokens' dots would spill: the pair's 8 unpacked blocks stay in registers and serve one token at a time.
+        __m512i w[kChunkBlocks];
+        for (int j = 0; j < kChunkBlocks; ++j) {
+          w[j] = j < n ? unpack_two<kType>(row[2 * p] + b0 + j, row[2 * p + 1] + b0 + j) : _mm512_setzero_si512();
+        }
+        for (int t = 0; t < T; ++t) {
+          __m512i z[kChunkBlocks];
+          for (int j = 0; j < kChunkBlocks; ++j) z[j] = j < n ? pair_dot(w[j], a, t0 + t, b0 + j) : _mm512_setzero_si512();
+          _mm512_store_si512(sums[t] + p * 16, reduce_pair_blocks(z));
         }
       }
-      for (int t = 0; t < T; ++t) _mm512_store_si512(sums[t] + p * 16, reduce_pair_blocks(z[t]));
       // The same blocks of the next tile's row pair, whose short rows the hardware prefetcher does not get ahead of.
       for (int h = 0; h < 2; ++h) {
         const char* next = reinterpret_cast<const char*>(row0 + (16 + 2 * p + h) * row_bytes) + b0 * static_cast<int64_t>(sizeof(Block));
@@ -206,7 +224,19 @@ void quant_range(const Weights& w, const Activations& a, int64_t r0, int64_t r1,
     const uint8_t* row0 = w.data + r * w.row_bytes;
     int64_t t = t0;
     for (; t + kPassTokens <= t1; t += kPassTokens) rowpair_tile<kType, kPassTokens>(row0, w.row_bytes, rows, a, t, y + r, y_stride);
-    if (t < t1) rowpair_tile<kType, 1>(row0, w.row_bytes, rows, a, t, y + r, y_stride);
+    switch (t1 - t) {  // the rest in one pass
+      case 3:
+        rowpair_tile<kType, 3>(row0, w.row_bytes, rows, a, t, y + r, y_stride);
+        break;
+      case 2:
+        rowpair_tile<kType, 2>(row0, w.row_bytes, rows, a, t, y + r, y_stride);
+        break;
+      case 1:
+        rowpair_tile<kType, 1>(row0, w.row_bytes, rows, a, t, y + r, y_stride);
+        break;
+      default:
+        break;
+    }
   }
 }
 
