@@ -67,8 +67,12 @@ std::string ResponseBuilder::piece(int32_t token) const {
   return tokenizer_.token_to_piece(token);
 }
 
+namespace {
+std::string token_id_name(int32_t token) { return "token_id:" + std::to_string(token); }
+}  // namespace
+
 std::string ResponseBuilder::logprob_token(int32_t token) const {
-  return tokens_as_ids_ ? "token_id:" + std::to_string(token) : piece(token);
+  return tokens_as_ids_ ? token_id_name(token) : piece(token);
 }
 
 void ResponseBuilder::append_chat_logprob_entry(std::string& out, int32_t token, float logprob) const {
@@ -105,12 +109,13 @@ void ResponseBuilder::append_logprobs(std::string& out, const std::vector<Sample
   std::string tokens = "[", token_logprobs = "[", top = "[", offsets = "[";
   for (size_t i = 0; i < lps.size(); ++i) {
     const char* sep = i ? "," : "";
+    const std::string p = piece(lps[i].token);
     tokens += sep;
-    append_json_string(tokens, logprob_token(lps[i].token));
+    append_json_string(tokens, tokens_as_ids_ ? token_id_name(lps[i].token) : p);
     token_logprobs += sep;
     append_json_number(token_logprobs, lps[i].logprob);
     offsets += sep + std::to_string(text_offset);  // offsets index the returned text, whatever names the tokens
-    text_offset += piece(lps[i].token).size();
+    text_offset += p.size();
     // A dict: the sampled token plus the top-n, each key once (as vLLM).
     top += sep;
     top += '{';
