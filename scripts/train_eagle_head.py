@@ -47,6 +47,7 @@ import sys
 import time
 import urllib.request
 
+import safetensors.torch
 import torch
 import torch.nn.functional as F
 
@@ -130,7 +131,7 @@ def answers(prompts):
     if os.path.exists(cache):
         with open(cache) as f:
             c = json.load(f)
-        if c.get("max_new", c.get("slice", {}).get("max_new")) == SLICE["max_new"]:
+        if c.get("max_new") == SLICE["max_new"]:
             known = dict(zip(c["prompts"], c["answers"]))
     todo = [p for p in dict.fromkeys(prompts) if p not in known]
     log(f"{len(prompts) - len(todo)} answers cached, {len(todo)} to generate")
@@ -140,13 +141,14 @@ def answers(prompts):
             json.dump({"max_new": SLICE["max_new"], "prompts": list(known), "answers": list(known.values())}, f)
         os.replace(cache + ".tmp", cache)
 
+    if not todo:  # no server to start
+        return [known[p] for p in prompts], True
     with Server() as server, concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
         for k, (p, r) in enumerate(zip(todo, pool.map(server.answer, todo))):
             known[p] = r
             if k % 500 == 499:
                 log(f"  answered {k + 1}/{len(todo)}")
                 save()  # an interrupted run keeps what it generated
-    if todo:
         save()
     return [known[p] for p in prompts], not todo
 
@@ -195,12 +197,16 @@ def cached_hidden_states(model, seqs):
     return hs, False
 
 
-def load_head(directory, cfg):
-    """A head written by save_head (config.json, model.safetensors, token_map.json), in f32."""
-    import safetensors.torch
+def new_head(cfg):
+    """An untrained head for the target config cfg, and its own config (sdpa attention)."""
     hcfg = type(cfg)(**head_config(cfg))
     hcfg._attn_implementation = "sdpa"
-    head = EagleHead(hcfg)
+    return EagleHead(hcfg), hcfg
+
+
+def load_head(directory, cfg):
+    """A head written by save_head (config.json, model.safetensors, token_map.json), in f32."""
+    head, _ = new_head(cfg)
     sd = safetensors.torch.load_file(os.path.join(directory, "model.safetensors"))
     head.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
     missing = set(k for k in head.state_dict() if not k.startswith("rotary.")) - set(sd)
@@ -335,9 +341,7 @@ def main():
     t_feat = time.time() - t_start - t_data
     log(f"H for {sum(map(len, seqs))} positions in {t_feat:.0f}s" + (" (cached)" if feat_cached else ""))
 
-    hcfg = type(cfg)(**head_config(cfg))
-    hcfg._attn_implementation = "sdpa"
-    head = EagleHead(hcfg)
+    head, hcfg = new_head(cfg)
     embed, lm_head = model.model.embed_tokens.weight, model.lm_head.weight
     hot = torch.tensor(hot_token_ids(ans[:n_tr], cfg.vocab_size, TRAIN["hot_tokens"]))
     hot_index = torch.full((cfg.vocab_size,), -1, dtype=torch.long)
