@@ -47,6 +47,14 @@ const Shape kFp8Shapes[] = {
     {"expert_2048x7168", 2048, 7168, DType::kBF16},
     {"expert_2048x7168", 2048, 7168, DType::kF32},
 };
+// SmolLM2-135M as its checkpoint ships (bf16) and as an f16 GGUF: the float kernels' decode and verify-step shapes.
+const Shape kFloatShapes[] = {
+    {"ffn_up_1536x576", 1536, 576, DType::kBF16},
+    {"ffn_up_1536x576", 1536, 576, DType::kF16},
+    {"ffn_down_576x1536", 576, 1536, DType::kBF16},
+    {"output_49152x576", 49152, 576, DType::kBF16},
+};
+
 constexpr float kFp8Scale = 2.5e-4f;  // every block's: codes of N(0, 0.05) weights span E4M3's range
 
 struct AlignedFree {
@@ -248,6 +256,25 @@ const bool kRegistered = [] {
           ->Args({2, 128})
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  // Filter with --benchmark_filter=float/ for the f16 / bf16 weight kernels.
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
+    for (const Shape& s : kFloatShapes) {
+      for (bool cold : {true, false}) {
+        const std::string name = std::string("float/") + cpu_isa_name(isa).data() + "/" + s.name + "/" +
+                                 dtype_name(s.type).data() + (cold ? "/dram" : "/cached");
+        benchmark::RegisterBenchmark(name.c_str(), bm_decode, s, isa, cold)
+            ->ArgNames({"threads", "tokens"})
+            ->Args({1, 1})
+            ->Args({2, 1})
+            ->Args({1, 2})
+            ->Args({1, 4})
+            ->Args({2, 4})
+            ->Args({2, 8})
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
     }
   }
   for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {

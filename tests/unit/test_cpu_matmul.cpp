@@ -691,7 +691,7 @@ void test_silu_mul(const float* gate, const float* up, int64_t in_stride, int64_
 
 TEST(CpuMatmul, SwigluMatchesSiluMulThenMatmul) {
   constexpr int64_t kCols = 768, kRows = 40;
-  for (DType type : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kF16, DType::kF32}) {
+  for (DType type : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kF16, DType::kBF16, DType::kF32}) {
     const TestMatrix m = type == DType::kQ4_K ? make_k_matrix(type, kRows, kCols, 21) : make_matrix(type, kRows, kCols, 21);
     // 1 token (row lanes), 16 and 37 (token lanes; each thread prepares its own copy), 130 (one shared copy).
     for (int64_t n_tokens : {1, 16, 37, 130}) {

@@ -205,7 +205,7 @@ ActStorage allocate_activations(ActKind kind, int64_t n_tokens, int64_t cols, Ac
       a.bst = st.bst;
     }
   } else {
-    a.f_stride = round_up(cols, kActAlign / static_cast<int64_t>(sizeof(float)));
+    a.f_stride = round_up(cols, kFloatActCols);
     st.f = static_cast<float*>(
         thread_scratch(ScratchSlot::kActivations, static_cast<size_t>(a.f_stride * n_tokens) * sizeof(float)));
     a.f = st.f;

@@ -39,17 +39,17 @@ static inline float hmax(__m512 v) {
   x = _mm_max_ps(x, _mm_movehl_ps(x, x));
   return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
 }
-// y[t * y_stride + r] = the lane sum of acc[r][t] for a float tile of up to 4 rows x 4 tokens, by one transpose-reduce
-// for the whole tile (a horizontal sum per output costs more than the multiply-adds at small models' widths). Lane i
-// of the reduction depends on its own accumulator alone, so a smaller tile (padded with zeros) gives an output the
-// same bits as the full one: the float kernels' and the FP8 kernels' shared arithmetic.
+// y[t * y_stride + r] = the lane sum of acc[r * T + t] for a float tile of up to 4 rows x 4 tokens, by one
+// transpose-reduce for the whole tile (a horizontal sum per output costs more than the multiply-adds at small models'
+// widths). Lane i of the reduction depends on its own accumulator alone, so a smaller tile (padded with zeros) gives an
+// output the same bits as the full one: the float kernels' and the FP8 kernels' shared arithmetic.
 template <int R, int T>
-static inline void store_tile_sums(const __m512 (&acc)[R][T], float* y, int64_t y_stride) {
+static inline void store_tile_sums(const __m512 (&acc)[R * T], float* y, int64_t y_stride) {
   static_assert(R <= 4 && T <= 4, "one 16-lane reduction per tile");
   __m512 all[16];
   for (int i = 0; i < 16; ++i) all[i] = _mm512_setzero_ps();
   for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) all[t * 4 + r] = acc[r][t];
+    for (int t = 0; t < T; ++t) all[t * 4 + r] = acc[r * T + t];
   }
   alignas(64) float sums[16];
   _mm512_store_ps(sums, simd::Avx512::reduce(all));

@@ -18,9 +18,13 @@ constexpr int64_t kPanelCols = 4 * kFp8ScaleBlock;
 // 32 codes (those under `mask`; the others read as 0) as the f16 bits of 2^-8 times their E4M3 values, exactly:
 // sign-extended to 16 bits and shifted by 7, a code's magnitude bits land in an f16's exponent and mantissa (its
 // subnormals become f16 subnormals) and its sign in bit 15 (bit 14 cleared); S.1111.111 becomes an f16 NaN.
-// simd_avx512.h's load_fp8_scaled, 32 codes a time (the integer steps cost the same for 32 as for 16).
+// simd_avx512.h's load_fp8_scaled, 32 codes a time (the integer steps cost the same for 32 as for 16). kMasked false:
+// all 32 (a plain load: see fma_group).
+template <bool kMasked = true>
 inline __m512i widen_fp8(const uint8_t* p, __mmask32 mask) {
-  const __m512i w = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(mask, p));
+  const __m256i codes =
+      kMasked ? _mm256_maskz_loadu_epi8(mask, p) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m512i w = _mm512_cvtepi8_epi16(codes);
   const __m512i h = _mm512_and_si512(_mm512_slli_epi16(w, 7), _mm512_set1_epi16(static_cast<int16_t>(0xBF80)));
   const __m512i top = _mm512_set1_epi16(0x3F80);  // the magnitude of S.1111.111; doubled, an f16 NaN
   return _mm512_mask_add_epi16(h, _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, top), top), h, h);
@@ -56,13 +60,16 @@ struct TileRows {
   const float* scales[kRowTile] = {};
 };
 
-// The FMAs of one 16-column group: weights w[R] times the tile's tokens.
-template <int R, int T>
+// The FMAs of one 16-column group: weights w[R] times the tile's tokens. kMasked false: all 16 columns, by plain loads
+// (GCC 12 keeps a tile's accumulators in registers across a loop of plain loads, but stores every one of them to the
+// stack on each step of a loop with masked loads, even all-ones ones: matmul_f_avx512.cpp).
+template <int R, int T, bool kMasked = true>
 inline void fma_group(const __m512* w, const float* x0, int64_t x_stride, int64_t c, __mmask16 mask,
-                      __m512 (&acc)[R][T]) {
+                      __m512 (&acc)[R * T]) {
   for (int t = 0; t < T; ++t) {
-    const __m512 xv = _mm512_maskz_loadu_ps(mask, x0 + t * x_stride + c);
-    for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(w[r], xv, acc[r][t]);
+    const float* x = x0 + t * x_stride + c;
+    const __m512 xv = kMasked ? _mm512_maskz_loadu_ps(mask, x) : _mm512_loadu_ps(x);
+    for (int r = 0; r < R; ++r) acc[r * T + t] = _mm512_fmadd_ps(w[r], xv, acc[r * T + t]);
   }
 }
 
@@ -70,39 +77,43 @@ inline void fma_group(const __m512* w, const float* x0, int64_t x_stride, int64_
 // (the F32 kernel's order). kFull: a whole block, so no lane is masked off.
 template <int R, int T, bool kFull>
 inline void direct_block(const TileRows& rows, const __m512* scale, const float* x0, int64_t x_stride, int64_t c0,
-                         int64_t c1, __m512 (&acc)[R][T]) {
+                         int64_t c1, __m512 (&acc)[R * T]) {
   for (int64_t c = c0; c < c1; c += 32) {
     const __mmask32 mask = kFull ? static_cast<__mmask32>(0xFFFFFFFFu) : tail_mask32(c1 - c);
     const __mmask16 lo = kFull ? static_cast<__mmask16>(0xFFFF) : tail_mask(c1 - c);
     const __mmask16 hi = kFull ? static_cast<__mmask16>(0xFFFF) : tail_mask(c1 - c - 16);
     __m512i halves[R];
-    for (int r = 0; r < R; ++r) halves[r] = widen_fp8(rows.codes + r * rows.row_bytes + c, mask);
+    for (int r = 0; r < R; ++r) halves[r] = widen_fp8<!kFull>(rows.codes + r * rows.row_bytes + c, mask);
     __m512 w[R];
     for (int r = 0; r < R; ++r) w[r] = dequantize<0>(halves[r], lo, scale[r]);
-    fma_group<R, T>(w, x0, x_stride, c, lo, acc);
+    fma_group<R, T, !kFull>(w, x0, x_stride, c, lo, acc);
     if (!kFull && hi == 0) break;
     for (int r = 0; r < R; ++r) w[r] = dequantize<1>(halves[r], hi, scale[r]);
-    fma_group<R, T>(w, x0, x_stride, c + 16, hi, acc);
+    fma_group<R, T, !kFull>(w, x0, x_stride, c + 16, hi, acc);
   }
 }
 
 // R rows × T tokens over all columns, dequantizing in registers (decode: each weight serves at most 4 tokens).
 template <int R, int T>
 void direct_tile(const TileRows& rows, const float* x0, int64_t x_stride, int64_t cols, float* y, int64_t y_stride) {
-  __m512 acc[R][T];
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  }
-  for (int64_t c0 = 0; c0 < cols; c0 += kFp8ScaleBlock) {
-    __m512 scale[R];
+  __m512 acc[R * T];
+  for (int i = 0; i < R * T; ++i) acc[i] = _mm512_setzero_ps();
+  const auto block_scales = [&](int64_t c0, __m512* scale) {
     for (int r = 0; r < R; ++r) scale[r] = _mm512_set1_ps(rows.scales[r][c0 / kFp8ScaleBlock] * 256.0f);
-    if (cols - c0 >= kFp8ScaleBlock) {
-      direct_block<R, T, true>(rows, scale, x0, x_stride, c0, c0 + kFp8ScaleBlock, acc);
-    } else {
-      direct_block<R, T, false>(rows, scale, x0, x_stride, c0, cols, acc);
-    }
+  };
+  // The whole blocks in a loop of plain loads, the partial last block after it.
+  const int64_t whole = cols / kFp8ScaleBlock * kFp8ScaleBlock;
+  for (int64_t c0 = 0; c0 < whole; c0 += kFp8ScaleBlock) {
+    __m512 scale[R];
+    block_scales(c0, scale);
+    direct_block<R, T, true>(rows, scale, x0, x_stride, c0, c0 + kFp8ScaleBlock, acc);
   }
-  store_tile_sums(acc, y, y_stride);
+  if (whole < cols) {
+    __m512 scale[R];
+    block_scales(whole, scale);
+    direct_block<R, T, false>(rows, scale, x0, x_stride, whole, cols, acc);
+  }
+  store_tile_sums<R, T>(acc, y, y_stride);
 }
 
 // R rows × T tokens over columns [c0, c1) of dequantized rows in `panel` (column c at panel[r * kPanelCols + c - c0]),
@@ -110,9 +121,9 @@ void direct_tile(const TileRows& rows, const float* x0, int64_t x_stride, int64_
 template <int R, int T>
 void panel_tile(const float* panel, const float* x0, int64_t x_stride, int64_t c0, int64_t c1, bool first, bool last,
                 __m512* carry, float* y, int64_t y_stride) {
-  __m512 acc[R][T];
+  __m512 acc[R * T];
   for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) acc[r][t] = first ? _mm512_setzero_ps() : carry[r * kTokenTile + t];
+    for (int t = 0; t < T; ++t) acc[r * T + t] = first ? _mm512_setzero_ps() : carry[r * kTokenTile + t];
   }
   for (int64_t c = c0; c < c1; c += 16) {
     const __mmask16 mask = tail_mask(c1 - c);
@@ -121,11 +132,11 @@ void panel_tile(const float* panel, const float* x0, int64_t x_stride, int64_t c
     fma_group<R, T>(w, x0, x_stride, c, mask, acc);
   }
   if (last) {
-    store_tile_sums(acc, y, y_stride);
+    store_tile_sums<R, T>(acc, y, y_stride);
     return;
   }
   for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) carry[r * kTokenTile + t] = acc[r][t];
+    for (int t = 0; t < T; ++t) carry[r * kTokenTile + t] = acc[r * T + t];
   }
 }
 

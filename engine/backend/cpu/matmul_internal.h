@@ -16,11 +16,13 @@ constexpr int64_t kRowChunk = 16;    // row chunks handed to threads are multipl
 constexpr int64_t kTokenTile = 4;    // tokens per micro-kernel tile
 constexpr int64_t kTokenGroup = 16;  // tokens per token-lane group; token chunks are multiples of this
 constexpr int64_t kActAlign = 64;    // bytes; every activation row starts on a cache line
+constexpr int64_t kFloatActCols = 32;  // rounded f16 / bf16 activation rows are padded to a multiple of this
 
 // Activations prepared once per matmul call for all tokens. For quantized weights: q + t*q_stride holds the Q8
 // quants of token t (natural element order, zero-padded to q_stride, a multiple of 64), d[t*d_stride + b] the block
 // scale (the f16 value widened to f32) and, for Q8_1, s[t*d_stride + b] = f16(d·Σq) widened; d and s rows are
-// zero-padded to d_stride (a multiple of 16). For float weights f + t*f_stride holds the (rounded) f32 activations.
+// zero-padded to d_stride (a multiple of 16). For float weights f + t*f_stride holds the (rounded) f32 activations
+// (the AVX-512 BF16 kernel's in even/odd column order within each kFloatActCols block, as avx512_round_bf16 writes).
 struct Activations {
   const int8_t* q = nullptr;
   int64_t q_stride = 0;
