@@ -1,4 +1,5 @@
-// AVX2 kernels for F32 / F16 / BF16 weights × f32 activations (a 4×2 rows × tokens FMA tile, scalar column tail)
+// AVX2 kernels for F32 / F16 / BF16 weights × f32 activations (a 4×2 rows × tokens FMA tile, scalar column tail,
+// the next tile's rows prefetched)
 // and the f16 / bf16 rounding of activations that ggml applies before those dots.
 #include <immintrin.h>
 
@@ -63,9 +64,15 @@ void float_tile(const uint8_t* w0, int64_t row_bytes, const float* x0, int64_t x
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   }
   const int64_t vec_cols = cols / 8 * 8;
+  constexpr int64_t kElementBytes = kType == DType::kF32 ? 4 : 2;
   for (int64_t c = 0; c < vec_cols; c += 8) {
     __m256 w[R];
     for (int r = 0; r < R; ++r) w[r] = load_weights<kType>(w0 + r * row_bytes, c);
+    // The next tile's rows (right after this one's) at these columns: their 1-2 KB runs are too short for the
+    // hardware prefetcher to get ahead of from DRAM.
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(w0 + (R + r) * row_bytes + c * kElementBytes), _MM_HINT_T0);
+    }
     for (int t = 0; t < T; ++t) {
       const __m256 xv = _mm256_loadu_ps(x0 + t * x_stride + c);
       for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(w[r], xv, acc[r][t]);
