@@ -1,6 +1,5 @@
 // AVX2 kernels for F32 / F16 / BF16 weights × f32 activations (a 4×2 rows × tokens FMA tile, scalar column tail,
-// the next tile's rows prefetched)
-// and the f16 / bf16 rounding of activations that ggml applies before those dots.
+// the next tile's rows prefetched) and the f16 / bf16 rounding of activations that ggml applies before those dots.
 #include <immintrin.h>
 
 #include <cstring>
