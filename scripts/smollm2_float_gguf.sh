@@ -2,14 +2,15 @@
 # SmolLM2-135M-Instruct in float weights (what its HF checkpoint ships) from the Q4_1 GGUF: transformers dequantizes
 # the GGUF into an HF checkpoint (OUT/hf, bf16 safetensors), llama.cpp's convert_hf_to_gguf.py writes it as bf16 and
 # f16 GGUFs (OUT/smollm2-bf16.gguf, OUT/smollm2-f16.gguf). The float-kernel and speculative benchmarks in
-# docs/performance.md run on these: the Q4_1 weights dequantized, rounded to bf16.
+# docs/performance.md and configs/eagle-crossover-bf16.yaml run on these: the Q4_1 weights dequantized, rounded to
+# bf16.
 # Usage: scripts/smollm2_float_gguf.sh [OUT] [LLAMA_CPP_SRC]
-#   OUT defaults to /tmp/smollm2-float; LLAMA_CPP_SRC to the llama.cpp vendored in the llama-cpp-python 0.3.36 sdist
+#   OUT defaults to models/smollm2-float; LLAMA_CPP_SRC to the llama.cpp vendored in the llama-cpp-python 0.3.36 sdist
 #   (pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d /tmp/dl/sdist && tar xf ... -C /tmp/dl/sdist).
 #   Needs .venv with torch, transformers, gguf, sentencepiece (scripts/setup.sh installs the first three).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-/tmp/smollm2-float}
+OUT=${1:-models/smollm2-float}
 SRC=${2:-/tmp/dl/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp}
 GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
 PY=.venv/bin/python
@@ -37,6 +38,7 @@ plain.save_pretrained(out, safe_serialization=True)
 tokenizer.save_pretrained(out)
 EOF
 for t in bf16 f16; do
-  PYTHONPATH="$SRC/gguf-py" "$PY" "$SRC/convert_hf_to_gguf.py" "$OUT/hf" --outtype "$t" --outfile "$OUT/smollm2-$t.gguf" >/dev/null
+  PYTHONPATH="$SRC/gguf-py" "$PY" "$SRC/convert_hf_to_gguf.py" "$OUT/hf" --outtype "$t" \
+    --outfile "$OUT/smollm2-$t.gguf" >/dev/null
 done
 ls -l "$OUT"/smollm2-*.gguf
