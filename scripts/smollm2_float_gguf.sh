@@ -7,7 +7,8 @@
 # Usage: scripts/smollm2_float_gguf.sh [OUT] [LLAMA_CPP_SRC]
 #   OUT defaults to models/smollm2-float; LLAMA_CPP_SRC to the llama.cpp vendored in the llama-cpp-python 0.3.36 sdist
 #   (pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d /tmp/dl/sdist && tar xf ... -C /tmp/dl/sdist).
-#   Needs .venv with torch, transformers, gguf, sentencepiece (scripts/setup.sh installs the first three).
+#   Needs .venv with torch, transformers, gguf and sentencepiece: .venv/bin/pip install torch transformers gguf
+#   sentencepiece (CPU wheels; scripts/setup.sh does not install them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-models/smollm2-float}
