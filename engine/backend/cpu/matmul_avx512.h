@@ -22,6 +22,23 @@ constexpr int64_t kPrefetchBytes = 6144;
 
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// Lanes of the `left` columns still to do (all when 16 or more; none when left <= 0).
+static inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xFFFF)
+                    : left <= 0 ? static_cast<__mmask16>(0) : static_cast<__mmask16>((1u << left) - 1u);
+}
+// The same for 32 lanes of 16-bit elements (left > 0).
+static inline __mmask32 tail_mask32(int64_t left) {
+  return left >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << left) - 1u);
+}
+// 16 floats, masked only when kMasked: GCC 12 keeps a tile's accumulators in registers across a loop of plain loads,
+// but stores every one of them to the stack on each step of a loop with masked loads (even all-ones masks), which
+// doubled a 2-token float tile's time. So the float and FP8 tiles run whole steps unmasked and mask only the tail.
+template <bool kMasked>
+static inline __m512 load_floats(const float* p, __mmask16 mask) {
+  return kMasked ? _mm512_maskz_loadu_ps(mask, p) : _mm512_loadu_ps(p);
+}
+
 // Horizontal reductions (GCC 12's _mm512_reduce_* trip -Wuninitialized inside the intrinsic headers).
 static inline __m512 fold_lanes_add(__m512 v) {
   v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));

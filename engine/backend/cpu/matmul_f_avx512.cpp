@@ -15,10 +15,6 @@ using namespace avx512;
 // even columns' values first, then the odd ones'.
 constexpr int64_t kBf16Step = kFloatActCols;
 
-inline __mmask16 tail_mask16(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
-}
-
 // The rows of the next tile (right after this one's: rows are contiguous), at the columns this step reads: they are
 // too short (1-2 KB at small models' widths) for the hardware prefetcher to get ahead of from DRAM.
 template <int R>
@@ -28,13 +24,7 @@ inline void prefetch_next_tile(const uint8_t* w0, int64_t row_bytes, int64_t byt
   }
 }
 
-// Masked loads only where a step is partial: GCC 12 keeps a tile's accumulators in registers across a loop of plain
-// loads, but stores every one of them to the stack on each step of a loop with masked loads (even all-ones masks),
-// which doubled a 2-token tile's time. So whole steps run with kMasked false and only the tail step masks.
-template <bool kMasked>
-inline __m512 load_floats(const float* p, __mmask16 mask) {
-  return kMasked ? _mm512_maskz_loadu_ps(mask, p) : _mm512_loadu_ps(p);
-}
+// Weights masked only in a tile's tail step, as load_floats (matmul_avx512.h) explains.
 template <bool kMasked>
 inline __m256i load_halves(const uint8_t* p, __mmask16 mask) {
   return kMasked ? _mm256_maskz_loadu_epi16(mask, p) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -70,7 +60,7 @@ void float_tile(const uint8_t* w0, int64_t row_bytes, const float* x0, int64_t x
   };
   const int64_t whole = cols / 16 * 16;
   for (int64_t c = 0; c < whole; c += 16) step.template operator()<false>(c, 0);
-  if (whole < cols) step.template operator()<true>(whole, tail_mask16(cols - whole));
+  if (whole < cols) step.template operator()<true>(whole, tail_mask(cols - whole));
   store_tile_sums<R, T>(acc, y, y_stride);
 }
 
@@ -102,7 +92,7 @@ void bf16_tile(const uint8_t* w0, int64_t row_bytes, const float* x0, int64_t x_
   };
   const int64_t whole = cols / kBf16Step * kBf16Step;
   for (int64_t c = 0; c < whole; c += kBf16Step) step.template operator()<false>(c, 0);
-  if (whole < cols) step.template operator()<true>(whole, static_cast<__mmask32>((1u << (cols - whole)) - 1u));
+  if (whole < cols) step.template operator()<true>(whole, tail_mask32(cols - whole));
   store_tile_sums<R, T>(acc, y, y_stride);
 }
 
@@ -150,8 +140,7 @@ void round_rows(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_
                 Round round) {
   for (int64_t t = t0; t < t1; ++t) {
     for (int64_t c = 0; c < cols; c += 16) {
-      const __mmask16 mask =
-          cols - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (cols - c)) - 1u);
+      const __mmask16 mask = tail_mask(cols - c);
       _mm512_mask_storeu_ps(out + t * out_stride + c, mask, round(_mm512_maskz_loadu_ps(mask, x + t * x_stride + c)));
     }
   }
@@ -200,8 +189,8 @@ void avx512_round_bf16(const float* x, int64_t x_stride, int64_t t0, int64_t t1,
     const float* xt = x + t * x_stride;
     float* ot = out + t * out_stride;
     for (int64_t c = 0; c < cols; c += kBf16Step) {
-      const __m512 lo = round(_mm512_maskz_loadu_ps(tail_mask16(cols - c), xt + c));
-      const __m512 hi = round(_mm512_maskz_loadu_ps(cols - c > 16 ? tail_mask16(cols - c - 16) : 0, xt + c + 16));
+      const __m512 lo = round(_mm512_maskz_loadu_ps(tail_mask(cols - c), xt + c));
+      const __m512 hi = round(_mm512_maskz_loadu_ps(tail_mask(cols - c - 16), xt + c + 16));
       _mm512_store_ps(ot + c, _mm512_permutex2var_ps(lo, even, hi));
       _mm512_store_ps(ot + c + 16, _mm512_permutex2var_ps(lo, odd, hi));
     }

@@ -39,15 +39,6 @@ inline __m512 dequantize(__m512i halves, __mmask16 mask, __m512 scale256) {
   return _mm512_maskz_mul_ps(mask, _mm512_cvtph_ps(h), scale256);
 }
 
-// Lanes of the `left` columns still to do (all when 16 or more; none when left <= 0).
-inline __mmask16 tail_mask(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xFFFF)
-                    : left <= 0 ? static_cast<__mmask16>(0) : static_cast<__mmask16>((1u << left) - 1u);
-}
-inline __mmask32 tail_mask32(int64_t left) {
-  return left >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << left) - 1u);
-}
-
 // BlockScales::row, spelled out here: an ISA file must not instantiate inline code that baseline files share.
 inline const float* scale_row(const BlockScales& s, int64_t r) {
   return s.data + (r + s.row_offset) / kFp8ScaleBlock * s.stride;
@@ -61,14 +52,12 @@ struct TileRows {
 };
 
 // The FMAs of one 16-column group: weights w[R] times the tile's tokens. kMasked false: all 16 columns, by plain loads
-// (GCC 12 keeps a tile's accumulators in registers across a loop of plain loads, but stores every one of them to the
-// stack on each step of a loop with masked loads, even all-ones ones: matmul_f_avx512.cpp).
+// (see load_floats).
 template <int R, int T, bool kMasked = true>
 inline void fma_group(const __m512* w, const float* x0, int64_t x_stride, int64_t c, __mmask16 mask,
                       __m512 (&acc)[R * T]) {
   for (int t = 0; t < T; ++t) {
-    const float* x = x0 + t * x_stride + c;
-    const __m512 xv = kMasked ? _mm512_maskz_loadu_ps(mask, x) : _mm512_loadu_ps(x);
+    const __m512 xv = load_floats<kMasked>(x0 + t * x_stride + c, mask);
     for (int r = 0; r < R; ++r) acc[r * T + t] = _mm512_fmadd_ps(w[r], xv, acc[r * T + t]);
   }
 }
