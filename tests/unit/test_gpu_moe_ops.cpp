@@ -1,6 +1,7 @@
 // The GPU backend's mixture-of-experts and latent-attention (MLA) ops against the CPU backend on the same inputs:
 // scatter_add_rows with repeated rows (exact order per row, so within float rounding of one FMA), expert_mlps with
-// experts of 0, 1 and many rows (f32 weights within 1e-5, bf16 within 1e-2; cuBLAS and the tiled GEMM), head_matmul
+// experts of 0, 1 and many rows (f32 weights within 1e-5, bf16 within 1e-2; the grouped kernel, one cuBLAS GEMM per
+// expert, the tiled GEMM), head_matmul
 // on DeepSeek-V3's absorption shapes with strided inputs and outputs (the gaps between heads left alone), copy_rows,
 // store_latent (the cache bytes themselves, f32 / f16 / bf16) and attention_latent on 576-wide rows (512 latent + 64
 // rope), 128 heads, v_dim 512 and 128, contexts 1, 17 and 1000 and a prefill chunk, pages of 16 and 256, both the
@@ -14,6 +15,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -54,6 +56,7 @@ class GpuMoeOps : public gpu_test::GpuFixture {
   }
   void check_latent_attention(DType dtype, int64_t n_heads, int64_t width, int64_t v_dim, int64_t page,
                               bool prefill_chunk);
+  void check_expert_mlps(int64_t hidden, int64_t ffn, const std::vector<int64_t>& counts);
 };
 
 TEST_F(GpuMoeOps, ScatterAddRowsRepeatedRowsInOrder) {
@@ -77,29 +80,28 @@ TEST_F(GpuMoeOps, ScatterAddRowsRepeatedRowsInOrder) {
   }
 }
 
-TEST_F(GpuMoeOps, ExpertMlpsZeroOneAndManyRows) {
-  const int64_t hidden = 2048, ffn = 1408;  // DeepSeek-V2-Lite's expert shape
+// expert_mlps over experts of `counts` rows (in order, as the model's counting sort makes them) of shape
+// [ffn, hidden] / [hidden, ffn], f32 and bf16 weights, against the CPU: by default (bf16: the grouped tensor-core
+// kernel), with one cuBLAS GEMM per expert (SERVETUNE_GPU_MOE=loop) and through the tiled GEMM.
+void GpuMoeOps::check_expert_mlps(int64_t hidden, int64_t ffn, const std::vector<int64_t>& counts) {
+  const std::pair<const char*, const char*> modes[] = {{"", ""}, {"SERVETUNE_GPU_MOE", "loop"}, {"SERVETUNE_GPU_GEMM", "tiled"}};
   for (DType type : {DType::kF32, DType::kBF16}) {
-    for (const char* gemm : {"", "tiled"}) {
-      if (gemm[0] != '\0') setenv("SERVETUNE_GPU_GEMM", gemm, 1);
+    for (const auto& [name, value] : modes) {
+      if (name[0] != '\0') setenv(name, value, 1);
       std::unique_ptr<Backend> backend = make_backend(gpu_backend_name(), 1);
-      unsetenv("SERVETUNE_GPU_GEMM");
+      if (name[0] != '\0') unsetenv(name);
       std::vector<Weights> w;
-      for (uint32_t e = 0; e < 4; ++e) {
-        w.push_back(weights(ffn, hidden, type, 10 + 3 * e));
-        w.push_back(weights(ffn, hidden, type, 11 + 3 * e));
-        w.push_back(weights(hidden, ffn, type, 12 + 3 * e));
-      }
-      // Rows 0..40 of x: expert 0 none, expert 1 one row, expert 2 seventeen, expert 3 the other 23 (the order the
-      // model's counting sort makes); a dense MLP is one entry of all rows.
-      const int64_t counts[] = {0, 1, 17, 23};
-      const int64_t n = 41;
       std::vector<Backend::ExpertMlp> on_cpu, on_gpu;
-      int64_t first = 0;
-      for (size_t e = 0; e < 4; ++e) {
-        on_cpu.push_back({&w[3 * e].host, &w[3 * e + 1].host, &w[3 * e + 2].host, first, counts[e]});
-        on_gpu.push_back({&w[3 * e].device, &w[3 * e + 1].device, &w[3 * e + 2].device, first, counts[e]});
-        first += counts[e];
+      w.reserve(3 * counts.size());
+      int64_t n = 0;
+      for (size_t e = 0; e < counts.size(); ++e) {
+        const auto seed = static_cast<uint32_t>(10 + 3 * e);
+        w.push_back(weights(ffn, hidden, type, seed));
+        w.push_back(weights(ffn, hidden, type, seed + 1));
+        w.push_back(weights(hidden, ffn, type, seed + 2));
+        on_cpu.push_back({&w[3 * e].host, &w[3 * e + 1].host, &w[3 * e + 2].host, n, counts[e]});
+        on_gpu.push_back({&w[3 * e].device, &w[3 * e + 1].device, &w[3 * e + 2].device, n, counts[e]});
+        n += counts[e];
       }
       const auto x = random_floats(static_cast<size_t>(n * hidden), 5);
       cpu::CpuBackend cpu(2);
@@ -110,10 +112,18 @@ TEST_F(GpuMoeOps, ExpertMlpsZeroOneAndManyRows) {
       backend->expert_mlps(on_gpu, dev(x), y);
       backend->synchronize();
       EXPECT_LT(rel_error(host(y, expected.size()), expected), type == DType::kF32 ? 1e-5 : 1e-2)
-          << dtype_name(type) << " gemm '" << gemm << "'";
+          << dtype_name(type) << " " << name << "=" << value << ", hidden " << hidden << ", ffn " << ffn;
     }
   }
 }
+
+// Expert 0 none, expert 1 one row, expert 2 seventeen, expert 3 twenty-three on DeepSeek-V2-Lite's expert shape: a
+// decode-like call (16-row tiles).
+TEST_F(GpuMoeOps, ExpertMlpsZeroOneAndManyRows) { check_expert_mlps(2048, 1408, {0, 1, 17, 23}); }
+
+// Prefill-like counts (64-row tiles: 130 = two whole tiles and a partial one) on a shape whose input widths are not
+// multiples of the kernel's 64-column stages (720, 400) and whose outputs end inside a 64-column block.
+TEST_F(GpuMoeOps, ExpertMlpsPrefillRowsAndPartialBlocks) { check_expert_mlps(720, 400, {130, 0, 64, 70}); }
 
 // MLA's two absorptions on DeepSeek-V3's shapes: q_nope [n, heads, 192 (128 nope + 64 rope)] through W_UK^T per
 // head into q_absorbed [n, heads, 576]'s first 512 values, and the latent output [n, heads, 512] through W_UV into

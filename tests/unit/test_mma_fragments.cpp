@@ -1,8 +1,9 @@
-// The tensor-core prefill attention's index math (backend/cuda/mma_fragments.h) on the CPU: each m16n8k16 fragment
-// layout covers its matrix once, matches the PTX ISA's formulas at sample lanes, and one warp's S = Q K^T and O = P V,
-// computed the way prefill_attention_mma.cu addresses its fragments (K and V as [key][dim] rows, P reusing the score
-// C fragments as A) through a simulated mma, equal plain matrix products; the kernel's ldmatrix row addresses load those
-// same B fragments; and the plan's tiles cut a mixed batch into runs of one sequence of at most 64 / group tokens.
+// The tensor-core kernels' index math (backend/cuda/mma_fragments.h) on the CPU: each m16n8k16 fragment layout covers
+// its matrix once, matches the PTX ISA's formulas at sample lanes, and one warp's S = Q K^T and O = P V, computed the
+// way prefill_attention_mma.cu addresses its fragments (K and V as [key][dim] rows, P reusing the score C fragments as
+// A) through a simulated mma, equal plain matrix products; the kernels' ldmatrix row addresses load those same B
+// fragments, and A fragments from row-major tiles; and the attention plan's tiles cut a mixed batch into runs of one
+// sequence of at most 64 / group tokens.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "backend/cuda/mma_fragments.h"
+#include "mma_simulator.h"
 
 namespace servetune::gpu::mma {
 namespace {
@@ -64,25 +66,6 @@ TEST(MmaFragments, ScoreAccumulatorsReuseAsTheNextAFragment) {
       const int e = a_from_c(i, tile);
       EXPECT_EQ(a_row(lane, i), c_row(lane, e)) << lane << " " << i;
       EXPECT_EQ(a_col(lane, i), 8 * tile + c_col(lane, e)) << lane << " " << i;
-    }
-  }
-}
-
-// A simulated warp mma: each lane's registers of A (8), B (4) and C/D (4) as the layouts place them.
-using AFrag = std::array<std::array<float, 8>, 32>;
-using BFrag = std::array<std::array<float, 4>, 32>;
-using CFrag = std::array<std::array<float, 4>, 32>;
-void simulated_mma(const AFrag& a, const BFrag& b, CFrag& d) {
-  float am[16][16], bm[16][8];
-  for (int lane = 0; lane < 32; ++lane) {
-    for (int i = 0; i < 8; ++i) am[a_row(lane, i)][a_col(lane, i)] = a[lane][i];
-    for (int i = 0; i < 4; ++i) bm[b_row(lane, i)][b_col(lane, i)] = b[lane][i];
-  }
-  for (int lane = 0; lane < 32; ++lane) {
-    for (int i = 0; i < 4; ++i) {
-      float sum = 0.0f;
-      for (int k = 0; k < 16; ++k) sum += am[c_row(lane, i)][k] * bm[k][c_col(lane, i)];
-      d[lane][i] += sum;
     }
   }
 }
@@ -151,23 +134,6 @@ TEST(MmaFragments, WarpScoresAndWeightedValuesMatchPlainProducts) {
   }
 }
 
-// ldmatrix.x4 as the ISA defines it, over a row-major [rows][cols] array: lanes 8 m .. 8 m + 7 give (row, col) starts
-// of matrix m's rows; lane L's register m gets two elements of matrix m, (L / 4, 2 (L % 4) + e), or transposed.
-std::array<std::array<std::array<float, 2>, 4>, 32> simulated_ldmatrix(const std::vector<float>& a, int cols, bool trans,
-                                                                       const std::array<std::pair<int, int>, 32>& starts) {
-  std::array<std::array<std::array<float, 2>, 4>, 32> regs{};
-  for (int lane = 0; lane < 32; ++lane) {
-    for (int m = 0; m < 4; ++m) {
-      for (int e = 0; e < 2; ++e) {
-        const int r = trans ? 2 * (lane % 4) + e : lane / 4, c = trans ? lane / 4 : 2 * (lane % 4) + e;
-        const auto [row, col] = starts[8 * m + r];
-        regs[lane][m][e] = a[row * cols + col + c];
-      }
-    }
-  }
-  return regs;
-}
-
 // The ldmatrix row addresses the kernel gives (ldsm_k_*, ldsm_v_*) load exactly the B fragments the direct mapping
 // names: K for key tile nt and k-steps s, s + 1; V (transposed) for keys 16 kk.. and dim tiles dt, dt + 1.
 TEST(MmaFragments, LdmatrixRowAddressesGiveTheBFragments) {
@@ -203,6 +169,24 @@ TEST(MmaFragments, LdmatrixRowAddressesGiveTheBFragments) {
             EXPECT_EQ(regs[lane][2 * half + i / 2][i % 2], want) << "V kk " << kk << " dt " << tile << " lane " << lane;
           }
         }
+      }
+    }
+  }
+}
+
+// ldsm_a_* row addresses over a row-major [row][k] array load the A fragment of k-step s (registers 0..3 holding
+// a0 a1, a2 a3, a4 a5, a6 a7).
+TEST(MmaFragments, LdmatrixRowAddressesGiveTheAFragment) {
+  constexpr int kRows = 16, kCols = 64;
+  std::vector<float> a(kRows * kCols);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i);
+  for (int s = 0; s < kCols / 16; ++s) {
+    std::array<std::pair<int, int>, 32> starts;
+    for (int lane = 0; lane < 32; ++lane) starts[lane] = {ldsm_a_row(lane), 16 * s + ldsm_a_col(lane)};
+    const auto regs = simulated_ldmatrix(a, kCols, false, starts);
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int i = 0; i < 8; ++i) {
+        EXPECT_EQ(regs[lane][i / 2][i % 2], a[a_row(lane, i) * kCols + 16 * s + a_col(lane, i)]) << s << " " << lane << " " << i;
       }
     }
   }

@@ -11,11 +11,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/expert_gemm.h"
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/gpu_backend.h"
 #include "backend/cuda/kernels.h"
@@ -266,9 +268,9 @@ class GpuBackend final : public Backend {
     after("scatter_add_rows");
   }
   void expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y) override {
-    // One GEMM per projection and expert over the expert's contiguous rows (the permuted layout of vLLM's fused MoE).
-    // Next step: one grouped GEMM per projection over all experts (cublasGemmGroupedBatchedEx or cuBLASLt grouped
-    // GEMMs), so that decode steps, a few rows on each of many experts, run their experts side by side.
+    // Each expert's rows are contiguous (the permuted layout of vLLM's fused MoE). bf16 and FP8 experts take the
+    // grouped kernel (expert_gemm.cu: two launches for all experts); otherwise, and with SERVETUNE_GPU_MOE=loop (to
+    // compare the two on a device) or the tiled GEMM, one GEMM per projection and expert.
     int64_t most = 0;
     for (const ExpertMlp& e : experts) {
       if (e.count <= 0) continue;
@@ -278,6 +280,13 @@ class GpuBackend final : public Backend {
       most = std::max(most, e.count * e.gate->rows);
     }
     if (most == 0) return;
+#if !defined(SERVETUNE_HIP)
+    if (!tiled_gemm_ && !loop_moe_ && grouped_expert_problem(experts, x, y).empty()) {
+      grouped_expert_mlps(experts, x, y);
+      after("expert_mlps");
+      return;
+    }
+#endif
     auto* gate = static_cast<float*>(grow(mlp_gate_, static_cast<size_t>(most) * sizeof(float), "expert MLP"));
     auto* up = static_cast<float*>(grow(mlp_up_, static_cast<size_t>(most) * sizeof(float), "expert MLP"));
     for (const ExpertMlp& e : experts) {
@@ -499,6 +508,41 @@ class GpuBackend final : public Backend {
   }
 #endif
 
+  // expert_mlps through the grouped kernel: the tile plan and the experts' gate, up and down references go up in one
+  // copy; then one SwiGLU launch (gate and up) into act rows, and one launch of the downs.
+  void grouped_expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y) {
+    const int tile_rows = expert_tile_rows(experts);
+    plan_expert_tiles(experts, tile_rows, moe_tiles_);
+    const size_t n_entries = experts.size(), tile_bytes = moe_tiles_.size() * sizeof(ExpertTile);
+    const size_t refs_offset = (tile_bytes + 15) / 16 * 16, ref_bytes = 3 * n_entries * sizeof(ExpertWeightRef);
+    moe_plan_host_.resize(refs_offset + ref_bytes);
+    std::memcpy(moe_plan_host_.data(), moe_tiles_.data(), tile_bytes);
+    auto* refs = reinterpret_cast<ExpertWeightRef*>(moe_plan_host_.data() + refs_offset);
+    const ExpertMlp* model = nullptr;  // an active entry: every active one has its types and shapes
+    int64_t rows = 0;
+    for (size_t i = 0; i < n_entries; ++i) {
+      const ExpertMlp& e = experts[i];
+      refs[i] = expert_weight_ref(*e.gate);
+      refs[n_entries + i] = expert_weight_ref(*e.up);
+      refs[2 * n_entries + i] = expert_weight_ref(*e.down);
+      if (e.count > 0) {
+        model = &e;
+        rows = std::max(rows, e.first + e.count);
+      }
+    }
+    grow(moe_plan_, moe_plan_host_.size(), "expert GEMM plan");
+    upload(*moe_plan_, 0, moe_plan_host_.data(), moe_plan_host_.size());
+    const auto* tiles = static_cast<const ExpertTile*>(moe_plan_->data());
+    const auto* refs_dev = reinterpret_cast<const ExpertWeightRef*>(static_cast<const uint8_t*>(moe_plan_->data()) + refs_offset);
+    const WeightMatrix &gate = *model->gate, &down = *model->down;
+    auto* act = static_cast<float*>(grow(mlp_gate_, static_cast<size_t>(rows * gate.rows) * sizeof(float), "expert MLP"));
+    const auto n_tiles = static_cast<int64_t>(moe_tiles_.size());
+    launch_expert_gemm(tiles, n_tiles, tile_rows, refs_dev, refs_dev + n_entries, gate.type == DType::kFP8_E4M3_B128, x,
+                       gate.cols, gate.rows, act, stream_);
+    launch_expert_gemm(tiles, n_tiles, tile_rows, refs_dev + 2 * n_entries, nullptr, down.type == DType::kFP8_E4M3_B128,
+                       act, down.cols, down.rows, y, stream_);
+  }
+
   // head_matmul's GEMMs: y_h = x_h . W_h^T for every head h in one strided batched call (the HIP build, and
   // SERVETUNE_GPU_GEMM=tiled: the batched tiled kernel). bf16 weights take the heads' inputs packed as bf16.
   void head_gemm(const WeightMatrix& w, int64_t rows, int64_t n_heads, const float* x, HeadStrides xs, int64_t n, float* y,
@@ -541,6 +585,7 @@ class GpuBackend final : public Backend {
   bool capturing_ = false;
   const bool sync_check_ = sync_check_enabled();
   const bool simt_attention_ = env_is("SERVETUNE_GPU_ATTENTION", "simt");
+  const bool loop_moe_ = env_is("SERVETUNE_GPU_MOE", "loop");
   std::map<int64_t, cudaGraphExec_t> graphs_;
 #if !defined(SERVETUNE_HIP)
   // Read per backend, not once per process, so a test can make one of each.
@@ -554,7 +599,10 @@ class GpuBackend final : public Backend {
 #endif
   std::unique_ptr<DeviceBuffer> sample_rows_, sample_tokens_;  // Backend::sample's rows in and ids out
   std::unique_ptr<DeviceBuffer> x_bf16_;  // activations cast to bf16 for the bf16 GEMMs
-  std::unique_ptr<DeviceBuffer> mlp_gate_, mlp_up_;  // expert_mlps' gate and up rows of one expert
+  std::unique_ptr<DeviceBuffer> mlp_gate_, mlp_up_;  // expert_mlps' gate and up rows (grouped: the SwiGLU rows)
+  std::unique_ptr<DeviceBuffer> moe_plan_;            // the grouped expert GEMM's tiles and weight references
+  std::vector<ExpertTile> moe_tiles_;
+  std::vector<uint8_t> moe_plan_host_;
   std::unique_ptr<DeviceBuffer> latent_partials_;    // attention_latent's split partials
   std::unique_ptr<DeviceBuffer> attention_partials_;  // split attention's per-chunk partial softmaxes
   std::unique_ptr<DeviceBuffer> attention_plan_;      // the tensor-core prefill attention's tile plan

@@ -1,8 +1,8 @@
-// Index math of the tensor-core prefill attention (prefill_attention_mma.cu): which (row, col) of the A (16x16), B
+// Index math of the tensor-core kernels (prefill_attention_mma.cu, expert_gemm.cu): which (row, col) of the A (16x16), B
 // (16x8) and C/D (16x8) matrices element i of a lane holds in mma.sync.aligned.m16n8k16.row.col with f16/bf16 inputs and
 // f32 accumulators (PTX ISA 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16 with floating point type"), the reuse of
-// two C fragments as one A fragment (FlashAttention-2's P), the ldmatrix row addresses that load the B fragments, and
-// the plan's tile rule. Plain functions: a CPU test (test_mma_fragments) checks them.
+// two C fragments as one A fragment (FlashAttention-2's P), the ldmatrix row addresses that load the A and B
+// fragments, and the attention plan's tile rule. Plain functions: a CPU test (test_mma_fragments) checks them.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +46,11 @@ SERVETUNE_MMA_HD constexpr int a_from_c(int i, int& tile) {
 //   step s, then of s + 1, when lane L points at key 8 nt + ldsm_k_key(L), dim 16 s + ldsm_k_dim(L);
 // - V (.trans) gives the B fragments of O = P V for 16 keys 16 kk.. and two 8-column tiles dt, dt + 1: b0, b1 of dt,
 //   then of dt + 1, when lane L points at key 16 kk + ldsm_v_key(L), dim 8 dt + ldsm_v_dim(L).
+// - A row-major [row][k] tile (no .trans) gives the A fragment of 16 rows and one k-step s (registers 0..3 = a0a1,
+//   a2a3, a4a5, a6a7) when lane L points at row ldsm_a_row(L), column 16 s + ldsm_a_col(L) (expert_gemm.cu's
+//   activations; its weights, stored [output][k] like K, load as K does).
+SERVETUNE_MMA_HD constexpr int ldsm_a_row(int lane) { return lane & 15; }
+SERVETUNE_MMA_HD constexpr int ldsm_a_col(int lane) { return 8 * (lane >> 4); }
 SERVETUNE_MMA_HD constexpr int ldsm_k_key(int lane) { return lane & 7; }
 SERVETUNE_MMA_HD constexpr int ldsm_k_dim(int lane) { return 8 * (lane >> 3); }
 SERVETUNE_MMA_HD constexpr int ldsm_v_key(int lane) { return 8 * ((lane >> 3) & 1) + (lane & 7); }
