@@ -1,7 +1,8 @@
 # CPU kernel tests: the thread pool (core), the CPU matmul kernels (block-scaled FP8 included) and the latent attention
 # kernels against their reference (backend), and the GPU split-attention plan and merge, the tensor-core kernels'
 # fragment layouts and the prefill attention's tile rule, the grouped expert GEMM's plan and one block walked on a
-# simulated warp, and the FP8 GEMM's scale layouts and activation quantization (plain host code).
+# simulated warp, the pinned staging ring, and the FP8 GEMM's scale layouts and activation quantization (plain host
+# code).
 servetune_test(test_thread_pool LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_thread_pool.cpp
   LIBS servetune_core)
@@ -36,4 +37,7 @@ servetune_test(test_mma_fragments LABEL unit
   LIBS servetune_core)
 servetune_test(test_expert_gemm_plan LABEL unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_expert_gemm_plan.cpp
+  LIBS servetune_core)
+servetune_test(test_staging_ring LABEL unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_staging_ring.cpp
   LIBS servetune_core)

@@ -3,7 +3,8 @@
 // 256, page size 16, contexts of over a thousand): f32 paths within 1e-5 relative error (of the largest reference
 // value), bf16 GEMMs within 1e-2, the tensor-core prefill attention within its f16/bf16 rounding; f32, f16, bf16 and FP8 E4M3 KV caches; the tiled GEMM (the HIP build's) through
 // SERVETUNE_GPU_GEMM=tiled; flash-decoding split attention for small batches with contexts up to 5000; and a kernel
-// fault under the sync check naming its op. Skips, saying why, when no GPU is visible.
+// fault under the sync check naming its op; uploads and downloads through pinned staging. Skips, saying why, when no GPU
+// is visible.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <vector>
@@ -51,6 +53,31 @@ class GpuOps : public gpu_test::GpuFixture {
         << "a prefill batch takes the single-pass kernel";
   }
 };
+
+// Uploads through the pinned staging ring, many more bytes than it holds without a synchronize between them (so it
+// wraps and waits for its own earlier copies), each source overwritten right after its upload returns; sizes from 1
+// byte to past the staged limit (direct copies), and downloads staged and direct. Every buffer holds what was sent.
+TEST_F(GpuOps, StagedUploadsAndDownloadsKeepEveryByte) {
+  std::mt19937 rng(9);
+  const size_t sizes[] = {1, 3, 4096, 65536, size_t{1} << 20, (size_t{3} << 20) + 5, (size_t{5} << 20) + 1};
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  std::vector<std::vector<uint8_t>> sent;
+  std::vector<uint8_t> source;
+  for (int i = 0; i < 60; ++i) {
+    const size_t bytes = sizes[static_cast<size_t>(i) % std::size(sizes)];
+    source.resize(bytes);
+    for (auto& b : source) b = static_cast<uint8_t>(rng());
+    buffers.push_back(gpu_->allocate(bytes));
+    gpu_->upload(*buffers.back(), 0, source.data(), bytes);
+    sent.push_back(source);
+    std::fill(source.begin(), source.end(), uint8_t{0xAB});  // the caller may reuse its memory at once
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    std::vector<uint8_t> back(sent[i].size());
+    gpu_->download(back.data(), *buffers[i], 0, back.size());
+    ASSERT_EQ(back, sent[i]) << "buffer " << i << " of " << sent[i].size() << " bytes";
+  }
+}
 
 TEST_F(GpuOps, EmbedF32F16Bf16Tables) {
   const int64_t rows = 37, cols = 75, n = 11;

@@ -4,6 +4,7 @@
 // makes a CUDA build use it too (so the HIP build's GEMM is tested and timed where a GPU is).
 // Block-scaled FP8 weights (DeepSeek-V3/R1's) stay FP8 on an sm_90 CUDA device, multiplied by cuBLASLt's FP8 GEMM
 // (fp8_gemm.h); everywhere else (HIP, other GPUs, the tiled GEMM, shapes that GEMM cannot take) they become bf16 at load.
+// Small host copies go through pinned memory (a staging ring for uploads, so they never wait for the stream).
 // Kernel faults are asynchronous: they surface at the next synchronizing call, under that call's name. With
 // SERVETUNE_GPU_SYNC_CHECK=1 (or CUDA_LAUNCH_BLOCKING=1) every op waits for its work and names itself in the error.
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/prefill_attention_mma.h"
+#include "backend/cuda/staging_ring.h"
 #include "backend/fp8_layout.h"
 #include "core/error.h"
 
@@ -131,6 +133,10 @@ class GpuBackend final : public Backend {
   }
   ~GpuBackend() override {
     (void)cudaStreamSynchronize(stream_);
+    staging_ring_.release_all([&](void* event) { free_events_.push_back(static_cast<cudaEvent_t>(event)); });
+    for (cudaEvent_t event : free_events_) (void)cudaEventDestroy(event);
+    if (staging_ != nullptr) (void)cudaFreeHost(staging_);
+    if (readback_ != nullptr) (void)cudaFreeHost(readback_);
     drop_graphs();
 #if !defined(SERVETUNE_HIP)
     cublasDestroy(blas_);
@@ -178,21 +184,43 @@ class GpuBackend final : public Backend {
   }
 
   std::unique_ptr<Buffer> allocate(size_t bytes) override { return std::make_unique<DeviceBuffer>(bytes); }
+  // Copies of up to kStagedCopyBytes go through pinned host memory: an upload is copied into the staging ring and
+  // sent by DMA without waiting for the stream (a copy from pageable memory may wait for the work queued before it,
+  // which would stall the host behind the GPU at every step's index upload); a download lands in a pinned buffer.
+  // Larger copies (weights at load, big logits tables) and copies while a graph is captured go direct.
   void upload(Buffer& dst, size_t offset, const void* src, size_t bytes) override {
     if (offset + bytes > dst.size()) throw Error(ErrorKind::kInternal, "GPU upload past the end of its buffer");
-    // From pageable memory the copy returns once the source is staged, so the caller may reuse it at once.
-    check(cudaMemcpyAsync(static_cast<uint8_t*>(dst.data()) + offset, src, bytes, cudaMemcpyHostToDevice, stream_),
-          "upload");
+    void* target = static_cast<uint8_t*>(dst.data()) + offset;
+    if (bytes > 0 && bytes <= kStagedCopyBytes && !capturing_ && pinned(staging_, kStagingBytes)) {
+      const size_t at = staging_ring_.reserve(bytes, [&](void* event) {
+        check_wait(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "upload");
+        free_events_.push_back(static_cast<cudaEvent_t>(event));
+      });
+      std::memcpy(staging_ + at, src, bytes);
+      check(cudaMemcpyAsync(target, staging_ + at, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+      cudaEvent_t event = nullptr;
+      if (free_events_.empty()) {
+        check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+      } else {
+        event = free_events_.back();
+        free_events_.pop_back();
+      }
+      check(cudaEventRecord(event, stream_), "upload");
+      staging_ring_.hold(at, bytes, event);
+    } else {
+      // From pageable memory the copy returns once the source is staged, so the caller may reuse it at once.
+      check(cudaMemcpyAsync(target, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+    }
     after("upload");
   }
   void download(void* dst, const Buffer& src, size_t offset, size_t bytes) override {
     if (offset + bytes > src.size()) throw Error(ErrorKind::kInternal, "GPU download past the end of its buffer");
-    check(cudaMemcpyAsync(dst, static_cast<const uint8_t*>(const_cast<Buffer&>(src).data()) + offset, bytes,
-                          cudaMemcpyDeviceToHost, stream_),
-          "download");
-    check_wait(cudaStreamSynchronize(stream_), "download");
+    const void* from = static_cast<const uint8_t*>(const_cast<Buffer&>(src).data()) + offset;
+    const bool staged = bytes > 0 && bytes <= kStagedCopyBytes && pinned(readback_, kStagedCopyBytes);
+    check(cudaMemcpyAsync(staged ? readback_ : dst, from, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+    wait_stream("download");
+    if (staged) std::memcpy(dst, readback_, bytes);
   }
-
   void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) override {
     require_float_type(table, "embedding table");
     launch_embed(table, ids, n, out, stream_);
@@ -399,7 +427,7 @@ class GpuBackend final : public Backend {
     graphs_.clear();
     retired_.clear();
   }
-  void synchronize() override { check_wait(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  void synchronize() override { wait_stream("cudaStreamSynchronize"); }
 
  private:
   // The sync check (see the file comment): waits for the op's work, so a fault is reported against `op`. Nothing runs
@@ -412,6 +440,25 @@ class GpuBackend final : public Backend {
       throw Error(ErrorKind::kInternal, std::string(SERVETUNE_GPU_VENDOR " fault in op ") + op + " (sync check): " +
                                             cudaGetErrorString(status));
     }
+  }
+  // Waits for the stream's work (an error names `what`); every staged upload has then been read.
+  void wait_stream(const char* what) {
+    check_wait(cudaStreamSynchronize(stream_), what);
+    staging_ring_.release_all([&](void* event) { free_events_.push_back(static_cast<cudaEvent_t>(event)); });
+  }
+  // Whether `buffer` holds `bytes` of pinned host memory, allocating it on first use; false (and direct copies from
+  // then on) where the system refuses to pin that much.
+  bool pinned(uint8_t*& buffer, size_t bytes) {
+    if (buffer != nullptr) return true;
+    if (pinning_refused_) return false;
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+      (void)cudaGetLastError();
+      pinning_refused_ = true;
+      return false;
+    }
+    buffer = static_cast<uint8_t*>(p);
+    return true;
   }
   void require_latent_view(const KvLayerView& kv) const {
     if (kv.n_kv_heads != 1 || kv.k == nullptr) throw Error(ErrorKind::kInternal, "latent cache view needs one head");
@@ -587,6 +634,12 @@ class GpuBackend final : public Backend {
   const bool simt_attention_ = env_is("SERVETUNE_GPU_ATTENTION", "simt");
   const bool loop_moe_ = env_is("SERVETUNE_GPU_MOE", "loop");
   std::map<int64_t, cudaGraphExec_t> graphs_;
+  static constexpr size_t kStagingBytes = size_t{16} << 20, kStagedCopyBytes = size_t{4} << 20;
+  uint8_t* staging_ = nullptr;   // pinned: the upload ring's memory
+  uint8_t* readback_ = nullptr;  // pinned: downloads of up to kStagedCopyBytes
+  bool pinning_refused_ = false;
+  StagingRing staging_ring_{kStagingBytes};
+  std::vector<cudaEvent_t> free_events_;  // recorded after staged uploads, reused once their copy is done
 #if !defined(SERVETUNE_HIP)
   // Read per backend, not once per process, so a test can make one of each.
   const bool tiled_gemm_ = env_is("SERVETUNE_GPU_GEMM", "tiled");
