@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 
+#include "backend/moe_routing.h"
 #include "core/dtype.h"
 
 namespace servetune {
@@ -205,6 +206,27 @@ class Backend {
     int64_t count;
   };
   virtual void expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y);
+  // Routing on the device (GPUs; defaults: false / Error(kUnsupported)), so a mixture-of-experts layer needs no host
+  // round trip: whether group_by_expert takes `routing`.
+  virtual bool routes_on_device(const MoeRouting& routing) const {
+    (void)routing;
+    return false;
+  }
+  // Routes n tokens by `routing` (router logits [n, routing.n_experts], selection bias [n_experts] or null; the rule of
+  // backend/moe_routing.h) and orders their n * top_k (token, expert) assignments by expert, stably (token order within
+  // an expert): rows[i] and weights[i] are the token and routing weight of the i-th, and offsets[e] (n_experts + 1
+  // values, the last n * top_k) where expert e's run starts. All backend memory.
+  virtual void group_by_expert(const MoeRouting& routing, const float* logits, const float* bias, int64_t n, int32_t* rows,
+                               float* weights, int32_t* offsets);
+  // expert_mlps with the runs on the backend: experts[e] takes rows [offsets[e], offsets[e + 1]) of x; `rows` is
+  // offsets' last value, which the host knows (n * top_k). `offsets` as group_by_expert writes them.
+  struct ExpertWeights {
+    const WeightMatrix* gate;
+    const WeightMatrix* up;
+    const WeightMatrix* down;
+  };
+  virtual void expert_mlps_grouped(std::span<const ExpertWeights> experts, const int32_t* offsets, int64_t rows,
+                                   const float* x, float* y);
   // Per-head matmul: for each head h < n_heads, y[t, h] = W_h . x[t, h], where W_h is rows [h * rows_per_head,
   // (h + 1) * rows_per_head) of w, x[t, h] starts at x + t * x_row_stride + h * x_head_stride (w.cols values) and
   // y[t, h] at y + t * y_row_stride + h * y_head_stride (rows_per_head values). MLA's weight absorption.

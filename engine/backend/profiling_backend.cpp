@@ -148,6 +148,14 @@ void ProfilingBackend::scatter_add_rows(const float* src, const int32_t* rows, c
                                         int64_t width, float* dst) {
   timed("scatter_add_rows", n, [&] { inner_->scatter_add_rows(src, rows, weights, n, width, dst); });
 }
+void ProfilingBackend::group_by_expert(const MoeRouting& routing, const float* logits, const float* bias, int64_t n,
+                                       int32_t* rows, float* weights, int32_t* offsets) {
+  timed("group_by_expert", n, [&] { inner_->group_by_expert(routing, logits, bias, n, rows, weights, offsets); });
+}
+void ProfilingBackend::expert_mlps_grouped(std::span<const ExpertWeights> experts, const int32_t* offsets, int64_t rows,
+                                           const float* x, float* y) {
+  timed("expert_mlps_grouped", rows, [&] { inner_->expert_mlps_grouped(experts, offsets, rows, x, y); });
+}
 void ProfilingBackend::expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y) {
   int64_t rows = 0;
   for (const ExpertMlp& e : experts) rows += e.count;

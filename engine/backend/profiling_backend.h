@@ -64,6 +64,11 @@ class ProfilingBackend final : public Backend {
   void scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int64_t n, int64_t width,
                         float* dst) override;
   void expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y) override;
+  bool routes_on_device(const MoeRouting& routing) const override { return inner_->routes_on_device(routing); }
+  void group_by_expert(const MoeRouting& routing, const float* logits, const float* bias, int64_t n, int32_t* rows,
+                       float* weights, int32_t* offsets) override;
+  void expert_mlps_grouped(std::span<const ExpertWeights> experts, const int32_t* offsets, int64_t rows, const float* x,
+                           float* y) override;
   void head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides x_strides, int64_t n, float* y,
                    HeadStrides y_strides) override;
   void copy_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n, int64_t width) override;

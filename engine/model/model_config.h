@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/moe_routing.h"
+#include "backend/moe_routing.h"
 #include "servetune/model_info.h"
 
 namespace servetune {

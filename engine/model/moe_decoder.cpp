@@ -113,6 +113,9 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
   load_.experts = config.is_moe() ? config.moe.routing.n_experts : 0;
   load_.ep_groups = parallel.ep_size;
   place_experts();
+  // A GPU routes, groups and runs the experts without the host (no placement or DP attention to apply there).
+  device_routing_ = config.is_moe() && !backend.host_memory() && moe_comm_ == nullptr && parallel.tp_size == 1 &&
+                    placements_.empty() && backend.routes_on_device(config.moe.routing);
   for (int64_t l = 0; l < config.n_layers; ++l) {
     Layer L;
     if (config.is_moe() && config.moe.moe_layer[static_cast<size_t>(l)]) {
@@ -329,7 +332,7 @@ void MoeDecoderModel::load_ffn(Layer& L, int64_t l, WeightLoader& loader) {
   const MoeConfig& m = c.moe;
   const int64_t e_ffn = m.expert_ffn, E = m.routing.n_experts;
   L.router = loader.matrix(blk(l, "ffn_gate_inp.weight"), E, d);
-  if (m.selection_bias && host_loader_) {  // routing reads it on the host
+  if (m.selection_bias && host_loader_ && !device_routing_) {  // routing reads it on the host
     const float* bias = host_loader_->vector(blk(l, "exp_probs_b.bias"), E);
     L.host_selection_bias.assign(bias, bias + E);
   } else if (m.selection_bias) {
@@ -393,10 +396,12 @@ void MoeDecoderModel::forward(const Batch& batch, KvStorage& kv, std::vector<flo
   if (batch.n_tokens() == 0 || n_out == 0) {
     if (batch.n_tokens() > 0) run(batch, kv);
     else if (moe_comm_ != nullptr) run_idle();
+    count_device_routing();
     logits.clear();
     return;
   }
   run(batch, kv);
+  count_device_routing();
   if (parallel_.tp_size > 1) {
     gather_vocab_logits(backend_, parallel_, config_.vocab, static_cast<const float*>(scratch_[kLogits]->data()), n_out, gathered_, logits);
     return;
@@ -691,6 +696,10 @@ void MoeDecoderModel::shared_experts(const Layer& L, int64_t n, const float* h, 
 }
 
 void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, size_t out_slot) {
+  if (device_routing_) {
+    moe_on_device(L, n, h, out_slot);
+    return;
+  }
   const int64_t d = config_.hidden, E = slots_, k = config_.moe.routing.top_k;
   route(L, n, h);
   place_assignments(L, n, 0);  // every rank has every token here, so the same copies
@@ -707,6 +716,41 @@ void MoeDecoderModel::moe(const Layer& L, int64_t n, const float* h, size_t out_
   shared_experts(L, n, h, out_slot);
   const WeightMatrix tokens{h, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
   add_own_experts(L, tokens, scratch(out_slot, n * d));
+}
+
+void MoeDecoderModel::moe_on_device(const Layer& L, int64_t n, const float* h, size_t out_slot) {
+  const int64_t d = config_.hidden, E = config_.moe.routing.n_experts, count = n * config_.moe.routing.top_k;
+  float* router = scratch(kRouter, n * E);
+  backend_.matmul(L.router, nullptr, h, n, router);
+  auto* rows = reinterpret_cast<int32_t*>(scratch(kOrderRows, count));  // 4-byte slots
+  float* weights = scratch(kOrderWeights, count);
+  // This layer's runs stay on the device for the step; count_device_routing() reads them once it ends.
+  if (!routed_offsets_) routed_offsets_ = backend_.allocate(static_cast<size_t>(moe_layers_ * (E + 1)) * sizeof(int32_t));
+  int32_t* offsets = static_cast<int32_t*>(routed_offsets_->data()) + L.moe_index * (E + 1);
+  backend_.group_by_expert(config_.moe.routing, router, L.selection_bias, n, rows, weights, offsets);
+  routed_layers_.push_back(&L);
+  float* gathered = scratch(kGathered, count * d);
+  backend_.embed(WeightMatrix{h, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))}, rows, count, gathered);
+  shared_experts(L, n, h, out_slot);
+  float* expert_out = scratch(kExpertOut, count * d);
+  layer_experts_.clear();
+  for (const Mlp& w : L.experts) layer_experts_.push_back({&w.gate, &w.up, &w.down});
+  backend_.expert_mlps_grouped(layer_experts_, offsets, count, gathered, expert_out);
+  backend_.scatter_add_rows(expert_out, rows, weights, count, d, scratch(out_slot, n * d));
+}
+
+void MoeDecoderModel::count_device_routing() {
+  if (routed_layers_.empty()) return;
+  const int64_t E = config_.moe.routing.n_experts;
+  std::vector<int32_t> offsets(static_cast<size_t>(moe_layers_ * (E + 1)));
+  backend_.download(offsets.data(), *routed_offsets_, 0, offsets.size() * sizeof(int32_t));
+  std::vector<int64_t> per_expert(static_cast<size_t>(E));
+  for (const Layer* L : routed_layers_) {
+    const int32_t* o = offsets.data() + L->moe_index * (E + 1);
+    for (int64_t e = 0; e < E; ++e) per_expert[static_cast<size_t>(e)] = o[e + 1] - o[e];
+    count_load(*L, per_expert);
+  }
+  routed_layers_.clear();
 }
 
 void MoeDecoderModel::moe_all_to_all(const Layer& L, int64_t n, const float* h, float* out) {

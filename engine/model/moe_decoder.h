@@ -1,6 +1,6 @@
 // The mixture-of-experts decoder families: Mixtral, Qwen2-MoE, Qwen3-MoE (grouped-query attention, Qwen3's per-head
 // q/k norm) and DeepSeek-V2/V3 (multi-head latent attention over a cache of latent rows). Each layer's FFN is either
-// the dense SwiGLU MLP or routed experts (model/moe_routing.h picks them per token) plus optional shared experts.
+// the dense SwiGLU MLP or routed experts (backend/moe_routing.h picks them per token) plus optional shared experts.
 // Runs on the CPU and GPU backends; compile = graphs is refused, not ignored. Routing runs on the host: on a device
 // backend the router's logits come down and the sorted assignments go up each MoE layer, and the weights derived on
 // the host at load (MLA's absorbed projections, the routers' selection bias) are read through a host-memory loader.
@@ -28,7 +28,7 @@
 #include "model/batch_indices.h"
 #include "model/model.h"
 #include "model/rotary.h"
-#include "model/moe_routing.h"
+#include "backend/moe_routing.h"
 #include "model/weight_loader.h"
 
 namespace servetune {
@@ -131,6 +131,10 @@ class MoeDecoderModel final : public Model {
   void mlp(const Mlp& m, int64_t n, const float* h, float* out);
   // Routed (+ shared) experts of `n` tokens `h` into the scratch slot `out_slot` (its sum, on this rank's share).
   void moe(const Layer& L, int64_t n, const float* h, size_t out_slot);
+  // moe() with routing, grouping and the experts on the device (device_routing_): no host round trip in the layer.
+  void moe_on_device(const Layer& L, int64_t n, const float* h, size_t out_slot);
+  // The load counters of the layers moe_on_device routed this step, from their offsets (one download at its end).
+  void count_device_routing();
   // DP attention: gathers every replica's tokens, runs moe() on all of them, scatters the sums back into `out`.
   void moe_over_replicas(const Layer& L, int64_t n, const float* h, float* out);
   // DP attention with all-to-all dispatch: this replica's `n` tokens `h` to their experts' ranks and back into `out`;
@@ -202,6 +206,10 @@ class MoeDecoderModel final : public Model {
   std::unique_ptr<std::atomic<int64_t>[]> distribution_;  // [moe layer][expert] assignments (counting rank)
   int64_t moe_layers_ = 0;
   std::vector<Backend::ExpertMlp> experts_;
+  bool device_routing_ = false;             // moe_on_device (a GPU that routes; no placement, tp_size 1)
+  std::unique_ptr<Buffer> routed_offsets_;  // [moe layer][expert + 1] runs of the step's device routing
+  std::vector<const Layer*> routed_layers_;  // the layers moe_on_device routed this step
+  std::vector<Backend::ExpertWeights> layer_experts_;  // moe_on_device's experts, as expert_mlps_grouped takes them
   std::vector<float> zeros_;  // the routed sum's starting value when no shared expert writes it first
   std::vector<float> gathered_;  // all ranks' logits before interleaving (tp_size > 1)
   Communicator* moe_comm_ = nullptr;  // DP attention: every replica (parallel.h)

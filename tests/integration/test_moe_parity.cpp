@@ -17,7 +17,7 @@
 #include "model/checkpoint.h"
 #include "model/kv_storage.h"
 #include "formats/safetensors.h"
-#include "model/moe_routing.h"
+#include "backend/moe_routing.h"
 #include "servetune/model_info.h"
 #include "model_batches.h"
 #include "test_paths.h"

@@ -3,7 +3,8 @@
 // with embed, weights copied), keeps quantized weights as bf16 and draws dummy weights in place. Checks what the GPU
 // build relies on without needing a GPU: identical logits for f32 models, bf16 logits close to the quantized ones,
 // fused = eager, dummy weights generated through fill_random, draft-tree batches (their tree arrays uploaded with the
-// other indices), and decode graphs: the backend records the ops of a capture instead of running them and replays the
+// other indices), mixture-of-experts layers routed on the "device" (the GPU's path, routing done by route_tokens), and
+// decode graphs: the backend records the ops of a capture instead of running them and replays the
 // recording, as CUDA graphs do.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/moe_routing.h"
 #include "core/half.h"
 #include "model/checkpoint.h"
 #include "model/kv_storage.h"
@@ -98,6 +100,38 @@ class DeviceStyleBackend final : public Backend {
   void expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y) override {
     run([experts = std::vector<ExpertMlp>(experts.begin(), experts.end()), x, y, this] { cpu_.expert_mlps(experts, x, y); });
   }
+  // Routing on the "device" (with device_routing): route_tokens and a stable sort by expert, as the GPU's kernels
+  // compute them, so the model's moe_on_device path runs here.
+  bool routes_on_device(const MoeRouting&) const override { return device_routing; }
+  void group_by_expert(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* rows,
+                       float* weights, int32_t* offsets) override {
+    run([=, this] {
+      const int64_t count = n * r.top_k;
+      std::vector<int32_t> ids(static_cast<size_t>(count));
+      std::vector<float> chosen(static_cast<size_t>(count));
+      route_tokens(r, logits, bias, n, ids.data(), chosen.data());
+      std::fill_n(offsets, r.n_experts + 1, 0);
+      for (const int32_t e : ids) ++offsets[e + 1];
+      for (int64_t e = 0; e < r.n_experts; ++e) offsets[e + 1] += offsets[e];
+      std::vector<int32_t> next(offsets, offsets + r.n_experts);
+      for (int64_t i = 0; i < count; ++i) {
+        const int32_t at = next[static_cast<size_t>(ids[static_cast<size_t>(i)])]++;
+        rows[at] = static_cast<int32_t>(i / r.top_k);
+        weights[at] = chosen[static_cast<size_t>(i)];
+      }
+    });
+    ++routings;
+  }
+  void expert_mlps_grouped(std::span<const ExpertWeights> experts, const int32_t* offsets, int64_t, const float* x,
+                           float* y) override {
+    run([experts = std::vector<ExpertWeights>(experts.begin(), experts.end()), offsets, x, y, this] {
+      std::vector<ExpertMlp> runs;
+      for (size_t e = 0; e < experts.size(); ++e) {
+        runs.push_back({experts[e].gate, experts[e].up, experts[e].down, offsets[e], offsets[e + 1] - offsets[e]});
+      }
+      cpu_.expert_mlps(runs, x, y);
+    });
+  }
   void head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides xs, int64_t n, float* y,
                    HeadStrides ys) override {
     run([=, this] { cpu_.head_matmul(w, n_heads, x, xs, n, y, ys); });
@@ -134,6 +168,8 @@ class DeviceStyleBackend final : public Backend {
 
   int fills = 0;
   int uploads = 0;
+  bool device_routing = false;
+  int routings = 0;
   bool graphs_enabled = false;
   int captures = 0;
   int replays = 0;
@@ -204,6 +240,36 @@ TEST(DeviceStyleLoading, MoeAndMlaModelsGiveTheCpuLogits) {
       }
       EXPECT_LT(diff / scale, 0.05) << name << " fused " << fused;
     }
+  }
+}
+
+// Routing on the device (the GPU's moe_on_device path: group_by_expert, expert_mlps_grouped, the per-layer runs kept on
+// the device and counted once per forward): the CPU's logits bit for bit, and the same expert load counters.
+TEST(DeviceStyleLoading, MoeRoutedOnTheDeviceGivesTheCpuLogitsAndLoad) {
+  for (const std::string name : {"deepseek_v3_tiny", "deepseek_v2_lite_tiny", "mixtral_tiny", "qwen3_moe_tiny"}) {
+    Checkpoint ck(testing::data_path("hf_models/" + name), LoadFormat::kSafetensors);
+    const std::vector<int32_t> prompt = {1, 203, 207, 61, 178, 232, 183, 86, 61, 176, 298, 315, 21};
+    auto cpu = make_backend("cpu", 2);
+    DeviceStyleBackend device;
+    device.device_routing = true;
+    std::vector<std::vector<float>> logits;
+    std::vector<std::vector<std::vector<int64_t>>> load;
+    for (Backend* backend : {cpu.get(), static_cast<Backend*>(&device)}) {
+      auto model = ck.load(*backend, ParallelContext{}, CompileOptions{true, 0});
+      KvStorage kv(*backend, model->config(), model->local_kv_heads(), 16, 4, DType::kF32);
+      std::vector<float> all, step;
+      const int n = static_cast<int>(prompt.size());
+      for (auto [begin, end] : {std::pair<int, int>{0, n / 2}, {n / 2, n}}) {
+        model->forward(testing::one_sequence(prompt, begin, end, 4, 16), kv, step);
+        all.insert(all.end(), step.begin(), step.end());
+      }
+      logits.push_back(all);
+      load.push_back(model->expert_distribution());
+    }
+    EXPECT_GT(device.routings, 0) << name << ": the model routed on the host";
+    EXPECT_EQ(logits[1], logits[0]) << name;
+    EXPECT_EQ(load[1], load[0]) << name;
+    EXPECT_FALSE(load[0].empty()) << name;
   }
 }
 

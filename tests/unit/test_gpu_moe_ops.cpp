@@ -1,8 +1,9 @@
 // The GPU backend's mixture-of-experts and latent-attention (MLA) ops against the CPU backend on the same inputs:
 // scatter_add_rows with repeated rows (exact order per row, so within float rounding of one FMA), expert_mlps with
 // experts of 0, 1 and many rows (f32 weights within 1e-5, bf16 within 1e-2; the grouped kernel, one cuBLAS GEMM per
-// expert, the tiled GEMM), head_matmul
-// on DeepSeek-V3's absorption shapes with strided inputs and outputs (the gaps between heads left alone), copy_rows,
+// expert, the tiled GEMM), device routing (group_by_expert against route_tokens and a stable sort, for DeepSeek-V3,
+// -V2, Qwen3-MoE and Mixtral rules) and expert_mlps_grouped against expert_mlps, head_matmul on DeepSeek-V3's
+// absorption shapes with strided inputs and outputs (the gaps between heads left alone), copy_rows,
 // store_latent (the cache bytes themselves, f32 / f16 / bf16) and attention_latent on 576-wide rows (512 latent + 64
 // rope), 128 heads, v_dim 512 and 128, contexts 1, 17 and 1000 and a prefill chunk, pages of 16 and 256, both the
 // split (few blocks) and the unsplit kernel paths. Skips, saying why, when no GPU is visible.
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/moe_routing.h"
 #include "core/half.h"
 #include "core/quant.h"
 #include "gpu_test_support.h"
@@ -124,6 +126,91 @@ TEST_F(GpuMoeOps, ExpertMlpsZeroOneAndManyRows) { check_expert_mlps(2048, 1408, 
 // Prefill-like counts (64-row tiles: 130 = two whole tiles and a partial one) on a shape whose input widths are not
 // multiples of the kernel's 64-column stages (720, 400) and whose outputs end inside a 64-column block.
 TEST_F(GpuMoeOps, ExpertMlpsPrefillRowsAndPartialBlocks) { check_expert_mlps(720, 400, {130, 0, 64, 70}); }
+
+// group_by_expert against the host: route_tokens, then a stable sort of the assignments by expert. Logits are a
+// per-token permutation of values 0.03 apart (and the selection bias under half that), so no two experts' keys are
+// within a rounding of each other and the device's expf picks the same experts as the host's.
+TEST_F(GpuMoeOps, GroupByExpertMatchesTheHostRouting) {
+  MoeRouting v3{256, 8, MoeScoring::kSigmoid, 8, 4, MoeGroupScore::kTopTwoSum, true, 2.5f};  // DeepSeek-V3
+  MoeRouting qwen3{128, 8, MoeScoring::kSoftmax, 1, 1, MoeGroupScore::kMax, true, 1.0f};
+  MoeRouting mixtral{8, 2, MoeScoring::kSoftmax, 1, 1, MoeGroupScore::kMax, true, 1.0f};
+  MoeRouting v2{160, 6, MoeScoring::kSoftmax, 8, 3, MoeGroupScore::kMax, false, 16.0f};  // group-limited greedy
+  if (!gpu_->routes_on_device(v3)) GTEST_SKIP() << "this GPU backend routes on the host (HIP, or a switch set)";
+  std::mt19937 rng(21);
+  for (const MoeRouting& r : {v3, qwen3, mixtral, v2}) {
+    for (int64_t n : {1, 7, 300, 2000}) {
+      SCOPED_TRACE(std::to_string(r.n_experts) + " experts, top " + std::to_string(r.top_k) + ", " + std::to_string(n) +
+                   " tokens");
+      const int64_t E = r.n_experts, count = n * r.top_k;
+      std::vector<float> logits(static_cast<size_t>(n * E));
+      std::vector<int32_t> perm(static_cast<size_t>(E));
+      for (int64_t t = 0; t < n; ++t) {
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int64_t e = 0; e < E; ++e) {
+          logits[static_cast<size_t>(t * E + e)] = 0.03f * static_cast<float>(perm[static_cast<size_t>(e)] - E / 2);
+        }
+      }
+      const auto bias = random_floats(static_cast<size_t>(E), 22, -0.001f, 0.001f);
+      const bool biased = r.scoring == MoeScoring::kSigmoid;
+      std::vector<int32_t> ids(static_cast<size_t>(count));
+      std::vector<float> weights(static_cast<size_t>(count));
+      route_tokens(r, logits.data(), biased ? bias.data() : nullptr, n, ids.data(), weights.data());
+      std::vector<int32_t> order(static_cast<size_t>(count));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return ids[a] < ids[b]; });
+      std::vector<int32_t> want_rows, want_offsets(static_cast<size_t>(E + 1), 0);
+      std::vector<float> want_weights;
+      for (const int32_t i : order) {
+        want_rows.push_back(i / static_cast<int32_t>(r.top_k));
+        want_weights.push_back(weights[static_cast<size_t>(i)]);
+        ++want_offsets[static_cast<size_t>(ids[static_cast<size_t>(i)]) + 1];
+      }
+      for (int64_t e = 0; e < E; ++e) want_offsets[static_cast<size_t>(e + 1)] += want_offsets[static_cast<size_t>(e)];
+
+      int32_t* rows = dev(std::vector<int32_t>(static_cast<size_t>(count), -1));
+      float* got_weights = dev(std::vector<float>(static_cast<size_t>(count), 0.0f));
+      int32_t* offsets = dev(std::vector<int32_t>(static_cast<size_t>(E + 1), -1));
+      gpu_->group_by_expert(r, dev(logits), biased ? dev(bias) : nullptr, n, rows, got_weights, offsets);
+      EXPECT_EQ(host<int32_t>(offsets, static_cast<size_t>(E + 1)), want_offsets);
+      EXPECT_EQ(host<int32_t>(rows, static_cast<size_t>(count)), want_rows);
+      EXPECT_LT(rel_error(host(got_weights, static_cast<size_t>(count)), want_weights), 1e-5);
+    }
+  }
+}
+
+// expert_mlps_grouped (runs given as device offsets) equals expert_mlps over the same runs bit for bit: bf16 experts
+// through the grouped kernel with a plan made on the device (16- and 64-row tiles), f32 experts through the host
+// fallback (offsets downloaded, one GEMM per expert).
+TEST_F(GpuMoeOps, ExpertMlpsGroupedEqualsExpertMlps) {
+  const int64_t hidden = 256, ffn = 192;
+  for (DType type : {DType::kBF16, DType::kF32}) {
+    for (const std::vector<int64_t>& counts : {std::vector<int64_t>{0, 3, 1, 0, 2, 9}, {130, 0, 64, 70, 1, 0}}) {
+      std::vector<Weights> w;
+      w.reserve(3 * counts.size());
+      std::vector<Backend::ExpertMlp> runs;
+      std::vector<Backend::ExpertWeights> experts;
+      std::vector<int32_t> offsets{0};
+      for (size_t e = 0; e < counts.size(); ++e) {
+        const auto seed = static_cast<uint32_t>(40 + 3 * e);
+        w.push_back(weights(ffn, hidden, type, seed));
+        w.push_back(weights(ffn, hidden, type, seed + 1));
+        w.push_back(weights(hidden, ffn, type, seed + 2));
+        runs.push_back({&w[3 * e].device, &w[3 * e + 1].device, &w[3 * e + 2].device, offsets.back(), counts[e]});
+        experts.push_back({&w[3 * e].device, &w[3 * e + 1].device, &w[3 * e + 2].device});
+        offsets.push_back(offsets.back() + static_cast<int32_t>(counts[e]));
+      }
+      const int64_t rows = offsets.back();
+      const float* x = dev(random_floats(static_cast<size_t>(rows * hidden), 41));
+      float* want = dev(std::vector<float>(static_cast<size_t>(rows * hidden), 0.0f));
+      float* got = dev(std::vector<float>(static_cast<size_t>(rows * hidden), 0.0f));
+      gpu_->expert_mlps(runs, x, want);
+      gpu_->expert_mlps_grouped(experts, dev(offsets), rows, x, got);
+      EXPECT_EQ(host(got, static_cast<size_t>(rows * hidden)), host(want, static_cast<size_t>(rows * hidden)))
+          << dtype_name(type) << ", " << rows << " rows";
+    }
+  }
+}
 
 // MLA's two absorptions on DeepSeek-V3's shapes: q_nope [n, heads, 192 (128 nope + 64 rope)] through W_UK^T per
 // head into q_absorbed [n, heads, 576]'s first 512 values, and the latent output [n, heads, 512] through W_UV into

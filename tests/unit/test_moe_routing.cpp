@@ -1,4 +1,4 @@
-// MoE routing (model/moe_routing.h) against a plain full-sort reference over many configurations (softmax / sigmoid,
+// MoE routing (backend/moe_routing.h) against a plain full-sort reference over many configurations (softmax / sigmoid,
 // groups, bias, renormalisation, scaling, tie-heavy logits), plus hand-built cases: ties go to lower expert and group
 // ids, the bias moves the choice but never the weights, dropped groups stay dropped, renormalised weights sum to the
 // scaling, the DeepSeek-V2/V3 shapes, and validation errors that name the offending key.
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/moe_routing.h"
+#include "backend/moe_routing.h"
 
 namespace servetune {
 namespace {

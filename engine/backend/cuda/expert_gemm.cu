@@ -121,13 +121,14 @@ __device__ __forceinline__ void store_stage(const Stage<kRows, kFp8, kMats>& st,
 // See the file comment. Block (blockIdx.x, blockIdx.y) = (plan tile, 64-column output slice).
 template <int kRows, bool kFp8, bool kSwiGlu>
 __global__ void __launch_bounds__(WarpLayout<kRows>::kThreads)
-    expert_gemm_kernel(const ExpertTile* tiles, const ExpertWeightRef* refs_a, const ExpertWeightRef* refs_b, const float* x,
-                       int64_t k, int64_t n_cols, float* y) {
+    expert_gemm_kernel(const ExpertTile* tiles, const int32_t* tile_count, const ExpertWeightRef* refs_a,
+                       const ExpertWeightRef* refs_b, const float* x, int64_t k, int64_t n_cols, float* y) {
   constexpr int kMats = kSwiGlu ? 2 : 1;
   using L = WarpLayout<kRows>;
   __shared__ __align__(16) unsigned short as[kRows * kStride];
   __shared__ __align__(16) unsigned short bs[kMats * kCols * kStride];
 
+  if (tile_count != nullptr && static_cast<int>(blockIdx.x) >= *tile_count) return;  // past a device plan's end
   const ExpertTile tile = tiles[blockIdx.x];
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kCols;
   const ExpertWeightRef* w[kMats];
@@ -184,22 +185,25 @@ __global__ void __launch_bounds__(WarpLayout<kRows>::kThreads)
 }
 
 template <int kRows, bool kFp8>
-void launch_rows(const ExpertTile* tiles, const dim3 grid, const ExpertWeightRef* a, const ExpertWeightRef* b, const float* x,
-                 int64_t k, int64_t n_cols, float* y, cudaStream_t stream) {
+void launch_rows(const ExpertTile* tiles, const int32_t* count, const dim3 grid, const ExpertWeightRef* a,
+                 const ExpertWeightRef* b, const float* x, int64_t k, int64_t n_cols, float* y, cudaStream_t stream) {
   constexpr int kThreads = WarpLayout<kRows>::kThreads;
-  if (b != nullptr) expert_gemm_kernel<kRows, kFp8, true><<<grid, kThreads, 0, stream>>>(tiles, a, b, x, k, n_cols, y);
-  else expert_gemm_kernel<kRows, kFp8, false><<<grid, kThreads, 0, stream>>>(tiles, a, nullptr, x, k, n_cols, y);
+  if (b != nullptr) {
+    expert_gemm_kernel<kRows, kFp8, true><<<grid, kThreads, 0, stream>>>(tiles, count, a, b, x, k, n_cols, y);
+  } else {
+    expert_gemm_kernel<kRows, kFp8, false><<<grid, kThreads, 0, stream>>>(tiles, count, a, nullptr, x, k, n_cols, y);
+  }
 }
 
 }  // namespace
 #endif
 
-void launch_expert_gemm(const ExpertTile* tiles, int64_t n_tiles, int tile_rows, const ExpertWeightRef* a,
-                        const ExpertWeightRef* b, bool fp8, const float* x, int64_t k, int64_t n_cols, float* y,
-                        cudaStream_t stream) {
+void launch_expert_gemm(const ExpertTile* tiles, int64_t n_tiles, const int32_t* tile_count, int tile_rows,
+                        const ExpertWeightRef* a, const ExpertWeightRef* b, bool fp8, const float* x, int64_t k,
+                        int64_t n_cols, float* y, cudaStream_t stream) {
 #if defined(SERVETUNE_HIP)
-  (void)tiles, (void)n_tiles, (void)tile_rows, (void)a, (void)b, (void)fp8, (void)x, (void)k, (void)n_cols, (void)y,
-      (void)stream;
+  (void)tiles, (void)n_tiles, (void)tile_count, (void)tile_rows, (void)a, (void)b, (void)fp8, (void)x, (void)k,
+      (void)n_cols, (void)y, (void)stream;
   throw_unsupported("the grouped expert GEMM needs NVIDIA mma.sync");
 #else
   if (n_tiles <= 0 || n_cols <= 0) return;
@@ -208,12 +212,13 @@ void launch_expert_gemm(const ExpertTile* tiles, int64_t n_tiles, int tile_rows,
                                       "65535 64-column slices");
   }
   const dim3 grid(static_cast<unsigned>(n_tiles), static_cast<unsigned>((n_cols + kCols - 1) / kCols));
+  const int32_t* count = tile_count;
   if (tile_rows == 16) {
-    if (fp8) launch_rows<16, true>(tiles, grid, a, b, x, k, n_cols, y, stream);
-    else launch_rows<16, false>(tiles, grid, a, b, x, k, n_cols, y, stream);
+    if (fp8) launch_rows<16, true>(tiles, count, grid, a, b, x, k, n_cols, y, stream);
+    else launch_rows<16, false>(tiles, count, grid, a, b, x, k, n_cols, y, stream);
   } else {
-    if (fp8) launch_rows<64, true>(tiles, grid, a, b, x, k, n_cols, y, stream);
-    else launch_rows<64, false>(tiles, grid, a, b, x, k, n_cols, y, stream);
+    if (fp8) launch_rows<64, true>(tiles, count, grid, a, b, x, k, n_cols, y, stream);
+    else launch_rows<64, false>(tiles, count, grid, a, b, x, k, n_cols, y, stream);
   }
   check(cudaGetLastError(), "expert GEMM kernel");
 #endif

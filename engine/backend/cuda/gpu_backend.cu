@@ -328,6 +328,63 @@ class GpuBackend final : public Backend {
     }
     after("expert_mlps");
   }
+  // Routing on the device: the routing kernels of expert_routing.cu, then (expert_mlps_grouped) a tile plan made on
+  // the device from the offsets and the grouped kernel over it. CUDA with the grouped kernel only: the HIP build,
+  // SERVETUNE_GPU_GEMM=tiled and SERVETUNE_GPU_MOE=loop route on the host.
+  bool routes_on_device(const MoeRouting& r) const override {
+#if defined(SERVETUNE_HIP)
+    (void)r;
+    return false;
+#else
+    return !tiled_gemm_ && !loop_moe_ && r.n_experts <= kMaxRoutedExperts && r.n_group <= kMaxRoutedGroups &&
+           r.topk_group <= kMaxRoutedGroups;
+#endif
+  }
+  void group_by_expert(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* rows,
+                       float* weights, int32_t* offsets) override {
+    if (!routes_on_device(r)) throw Error(ErrorKind::kInternal, "group_by_expert: this backend routes on the host");
+    validate_moe_routing(r, "group_by_expert");
+    const int64_t count = n * r.top_k;
+    auto* ids = static_cast<int32_t*>(grow(routed_ids_, static_cast<size_t>(std::max<int64_t>(count, 1)) * 4, "routing"));
+    auto* chosen = static_cast<float*>(grow(routed_weights_, static_cast<size_t>(std::max<int64_t>(count, 1)) * 4, "routing"));
+    launch_route_experts(r, logits, bias, n, ids, chosen, stream_);
+    launch_group_by_expert(ids, chosen, n, r.top_k, r.n_experts, rows, weights, offsets, stream_);
+    after("group_by_expert");
+  }
+  void expert_mlps_grouped(std::span<const ExpertWeights> experts, const int32_t* offsets, int64_t rows, const float* x,
+                           float* y) override {
+    if (rows <= 0 || experts.empty()) return;
+    probe_experts_.clear();
+    for (const ExpertWeights& e : experts) probe_experts_.push_back({e.gate, e.up, e.down, 0, 1});
+#if !defined(SERVETUNE_HIP)
+    if (!tiled_gemm_ && !loop_moe_ && grouped_expert_problem(probe_experts_, x, y).empty()) {
+      const auto n = static_cast<int64_t>(experts.size());
+      const int tile_rows = rows >= 48 * n ? 64 : 16;  // expert_tile_rows' rule over every expert: counts are not known here
+      const int64_t max_tiles = rows / tile_rows + n;  // each expert adds at most one partial tile
+      auto* plan = static_cast<uint8_t*>(grow(moe_device_plan_, 16 + static_cast<size_t>(max_tiles) * sizeof(ExpertTile),
+                                              "expert GEMM plan"));
+      auto* tile_count = reinterpret_cast<int32_t*>(plan);
+      auto* tiles = reinterpret_cast<ExpertTile*>(plan + 16);
+      launch_plan_expert_tiles(offsets, n, tile_rows, tile_count, tiles, stream_);
+      const ExpertWeightRef* refs = upload_expert_plan(nullptr, 0, experts.size(), [&](size_t i) { return experts[i]; });
+      launch_grouped_mlps(tiles, max_tiles, tile_count, tile_rows, refs, experts.size(), *experts[0].gate,
+                          *experts[0].down, rows, x, y);
+      after("expert_mlps_grouped");
+      return;
+    }
+#endif
+    // Experts the grouped kernel cannot take (f32 weights, odd shapes): their runs come to the host, one GEMM each.
+    std::vector<int32_t> host_offsets(experts.size() + 1);
+    check(cudaMemcpyAsync(host_offsets.data(), offsets, host_offsets.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                          stream_),
+          "expert_mlps_grouped");
+    wait_stream("expert_mlps_grouped");
+    for (size_t e = 0; e < experts.size(); ++e) {
+      probe_experts_[e].first = host_offsets[e];
+      probe_experts_[e].count = host_offsets[e + 1] - host_offsets[e];
+    }
+    expert_mlps(probe_experts_, x, y);
+  }
   void head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides x_strides, int64_t n, float* y,
                    HeadStrides y_strides) override {
     if (n_heads <= 0 || w.rows % n_heads != 0) throw Error(ErrorKind::kInternal, "head_matmul: rows not a multiple of heads");
@@ -560,34 +617,51 @@ class GpuBackend final : public Backend {
   void grouped_expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y) {
     const int tile_rows = expert_tile_rows(experts);
     plan_expert_tiles(experts, tile_rows, moe_tiles_);
-    const size_t n_entries = experts.size(), tile_bytes = moe_tiles_.size() * sizeof(ExpertTile);
-    const size_t refs_offset = (tile_bytes + 15) / 16 * 16, ref_bytes = 3 * n_entries * sizeof(ExpertWeightRef);
-    moe_plan_host_.resize(refs_offset + ref_bytes);
-    std::memcpy(moe_plan_host_.data(), moe_tiles_.data(), tile_bytes);
-    auto* refs = reinterpret_cast<ExpertWeightRef*>(moe_plan_host_.data() + refs_offset);
     const ExpertMlp* model = nullptr;  // an active entry: every active one has its types and shapes
     int64_t rows = 0;
-    for (size_t i = 0; i < n_entries; ++i) {
-      const ExpertMlp& e = experts[i];
-      refs[i] = expert_weight_ref(*e.gate);
-      refs[n_entries + i] = expert_weight_ref(*e.up);
-      refs[2 * n_entries + i] = expert_weight_ref(*e.down);
-      if (e.count > 0) {
-        model = &e;
-        rows = std::max(rows, e.first + e.count);
-      }
+    for (const ExpertMlp& e : experts) {
+      if (e.count <= 0) continue;
+      model = &e;
+      rows = std::max(rows, e.first + e.count);
+    }
+    const size_t tile_bytes = moe_tiles_.size() * sizeof(ExpertTile);
+    const ExpertWeightRef* refs = upload_expert_plan(moe_tiles_.data(), tile_bytes, experts.size(), [&](size_t i) {
+      return ExpertWeights{experts[i].gate, experts[i].up, experts[i].down};
+    });
+    const auto* tiles = static_cast<const ExpertTile*>(moe_plan_->data());
+    launch_grouped_mlps(tiles, static_cast<int64_t>(moe_tiles_.size()), nullptr, tile_rows, refs, experts.size(),
+                        *model->gate, *model->down, rows, x, y);
+  }
+
+  // Uploads `prefix_bytes` of plan data then the experts' gate, up and down references (3 x n, weights(i) giving
+  // expert i's) into moe_plan_, in one copy; returns where the references start there.
+  template <class WeightsOf>
+  const ExpertWeightRef* upload_expert_plan(const void* prefix, size_t prefix_bytes, size_t n, WeightsOf weights) {
+    const size_t refs_offset = (prefix_bytes + 15) / 16 * 16;
+    moe_plan_host_.resize(refs_offset + 3 * n * sizeof(ExpertWeightRef));
+    if (prefix_bytes > 0) std::memcpy(moe_plan_host_.data(), prefix, prefix_bytes);
+    auto* refs = reinterpret_cast<ExpertWeightRef*>(moe_plan_host_.data() + refs_offset);
+    for (size_t i = 0; i < n; ++i) {
+      const ExpertWeights w = weights(i);
+      refs[i] = expert_weight_ref(*w.gate);
+      refs[n + i] = expert_weight_ref(*w.up);
+      refs[2 * n + i] = expert_weight_ref(*w.down);
     }
     grow(moe_plan_, moe_plan_host_.size(), "expert GEMM plan");
     upload(*moe_plan_, 0, moe_plan_host_.data(), moe_plan_host_.size());
-    const auto* tiles = static_cast<const ExpertTile*>(moe_plan_->data());
-    const auto* refs_dev = reinterpret_cast<const ExpertWeightRef*>(static_cast<const uint8_t*>(moe_plan_->data()) + refs_offset);
-    const WeightMatrix &gate = *model->gate, &down = *model->down;
+    return reinterpret_cast<const ExpertWeightRef*>(static_cast<const uint8_t*>(moe_plan_->data()) + refs_offset);
+  }
+
+  // The grouped MLPs over a tile plan: gate and up with SwiGLU into act rows (rows x gate.rows), then the downs into y.
+  // `gate` and `down` stand for every expert's (grouped_expert_problem checked they agree).
+  void launch_grouped_mlps(const ExpertTile* tiles, int64_t n_tiles, const int32_t* tile_count, int tile_rows,
+                           const ExpertWeightRef* refs, size_t n, const WeightMatrix& gate, const WeightMatrix& down,
+                           int64_t rows, const float* x, float* y) {
     auto* act = static_cast<float*>(grow(mlp_gate_, static_cast<size_t>(rows * gate.rows) * sizeof(float), "expert MLP"));
-    const auto n_tiles = static_cast<int64_t>(moe_tiles_.size());
-    launch_expert_gemm(tiles, n_tiles, tile_rows, refs_dev, refs_dev + n_entries, gate.type == DType::kFP8_E4M3_B128, x,
+    launch_expert_gemm(tiles, n_tiles, tile_count, tile_rows, refs, refs + n, gate.type == DType::kFP8_E4M3_B128, x,
                        gate.cols, gate.rows, act, stream_);
-    launch_expert_gemm(tiles, n_tiles, tile_rows, refs_dev + 2 * n_entries, nullptr, down.type == DType::kFP8_E4M3_B128,
-                       act, down.cols, down.rows, y, stream_);
+    launch_expert_gemm(tiles, n_tiles, tile_count, tile_rows, refs + 2 * n, nullptr, down.type == DType::kFP8_E4M3_B128, act,
+                       down.cols, down.rows, y, stream_);
   }
 
   // head_matmul's GEMMs: y_h = x_h . W_h^T for every head h in one strided batched call (the HIP build, and
@@ -654,6 +728,9 @@ class GpuBackend final : public Backend {
   std::unique_ptr<DeviceBuffer> x_bf16_;  // activations cast to bf16 for the bf16 GEMMs
   std::unique_ptr<DeviceBuffer> mlp_gate_, mlp_up_;  // expert_mlps' gate and up rows (grouped: the SwiGLU rows)
   std::unique_ptr<DeviceBuffer> moe_plan_;            // the grouped expert GEMM's tiles and weight references
+  std::unique_ptr<DeviceBuffer> moe_device_plan_;     // a tile plan made on the device (its count, then its tiles)
+  std::unique_ptr<DeviceBuffer> routed_ids_, routed_weights_;  // group_by_expert's per-token choices
+  std::vector<ExpertMlp> probe_experts_;
   std::vector<ExpertTile> moe_tiles_;
   std::vector<uint8_t> moe_plan_host_;
   std::unique_ptr<DeviceBuffer> latent_partials_;    // attention_latent's split partials
