@@ -8,8 +8,9 @@
 // match on every prompt and most tokens before the first difference (random weights leave smaller margins between
 // the top logits than a trained model). The FP8 checkpoints (deepseek_v3_tiny_fp8: one partial 128-block per matrix;
 // deepseek_v3_small_fp8: several, most partial) are block-scaled FP8 on both devices on an sm_90 GPU (the GPU quantizes
-// the activations to e4m3 as well, the CPU multiplies f32 ones; the MLA rotary-key rows, which start inside a scale
-// block, and any shape cuBLASLt has no algorithm for (stderr names it) are bf16 there), bf16 on the GPU elsewhere.
+// the activations of its cuBLASLt FP8 GEMMs to e4m3, the CPU multiplies f32 ones; the routed experts take the grouped
+// kernel's bf16 activations; the MLA rotary-key rows, which start inside a scale block, and any shape cuBLASLt has no
+// algorithm for (stderr names it) are bf16 there), bf16 on the GPU elsewhere. MoE layers route on the device.
 // Neither's shapes are multiples of 128 (hidden 64 and 320).
 // Draft trees (speculative_eagle_topk 2: tree attention, copy_kv_slots of accepted paths): stories260K with the random
 // EAGLE head of tests/data, every token equal to the CPU engine's without speculation; DeepSeek-V3 tiny's MTP layer
