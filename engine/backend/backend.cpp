@@ -33,7 +33,8 @@ void Backend::scatter_add_rows(const float*, const int32_t*, const float*, int64
   no_moe_op(name(), "scatter_add_rows");
 }
 void Backend::expert_mlps(std::span<const ExpertMlp>, const float*, float*) { no_moe_op(name(), "expert_mlps"); }
-void Backend::group_by_expert(const MoeRouting&, const float*, const float*, int64_t, int32_t*, float*, int32_t*) {
+void Backend::group_by_expert(const MoeRouting&, const float*, const float*, int64_t, const int32_t*, int32_t*, float*,
+                              int32_t*) {
   throw_unsupported("the " + name() + " backend does not route experts on the device (the model routes on the host)");
 }
 void Backend::expert_mlps_grouped(std::span<const ExpertWeights>, const int32_t*, int64_t, const float*, float*) {

@@ -215,9 +215,11 @@ class Backend {
   // Routes n tokens by `routing` (router logits [n, routing.n_experts], selection bias [n_experts] or null; the rule of
   // backend/moe_routing.h) and orders their n * top_k (token, expert) assignments by expert, stably (token order within
   // an expert): rows[i] and weights[i] are the token and routing weight of the i-th, and offsets[e] (n_experts + 1
-  // values, the last n * top_k) where expert e's run starts. All backend memory.
-  virtual void group_by_expert(const MoeRouting& routing, const float* logits, const float* bias, int64_t n, int32_t* rows,
-                               float* weights, int32_t* offsets);
+  // values) where expert e's run starts. With real_tokens (one value; a graph's padded step) only the first
+  // *real_tokens tokens are grouped: offsets[n_experts] = *real_tokens * top_k, and each later assignment i stays at i
+  // with its token and weight 0. All backend memory.
+  virtual void group_by_expert(const MoeRouting& routing, const float* logits, const float* bias, int64_t n,
+                               const int32_t* real_tokens, int32_t* rows, float* weights, int32_t* offsets);
   // expert_mlps with the runs on the backend: experts[e] takes rows [offsets[e], offsets[e + 1]) of x; `rows` is
   // offsets' last value, which the host knows (n * top_k). `offsets` as group_by_expert writes them.
   struct ExpertWeights {

@@ -149,8 +149,9 @@ void ProfilingBackend::scatter_add_rows(const float* src, const int32_t* rows, c
   timed("scatter_add_rows", n, [&] { inner_->scatter_add_rows(src, rows, weights, n, width, dst); });
 }
 void ProfilingBackend::group_by_expert(const MoeRouting& routing, const float* logits, const float* bias, int64_t n,
-                                       int32_t* rows, float* weights, int32_t* offsets) {
-  timed("group_by_expert", n, [&] { inner_->group_by_expert(routing, logits, bias, n, rows, weights, offsets); });
+                                       const int32_t* real_tokens, int32_t* rows, float* weights, int32_t* offsets) {
+  timed("group_by_expert", n,
+        [&] { inner_->group_by_expert(routing, logits, bias, n, real_tokens, rows, weights, offsets); });
 }
 void ProfilingBackend::expert_mlps_grouped(std::span<const ExpertWeights> experts, const int32_t* offsets, int64_t rows,
                                            const float* x, float* y) {

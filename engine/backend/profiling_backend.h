@@ -65,8 +65,8 @@ class ProfilingBackend final : public Backend {
                         float* dst) override;
   void expert_mlps(std::span<const ExpertMlp> experts, const float* x, float* y) override;
   bool routes_on_device(const MoeRouting& routing) const override { return inner_->routes_on_device(routing); }
-  void group_by_expert(const MoeRouting& routing, const float* logits, const float* bias, int64_t n, int32_t* rows,
-                       float* weights, int32_t* offsets) override;
+  void group_by_expert(const MoeRouting& routing, const float* logits, const float* bias, int64_t n,
+                       const int32_t* real_tokens, int32_t* rows, float* weights, int32_t* offsets) override;
   void expert_mlps_grouped(std::span<const ExpertWeights> experts, const int32_t* offsets, int64_t rows, const float* x,
                            float* y) override;
   void head_matmul(const WeightMatrix& w, int64_t n_heads, const float* x, HeadStrides x_strides, int64_t n, float* y,

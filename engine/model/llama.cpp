@@ -11,7 +11,7 @@
 namespace servetune {
 LlamaModel::LlamaModel(const ModelConfig& config, WeightLoader& loader, Backend& backend, ParallelContext parallel,
                        CompileOptions compile)
-    : config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused), graph_max_bs_(compile.graph_max_bs),
+    : config_(config), parallel_(parallel), backend_(backend), fused_(compile.fused), graphs_(backend, compile.graph_max_bs),
       share_(tensor_parallel_share(config, parallel.tp_size, parallel.tp_rank)) {
   if (parallel.tp_size > 1 && parallel.comm == nullptr) {
     throw Error(ErrorKind::kInternal, "tensor parallelism needs a communicator");
@@ -89,7 +89,7 @@ BatchIndices LlamaModel::place_indices(const Batch& batch) {
 
 bool LlamaModel::reserve(int64_t n_tokens, int64_t n_logits) {
   const bool grows = n_tokens > ws_.capacity || n_logits > logits_capacity_;
-  if (grows) drop_graphs();  // they point at the buffers about to be replaced
+  if (grows) graphs_.drop();  // they point at the buffers about to be replaced
   if (n_tokens > ws_.capacity) {
     const int64_t n = std::max<int64_t>(n_tokens, 16);
     auto alloc = [&](int64_t width) { return backend_.allocate(static_cast<size_t>(n * width) * sizeof(float)); };
@@ -176,88 +176,11 @@ void LlamaModel::compute(int64_t n, int64_t n_out, int64_t max_blocks_per_seq, c
   backend_.matmul(output_, nullptr, xs, n_out, static_cast<float*>(logits_out_->data()));
 }
 
-void LlamaModel::drop_graphs() {
-  if (!graph_captured_.empty()) backend_.drop_graphs();
-  graph_captured_.clear();
-}
-
 bool LlamaModel::forward_graph(const Batch& batch, KvStorage& kv) {
-  const int64_t n = batch.n_tokens();
-  if (graph_max_bs_ <= 0 || n > graph_max_bs_ || parallel_.tp_size != 1 || batch.n_seqs() != n ||
-      static_cast<int64_t>(batch.logits_indices.size()) != n) {
-    return false;
-  }
-  for (int64_t t = 0; t < n; ++t) {  // a decode step: token t is sequence t's only token, its logits row t
-    if (batch.seq_of_token[static_cast<size_t>(t)] != t || batch.logits_indices[static_cast<size_t>(t)] != t) return false;
-  }
-  // Buckets: 1, 2, 4, 8, then multiples of 8, capped at graph_max_bs_; block-table widths: powers of two from 16.
-  int64_t bucket = n <= 8 ? 1 : (n + 7) / 8 * 8;
-  while (bucket < n) bucket *= 2;
-  bucket = std::min(bucket, graph_max_bs_);
-  int64_t width = 16;
-  while (width < batch.max_blocks_per_seq) width *= 2;
-  const int64_t key = (width << 20) + bucket;
-  if (&kv != graph_kv_) {
-    drop_graphs();
-    graph_kv_ = &kv;
-  }
-  reserve(graph_max_bs_, graph_max_bs_);
-
-  // The padded batch in a fixed layout: padding tokens are sequences of their own whose one block is the scratch block.
-  const int64_t rows = graph_max_bs_;
-  graph_packed_.assign(static_cast<size_t>(5 * rows + rows * width), -1);
-  int32_t* tokens = graph_packed_.data();
-  int32_t* slots = tokens + rows;
-  int32_t* positions = slots + rows;
-  int32_t* seqs = positions + rows;
-  int32_t* logits_rows = seqs + rows;
-  int32_t* tables = logits_rows + rows;
-  const int64_t page = kv.page_size();
-  for (int64_t t = 0; t < bucket; ++t) {
-    const bool real = t < n;
-    tokens[t] = real ? batch.tokens[static_cast<size_t>(t)] : 0;
-    slots[t] = static_cast<int32_t>(real ? batch.slot_mapping[static_cast<size_t>(t)] : kv.scratch_block() * page);
-    positions[t] = real ? batch.positions[static_cast<size_t>(t)] : 0;
-    seqs[t] = static_cast<int32_t>(t);
-    logits_rows[t] = static_cast<int32_t>(t);
-    if (real) {
-      std::copy_n(batch.block_tables.begin() + t * batch.max_blocks_per_seq, batch.max_blocks_per_seq, tables + t * width);
-    } else {
-      tables[t * width] = static_cast<int32_t>(kv.scratch_block());
-    }
-  }
-  const size_t bytes = graph_packed_.size() * sizeof(int32_t);
-  if (!graph_indices_ || graph_indices_->size() < bytes) {
-    drop_graphs();
-    graph_indices_ = backend_.allocate(bytes);
-  }
-  backend_.upload(*graph_indices_, 0, graph_packed_.data(), bytes);
-  const auto* base = static_cast<const int32_t*>(graph_indices_->data());
-  BatchIndices ix;
-  ix.tokens = base;
-  ix.slots = base + rows;
-  ix.positions = base + 2 * rows;
-  ix.seq_of_token = base + 3 * rows;
-  ix.logits_rows = base + 4 * rows;
-  ix.block_tables = base + 5 * rows;
-
-  if (graph_captured_.count(key) != 0) {
-    backend_.replay_graph(key);
-  } else if (graph_warm_.insert(key).second) {  // a key's first step runs eagerly: lazily grown backend scratch settles
-    compute(bucket, bucket, width, ix, kv);
-  } else if (backend_.begin_capture()) {
-    try {
-      compute(bucket, bucket, width, ix, kv);
-    } catch (...) {
-      backend_.end_capture(-1);
-      throw;
-    }
-    backend_.end_capture(key);
-    graph_captured_.insert(key);
-    backend_.replay_graph(key);
-  } else {
-    compute(bucket, bucket, width, ix, kv);  // a backend without graphs runs the padded step eagerly
-  }
+  if (parallel_.tp_size != 1 || !graphs_.takes(batch)) return false;
+  reserve(graphs_.max_bs(), graphs_.max_bs());
+  const DecodeGraphs::Step step = graphs_.prepare(batch, kv);
+  graphs_.run(step, [&] { compute(step.bucket, step.bucket, step.width, step.ix, kv); });
   return true;  // rows [0, n) of logits_out_ are the real sequences
 }
 

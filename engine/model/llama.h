@@ -5,10 +5,10 @@
 #pragma once
 
 #include <memory>
-#include <set>
 #include <vector>
 
 #include "model/batch_indices.h"
+#include "model/decode_graphs.h"
 #include "model/model.h"
 #include "model/rotary.h"
 #include "model/weight_loader.h"
@@ -63,21 +63,14 @@ class LlamaModel final : public Model {
   void forward_layers(int64_t n, int64_t max_blocks_per_seq, const BatchIndices& ix, KvStorage& kv);
   // Runs `batch` (through a graph when it qualifies), leaving its logits rows in logits_out_ (rank-local vocabulary).
   void run_batch(const Batch& batch, KvStorage& kv);
-  // Decode batches of up to graph_max_bs_ sequences through graphs; false when `batch` does not qualify.
+  // Decode batches of up to compile.graph_max_bs sequences through graphs_; false when `batch` does not qualify.
   bool forward_graph(const Batch& batch, KvStorage& kv);
 
   ModelConfig config_;
   ParallelContext parallel_;
   Backend& backend_;
   bool fused_;
-  int64_t graph_max_bs_;
-  // Graph mode: the padded batch's index arrays at fixed places (graph_max_bs_ rows; block tables last, of a width
-  // class), the cache the graphs were captured on, and which (bucket, width) keys have run once (warm) or been captured.
-  void drop_graphs();
-  std::unique_ptr<Buffer> graph_indices_;
-  std::vector<int32_t> graph_packed_;
-  const KvStorage* graph_kv_ = nullptr;
-  std::set<int64_t> graph_warm_, graph_captured_;
+  DecodeGraphs graphs_;  // compile = graphs
   TensorParallelShare share_;
   int64_t n_heads_;     // local query heads
   int64_t n_kv_heads_;  // local KV heads

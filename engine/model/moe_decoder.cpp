@@ -64,7 +64,7 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
                                                 parallel.redundant_experts)
                         : expert_parallel_share(config, parallel.tp_size, parallel.ep_size, parallel.tp_rank,
                                                 parallel.redundant_experts)),
-      n_heads_(share_.q_heads.count), moe_comm_(parallel.moe_comm) {
+      n_heads_(share_.q_heads.count), graphs_(backend, compile.graph_max_bs), moe_comm_(parallel.moe_comm) {
   const std::string family = config.architecture;
   if (parallel.tp_size > 1 && parallel.comm == nullptr) {
     throw Error(ErrorKind::kInternal, "tensor parallelism needs a communicator");
@@ -85,10 +85,6 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
       rank_experts_.push_back(
           expert_parallel_share(config, parallel.moe_comm->size(), parallel.ep_size, r, parallel.redundant_experts).experts);
     }
-  }
-  if (compile.graph_max_bs > 0) {
-    throw_usage(family + ": compile = graphs is not implemented for mixture-of-experts and latent-attention models "
-                         "yet; use compile = fused or eager");
   }
   if (!backend.host_memory()) {
     if (parallel.dp_attention()) {
@@ -116,6 +112,16 @@ MoeDecoderModel::MoeDecoderModel(const ModelConfig& config, WeightLoader& loader
   // A GPU routes, groups and runs the experts without the host (no placement or DP attention to apply there).
   device_routing_ = config.is_moe() && !backend.host_memory() && moe_comm_ == nullptr && parallel.tp_size == 1 &&
                     placements_.empty() && backend.routes_on_device(config.moe.routing);
+  // Graphs replay a step's ops without the host, so every MoE layer must stay on the device.
+  if (compile.graph_max_bs > 0 && config.is_moe() && !device_routing_) {
+    throw_unsupported(family + ": compile = graphs needs the experts routed on the device, which the " + backend.name() +
+                      " backend does not do here (the cuda build does, without SERVETUNE_GPU_MOE=loop or "
+                      "SERVETUNE_GPU_GEMM=tiled, for one GPU without expert placement); use compile = fused");
+  }
+  if (compile.graph_max_bs > 0 && config.is_moe() && config.moe.shared_gate) {
+    throw_unsupported(family + ": compile = graphs is not implemented for a gated shared expert (qwen2_moe: its gate "
+                               "is applied on the host); use compile = fused");
+  }
   for (int64_t l = 0; l < config.n_layers; ++l) {
     Layer L;
     if (config.is_moe() && config.moe.moe_layer[static_cast<size_t>(l)]) {
@@ -366,6 +372,7 @@ void MoeDecoderModel::load_ffn(Layer& L, int64_t l, WeightLoader& loader) {
 
 float* MoeDecoderModel::scratch(size_t slot, int64_t floats) {
   if (floats > scratch_floats_[slot] || !scratch_[slot]) {  // a first call may ask for 0 floats (an empty dispatch)
+    graphs_.drop();  // captured graphs read the buffer about to be replaced
     const int64_t n = std::max<int64_t>(floats, 1024);
     scratch_[slot] = backend_.allocate(static_cast<size_t>(n) * sizeof(float));
     scratch_floats_[slot] = n;
@@ -415,10 +422,9 @@ void MoeDecoderModel::forward_sampled(const Batch&, KvStorage&, std::span<const 
 }
 
 void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
+  if (forward_graph(batch, kv)) return;
   const int64_t n = batch.n_tokens(), d = config_.hidden;
   float* x = scratch(kX, n * d);
-  float* h = scratch(kH, n * d);
-  float* out = scratch(kOut, n * d);
   const BatchIndices ix = place_indices(batch);
   if (nextn_block_ >= 0 || eagle_) embed_head_input(batch, ix.tokens, x);
   else backend_.embed(tok_embd_, ix.tokens, n, x);
@@ -429,6 +435,51 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
   }
   const AttentionBatch ab{n, ix.positions, ix.seq_of_token, ix.block_tables, batch.max_blocks_per_seq,
                           ix.tree_base, ix.tree_mask};
+  forward_layers(n, ab, ix.slots, kv);
+  const float eps = config_.rms_eps;
+  if (batch.return_hidden) {
+    hidden_.resize(static_cast<size_t>(n * d));
+    // An EAGLE head's output has no final norm.
+    if (output_norm_ != nullptr) backend_.rms_norm(x, output_norm_, scratch(kHidden, n * d), n, d, eps);
+    backend_.download(hidden_.data(), *scratch_[output_norm_ != nullptr ? kHidden : kX], 0, hidden_.size() * sizeof(float));
+  } else {
+    hidden_.clear();
+  }
+  output_head(n, static_cast<int64_t>(batch.logits_indices.size()), ix.logits_rows);
+}
+
+bool MoeDecoderModel::forward_graph(const Batch& batch, KvStorage& kv) {
+  if (parallel_.tp_size != 1 || batch.return_hidden || batch.has_tree() || !graphs_.takes(batch)) return false;
+  const DecodeGraphs::Step step = graphs_.prepare(batch, kv);
+  const int64_t n = step.bucket;
+  graphs_.run(step, [&] {
+    real_tokens_ = step.real_tokens;
+    try {
+      backend_.embed(tok_embd_, step.ix.tokens, n, scratch(kX, n * config_.hidden));
+      const AttentionBatch ab{n, step.ix.positions, step.ix.seq_of_token, step.ix.block_tables, step.width, nullptr, nullptr};
+      forward_layers(n, ab, step.ix.slots, kv);
+      output_head(n, n, step.ix.logits_rows);
+    } catch (...) {
+      real_tokens_ = nullptr;
+      throw;
+    }
+    real_tokens_ = nullptr;
+  });
+  hidden_.clear();
+  // A replay routes every MoE layer without moe_on_device running on the host.
+  routed_layers_.clear();
+  for (const Layer& L : layers_) {
+    if (L.moe) routed_layers_.push_back(&L);
+  }
+  return true;  // logits rows [0, batch's tokens) are the real sequences'
+}
+
+// The decoder layers over x (kX) for n tokens: x becomes the last layer's residual stream.
+void MoeDecoderModel::forward_layers(int64_t n, const AttentionBatch& ab, const int32_t* slots, KvStorage& kv) {
+  const int64_t d = config_.hidden;
+  float* x = scratch(kX, n * d);
+  float* h = scratch(kH, n * d);
+  float* out = scratch(kOut, n * d);
   const float eps = config_.rms_eps;
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
@@ -437,8 +488,8 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
     if (L.attn_norm == nullptr) backend_.copy_rows(x, d, h, d, n, d);  // an EAGLE head's first layer
     else if (!fused_ || l == 0) backend_.rms_norm(x, L.attn_norm, h, n, d, eps);
     else backend_.add_rms_norm(x, out, L.attn_norm, h, n, d, eps);
-    if (config_.is_mla()) attention_mla(L, n, h, cache, ab, ix.slots, out);
-    else attention_gqa(L, n, h, cache, ab, ix.slots, out);
+    if (config_.is_mla()) attention_mla(L, n, h, cache, ab, slots, out);
+    else attention_gqa(L, n, h, cache, ab, slots, out);
     sum_partials(backend_, parallel_, out, n * d);  // this rank's heads' share of the output projection
     if (fused_) {
       backend_.add_rms_norm(x, out, L.ffn_norm, h, n, d, eps);
@@ -454,19 +505,17 @@ void MoeDecoderModel::run(const Batch& batch, KvStorage& kv) {
     if (!fused_) backend_.add(x, out, n * d);
   }
   if (fused_) backend_.add(x, out, n * d);
-  if (batch.return_hidden) {
-    hidden_.resize(static_cast<size_t>(n * d));
-    // An EAGLE head's output has no final norm.
-    if (output_norm_ != nullptr) backend_.rms_norm(x, output_norm_, scratch(kHidden, n * d), n, d, eps);
-    backend_.download(hidden_.data(), *scratch_[output_norm_ != nullptr ? kHidden : kX], 0, hidden_.size() * sizeof(float));
-  } else {
-    hidden_.clear();
-  }
-  const auto n_out = static_cast<int64_t>(batch.logits_indices.size());
+}
+
+// The output head over rows logits_rows[0, n_out) of x (n rows): logits in kLogits (or through the draft vocabulary).
+void MoeDecoderModel::output_head(int64_t n, int64_t n_out, const int32_t* logits_rows) {
   if (n_out == 0) return;
+  const int64_t d = config_.hidden;
+  const float eps = config_.rms_eps;
+  float* x = scratch(kX, n * d);
   float* xs = scratch(kLogitsIn, n_out * d);
   const WeightMatrix hidden{x, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))};
-  backend_.embed(hidden, ix.logits_rows, n_out, xs);
+  backend_.embed(hidden, logits_rows, n_out, xs);
   if (output_norm_ != nullptr) backend_.rms_norm(xs, output_norm_, xs, n_out, d, eps);
   if (draft_vocab_.empty()) {
     backend_.matmul(output_, nullptr, xs, n_out, scratch(kLogits, n_out * output_.rows));
@@ -578,9 +627,19 @@ void MoeDecoderModel::mlp(const Mlp& w, int64_t n, const float* h, float* out) {
 }
 
 void MoeDecoderModel::zero_scratch(size_t slot, int64_t floats) {
-  scratch(slot, floats);
+  float* dst = scratch(slot, floats);
   if (zeros_.size() < static_cast<size_t>(floats)) zeros_.resize(static_cast<size_t>(floats), 0.0f);
-  backend_.upload(*scratch_[slot], 0, zeros_.data(), static_cast<size_t>(floats) * sizeof(float));
+  if (backend_.host_memory()) {
+    backend_.upload(*scratch_[slot], 0, zeros_.data(), static_cast<size_t>(floats) * sizeof(float));
+    return;
+  }
+  // A device copy of zeros, so a graph step writes them without host work.
+  if (!zero_rows_ || zero_rows_->size() < static_cast<size_t>(floats) * sizeof(float)) {
+    graphs_.drop();
+    zero_rows_ = backend_.allocate(static_cast<size_t>(floats) * sizeof(float));
+    backend_.upload(*zero_rows_, 0, zeros_.data(), static_cast<size_t>(floats) * sizeof(float));
+  }
+  backend_.copy_rows(static_cast<const float*>(zero_rows_->data()), floats, dst, floats, 1, floats);
 }
 
 void MoeDecoderModel::route(const Layer& L, int64_t n, const float* h) {
@@ -727,7 +786,7 @@ void MoeDecoderModel::moe_on_device(const Layer& L, int64_t n, const float* h, s
   // This layer's runs stay on the device for the step; count_device_routing() reads them once it ends.
   if (!routed_offsets_) routed_offsets_ = backend_.allocate(static_cast<size_t>(moe_layers_ * (E + 1)) * sizeof(int32_t));
   int32_t* offsets = static_cast<int32_t*>(routed_offsets_->data()) + L.moe_index * (E + 1);
-  backend_.group_by_expert(config_.moe.routing, router, L.selection_bias, n, rows, weights, offsets);
+  backend_.group_by_expert(config_.moe.routing, router, L.selection_bias, n, real_tokens_, rows, weights, offsets);
   routed_layers_.push_back(&L);
   float* gathered = scratch(kGathered, count * d);
   backend_.embed(WeightMatrix{h, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))}, rows, count, gathered);

@@ -29,6 +29,7 @@
 #include "model/model.h"
 #include "model/rotary.h"
 #include "backend/moe_routing.h"
+#include "model/decode_graphs.h"
 #include "model/weight_loader.h"
 
 namespace servetune {
@@ -164,6 +165,11 @@ class MoeDecoderModel final : public Model {
   // A draft head's input: x = eh_proj([enorm(embed(tokens)); hnorm(input_hidden)]) (EAGLE: no norms, fc's bias).
   void embed_head_input(const Batch& batch, const int32_t* tokens, float* x);
   void run(const Batch& batch, KvStorage& kv);
+  // compile = graphs: a decode batch through a captured graph of its padded bucket (no host work inside); false when
+  // the batch does not qualify.
+  bool forward_graph(const Batch& batch, KvStorage& kv);
+  void forward_layers(int64_t n, const AttentionBatch& ab, const int32_t* slots, KvStorage& kv);
+  void output_head(int64_t n, int64_t n_out, const int32_t* logits_rows);
   void exchange_replica_sizes(int64_t n);  // DP attention: every replica's token count this step
   void run_idle();  // DP attention, no tokens here: only the MoE layers' collectives and this rank's expert share
 
@@ -209,6 +215,9 @@ class MoeDecoderModel final : public Model {
   bool device_routing_ = false;             // moe_on_device (a GPU that routes; no placement, tp_size 1)
   std::unique_ptr<Buffer> routed_offsets_;  // [moe layer][expert + 1] runs of the step's device routing
   std::vector<const Layer*> routed_layers_;  // the layers moe_on_device routed this step
+  DecodeGraphs graphs_;                      // compile = graphs (experts routed on the device)
+  const int32_t* real_tokens_ = nullptr;     // a graph step's real token count (backend memory), for the routing
+  std::unique_ptr<Buffer> zero_rows_;        // zero_scratch's source on a device backend
   std::vector<Backend::ExpertWeights> layer_experts_;  // moe_on_device's experts, as expert_mlps_grouped takes them
   std::vector<float> zeros_;  // the routed sum's starting value when no shared expert writes it first
   std::vector<float> gathered_;  // all ranks' logits before interleaving (tp_size > 1)

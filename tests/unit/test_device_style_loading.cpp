@@ -15,10 +15,12 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/moe_routing.h"
+#include "core/error.h"
 #include "core/half.h"
 #include "model/checkpoint.h"
 #include "model/kv_storage.h"
@@ -103,18 +105,22 @@ class DeviceStyleBackend final : public Backend {
   // Routing on the "device" (with device_routing): route_tokens and a stable sort by expert, as the GPU's kernels
   // compute them, so the model's moe_on_device path runs here.
   bool routes_on_device(const MoeRouting&) const override { return device_routing; }
-  void group_by_expert(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* rows,
-                       float* weights, int32_t* offsets) override {
+  void group_by_expert(const MoeRouting& r, const float* logits, const float* bias, int64_t n, const int32_t* real_tokens,
+                       int32_t* rows, float* weights, int32_t* offsets) override {
     run([=, this] {
-      const int64_t count = n * r.top_k;
+      const int64_t count = n * r.top_k, grouped = real_tokens != nullptr ? *real_tokens * r.top_k : count;
       std::vector<int32_t> ids(static_cast<size_t>(count));
       std::vector<float> chosen(static_cast<size_t>(count));
       route_tokens(r, logits, bias, n, ids.data(), chosen.data());
       std::fill_n(offsets, r.n_experts + 1, 0);
-      for (const int32_t e : ids) ++offsets[e + 1];
+      for (int64_t i = 0; i < grouped; ++i) ++offsets[ids[static_cast<size_t>(i)] + 1];
       for (int64_t e = 0; e < r.n_experts; ++e) offsets[e + 1] += offsets[e];
       std::vector<int32_t> next(offsets, offsets + r.n_experts);
-      for (int64_t i = 0; i < count; ++i) {
+      for (int64_t i = grouped; i < count; ++i) {  // a padded graph step's padding: in place, weight 0
+        rows[i] = static_cast<int32_t>(i / r.top_k);
+        weights[i] = 0.0f;
+      }
+      for (int64_t i = 0; i < grouped; ++i) {
         const int32_t at = next[static_cast<size_t>(ids[static_cast<size_t>(i)])]++;
         rows[at] = static_cast<int32_t>(i / r.top_k);
         weights[at] = chosen[static_cast<size_t>(i)];
@@ -358,8 +364,11 @@ TEST(DeviceStyleLoading, DummyWeightsAreDrawnInPlace) {
 std::vector<std::vector<float>> decode_steps(Model& model, Backend& backend) {
   const int64_t page = 4, per_seq = 8;
   KvStorage kv(backend, model.config(), model.local_kv_heads(), 3 * per_seq, page, DType::kF32);
-  std::vector<std::vector<int32_t>> seqs = {{1, 403, 407}, {1, 261}, {1, 378, 432, 383, 286}};
   const int64_t vocab = model.config().vocab;
+  std::vector<std::vector<int32_t>> seqs = {{1, 403, 407}, {1, 261}, {1, 378, 432, 383, 286}};
+  for (auto& seq : seqs) {
+    for (int32_t& id : seq) id = static_cast<int32_t>(id % vocab);  // the tiny MoE models' vocabularies are smaller
+  }
   std::vector<std::vector<float>> all;
   auto step = [&](size_t n_seqs, bool prefill) {
     Batch b;
@@ -389,15 +398,8 @@ std::vector<std::vector<float>> decode_steps(Model& model, Backend& backend) {
   return all;
 }
 
-TEST(DeviceStyleLoading, DecodeGraphsReplayTheEagerSteps) {
-  Checkpoint ck(testing::stories_path(), LoadFormat::kGguf);
-  DeviceStyleBackend eager_backend;
-  auto eager = ck.load(eager_backend, ParallelContext{}, CompileOptions{false, 0});
-  const auto expected = decode_steps(*eager, eager_backend);
-  DeviceStyleBackend graph_backend;
-  graph_backend.graphs_enabled = true;
-  auto graphs = ck.load(graph_backend, ParallelContext{}, CompileOptions{true, 8});
-  const auto got = decode_steps(*graphs, graph_backend);
+// Each step's logits within 1e-5 of the largest expected one (graph steps run padded batches: other kernel shapes).
+void expect_steps_close(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& expected) {
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_EQ(got[i].size(), expected[i].size()) << "step " << i;
@@ -408,9 +410,51 @@ TEST(DeviceStyleLoading, DecodeGraphsReplayTheEagerSteps) {
     }
     EXPECT_LT(diff / scale, 1e-5) << "step " << i;
   }
-  // Buckets 4 (three sequences) and 2: each runs once eagerly, is captured once, then replays.
+}
+
+// decode_steps eagerly (compile fused when `fused_eager`, else eager) and through graphs of up to 8 sequences, each on
+// its own device-style backend (experts routed on the "device" when `device_routing`): the logits agree, and buckets 4
+// (three sequences) and 2 each ran once eagerly, were captured once, then replayed. Returns the two models' expert
+// load counters (eager, graphs).
+std::pair<std::vector<std::vector<int64_t>>, std::vector<std::vector<int64_t>>> expect_graph_steps_match(
+    const Checkpoint& ck, bool fused_eager, bool device_routing) {
+  DeviceStyleBackend eager_backend;
+  eager_backend.device_routing = device_routing;
+  auto eager = ck.load(eager_backend, ParallelContext{}, CompileOptions{fused_eager, 0});
+  const auto expected = decode_steps(*eager, eager_backend);
+  DeviceStyleBackend graph_backend;
+  graph_backend.device_routing = device_routing;
+  graph_backend.graphs_enabled = true;
+  auto graphs = ck.load(graph_backend, ParallelContext{}, CompileOptions{true, 8});
+  expect_steps_close(decode_steps(*graphs, graph_backend), expected);
   EXPECT_EQ(graph_backend.captures, 2);
   EXPECT_EQ(graph_backend.replays, 6);
+  return {eager->expert_distribution(), graphs->expert_distribution()};
+}
+
+TEST(DeviceStyleLoading, DecodeGraphsReplayTheEagerSteps) {
+  expect_graph_steps_match(Checkpoint(testing::stories_path(), LoadFormat::kGguf), false, false);
+}
+
+// Mixture-of-experts and latent-attention decode steps through graphs (experts routed on the "device", padding tokens
+// left out of the grouping): the fused eager steps' logits and the same expert load counters; without device
+// routing, compile = graphs is refused naming it.
+TEST(DeviceStyleLoading, MoeDecodeGraphsReplayTheEagerSteps) {
+  for (const std::string name : {"deepseek_v3_tiny", "deepseek_v2_lite_tiny", "mixtral_tiny", "qwen3_moe_tiny"}) {
+    SCOPED_TRACE(name);
+    Checkpoint ck(testing::data_path("hf_models/" + name), LoadFormat::kSafetensors);
+    const auto [eager_load, graph_load] = expect_graph_steps_match(ck, true, true);
+    EXPECT_EQ(graph_load, eager_load) << "padding tokens counted as routed";
+    EXPECT_FALSE(eager_load.empty());
+
+    DeviceStyleBackend host_routing;
+    try {
+      ck.load(host_routing, ParallelContext{}, CompileOptions{true, 8});
+      ADD_FAILURE() << "compile = graphs was accepted with the experts routed on the host";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("routed on the device"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

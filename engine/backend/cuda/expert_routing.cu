@@ -2,8 +2,8 @@
 // logits coming to the host: each token routed by the same inline code the host uses (moe_route_token.h; a thread per
 // token, its scratch in shared memory), the n * top_k assignments grouped by expert in one block (counts by shared
 // atomics, offsets by a scan, then a stable scatter: 1024 assignments at a time, warp after warp, lanes of one expert
-// ranked by __match_any_sync, so each expert's run keeps token order as the host's counting sort does), and the
-// grouped GEMM's tile plan made from the offsets.
+// ranked by __match_any_sync, so each expert's run keeps token order as the host's counting sort does; a graph's
+// padding tokens are left out), and the grouped GEMM's tile plan made from the offsets.
 #include "backend/cuda/moe_kernels.h"
 #include "backend/moe_route_token.h"
 #include "core/error.h"
@@ -29,14 +29,21 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(MoeRouting r, cons
                          group_keys[i], kept[i]);
 }
 
-__global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids, const float* weights, int total, int top_k,
-                                                              int n_experts, int32_t* rows, float* grouped, int32_t* offsets) {
+__global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids, const float* weights, int total,
+                                                              const int32_t* real_tokens, int top_k, int n_experts,
+                                                              int32_t* rows, float* grouped, int32_t* offsets) {
   __shared__ int counts[kMaxRoutedExperts];
   __shared__ int next[kMaxRoutedExperts];  // each expert's next free position
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  // A padded step's padding tokens (the last ones) are not grouped: their assignments keep their places, weight 0.
+  const int grouped_total = real_tokens != nullptr ? min(total, *real_tokens * top_k) : total;
   for (int e = tid; e < n_experts; e += kGroupThreads) counts[e] = 0;
   __syncthreads();
-  for (int i = tid; i < total; i += kGroupThreads) atomicAdd(&counts[ids[i]], 1);
+  for (int i = tid; i < grouped_total; i += kGroupThreads) atomicAdd(&counts[ids[i]], 1);
+  for (int i = grouped_total + tid; i < total; i += kGroupThreads) {
+    rows[i] = i / top_k;
+    grouped[i] = 0.0f;
+  }
   __syncthreads();
   if (tid == 0) {  // at most 512 experts: a serial scan is a few microseconds
     int sum = 0;
@@ -48,12 +55,12 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids
     offsets[n_experts] = sum;
   }
   __syncthreads();
-  for (int c0 = 0; c0 < total; c0 += kGroupThreads) {
+  for (int c0 = 0; c0 < grouped_total; c0 += kGroupThreads) {
     const int i = c0 + tid;
-    const bool valid = i < total;
+    const bool valid = i < grouped_total;
     const int e = valid ? ids[i] : -1;
     const unsigned valid_lanes = __ballot_sync(0xffffffffu, valid);
-    for (int w = 0; w < kGroupThreads / 32 && c0 + 32 * w < total; ++w) {  // the same bound in every thread
+    for (int w = 0; w < kGroupThreads / 32 && c0 + 32 * w < grouped_total; ++w) {  // the same bound in every thread
       if (warp == w && valid) {
         const unsigned peers = __match_any_sync(valid_lanes, e);
         const int pos = next[e] + __popc(peers & ((1u << lane) - 1u));
@@ -109,18 +116,20 @@ void launch_route_experts(const MoeRouting& routing, const float* logits, const 
 #endif
 }
 
-void launch_group_by_expert(const int32_t* ids, const float* weights, int64_t n, int64_t top_k, int64_t n_experts,
-                            int32_t* rows, float* grouped_weights, int32_t* offsets, cudaStream_t stream) {
+void launch_group_by_expert(const int32_t* ids, const float* weights, int64_t n, const int32_t* real_tokens, int64_t top_k,
+                            int64_t n_experts, int32_t* rows, float* grouped_weights, int32_t* offsets,
+                            cudaStream_t stream) {
 #if defined(SERVETUNE_HIP)
-  (void)ids, (void)weights, (void)n, (void)top_k, (void)n_experts, (void)rows, (void)grouped_weights, (void)offsets,
-      (void)stream;
+  (void)ids, (void)weights, (void)n, (void)real_tokens, (void)top_k, (void)n_experts, (void)rows, (void)grouped_weights,
+      (void)offsets, (void)stream;
   throw_unsupported("routing on the device needs the CUDA build");
 #else
   if (n_experts > kMaxRoutedExperts || n * top_k > INT32_MAX) {
     throw Error(ErrorKind::kInternal, "device expert grouping: too many experts or assignments");
   }
-  group_kernel<<<1, kGroupThreads, 0, stream>>>(ids, weights, static_cast<int>(n * top_k), static_cast<int>(top_k),
-                                                static_cast<int>(n_experts), rows, grouped_weights, offsets);
+  group_kernel<<<1, kGroupThreads, 0, stream>>>(ids, weights, static_cast<int>(n * top_k), real_tokens,
+                                                static_cast<int>(top_k), static_cast<int>(n_experts), rows,
+                                                grouped_weights, offsets);
   check(cudaGetLastError(), "expert grouping kernel");
 #endif
 }

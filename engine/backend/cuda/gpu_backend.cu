@@ -309,7 +309,10 @@ class GpuBackend final : public Backend {
     }
     if (most == 0) return;
 #if !defined(SERVETUNE_HIP)
-    if (!tiled_gemm_ && !loop_moe_ && grouped_expert_problem(experts, x, y).empty()) {
+    // One MLP (a dense layer, a shared expert) is three cuBLAS GEMMs, which a graph can capture; the grouped kernel
+    // needs its plan uploaded.
+    const auto active = std::count_if(experts.begin(), experts.end(), [](const ExpertMlp& e) { return e.count > 0; });
+    if (active > 1 && !tiled_gemm_ && !loop_moe_ && grouped_expert_problem(experts, x, y).empty()) {
       grouped_expert_mlps(experts, x, y);
       after("expert_mlps");
       return;
@@ -340,15 +343,15 @@ class GpuBackend final : public Backend {
            r.topk_group <= kMaxRoutedGroups;
 #endif
   }
-  void group_by_expert(const MoeRouting& r, const float* logits, const float* bias, int64_t n, int32_t* rows,
-                       float* weights, int32_t* offsets) override {
+  void group_by_expert(const MoeRouting& r, const float* logits, const float* bias, int64_t n, const int32_t* real_tokens,
+                       int32_t* rows, float* weights, int32_t* offsets) override {
     if (!routes_on_device(r)) throw Error(ErrorKind::kInternal, "group_by_expert: this backend routes on the host");
     validate_moe_routing(r, "group_by_expert");
     const int64_t count = n * r.top_k;
     auto* ids = static_cast<int32_t*>(grow(routed_ids_, static_cast<size_t>(std::max<int64_t>(count, 1)) * 4, "routing"));
     auto* chosen = static_cast<float*>(grow(routed_weights_, static_cast<size_t>(std::max<int64_t>(count, 1)) * 4, "routing"));
     launch_route_experts(r, logits, bias, n, ids, chosen, stream_);
-    launch_group_by_expert(ids, chosen, n, r.top_k, r.n_experts, rows, weights, offsets, stream_);
+    launch_group_by_expert(ids, chosen, n, real_tokens, r.top_k, r.n_experts, rows, weights, offsets, stream_);
     after("group_by_expert");
   }
   void expert_mlps_grouped(std::span<const ExpertWeights> experts, const int32_t* offsets, int64_t rows, const float* x,
@@ -366,7 +369,7 @@ class GpuBackend final : public Backend {
       auto* tile_count = reinterpret_cast<int32_t*>(plan);
       auto* tiles = reinterpret_cast<ExpertTile*>(plan + 16);
       launch_plan_expert_tiles(offsets, n, tile_rows, tile_count, tiles, stream_);
-      const ExpertWeightRef* refs = upload_expert_plan(nullptr, 0, experts.size(), [&](size_t i) { return experts[i]; });
+      const ExpertWeightRef* refs = layer_refs(experts);
       launch_grouped_mlps(tiles, max_tiles, tile_count, tile_rows, refs, experts.size(), *experts[0].gate,
                           *experts[0].down, rows, x, y);
       after("expert_mlps_grouped");
@@ -374,6 +377,11 @@ class GpuBackend final : public Backend {
     }
 #endif
     // Experts the grouped kernel cannot take (f32 weights, odd shapes): their runs come to the host, one GEMM each.
+    if (capturing_) {
+      throw_unsupported("compile = graphs: these experts (" + std::string(dtype_name(experts[0].gate->type)) +
+                        ") need their runs on the host, which a graph cannot do; the grouped kernel takes bf16 and FP8 "
+                        "experts with input widths a multiple of 16 (use compile = fused)");
+    }
     std::vector<int32_t> host_offsets(experts.size() + 1);
     check(cudaMemcpyAsync(host_offsets.data(), offsets, host_offsets.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
                           stream_),
@@ -652,6 +660,35 @@ class GpuBackend final : public Backend {
     return reinterpret_cast<const ExpertWeightRef*>(static_cast<const uint8_t*>(moe_plan_->data()) + refs_offset);
   }
 
+#if !defined(SERVETUNE_HIP)
+  // The experts' gate, up and down references (3 x n) in device memory, uploaded once per set of experts (a layer's):
+  // kept by the first gate's address and re-uploaded only when the references differ, so a captured graph's step
+  // uploads nothing. The host copy is compared each call (a few KB), as another model may reuse an address.
+  const ExpertWeightRef* layer_refs(std::span<const ExpertWeights> experts) {
+    const size_t n = experts.size();
+    refs_host_.resize(3 * n);
+    for (size_t i = 0; i < n; ++i) {
+      refs_host_[i] = expert_weight_ref(*experts[i].gate);
+      refs_host_[n + i] = expert_weight_ref(*experts[i].up);
+      refs_host_[2 * n + i] = expert_weight_ref(*experts[i].down);
+    }
+    LayerRefs& cached = layer_refs_[experts[0].gate];
+    const size_t bytes = refs_host_.size() * sizeof(ExpertWeightRef);
+    if (cached.host.size() != refs_host_.size() ||
+        std::memcmp(cached.host.data(), refs_host_.data(), bytes) != 0) {
+      if (capturing_) {
+        throw Error(ErrorKind::kInternal, "expert references must be uploaded during a graph capture (the eager "
+                                          "warm-up step of that batch size should have uploaded them)");
+      }
+      if (cached.device && !graphs_.empty()) retired_.push_back(std::move(cached.device));  // graphs still read it
+      if (!cached.device || cached.device->size() < bytes) cached.device = std::make_unique<DeviceBuffer>(bytes);
+      upload(*cached.device, 0, refs_host_.data(), bytes);
+      cached.host = refs_host_;
+    }
+    return static_cast<const ExpertWeightRef*>(cached.device->data());
+  }
+#endif
+
   // The grouped MLPs over a tile plan: gate and up with SwiGLU into act rows (rows x gate.rows), then the downs into y.
   // `gate` and `down` stand for every expert's (grouped_expert_problem checked they agree).
   void launch_grouped_mlps(const ExpertTile* tiles, int64_t n_tiles, const int32_t* tile_count, int tile_rows,
@@ -731,6 +768,14 @@ class GpuBackend final : public Backend {
   std::unique_ptr<DeviceBuffer> moe_device_plan_;     // a tile plan made on the device (its count, then its tiles)
   std::unique_ptr<DeviceBuffer> routed_ids_, routed_weights_;  // group_by_expert's per-token choices
   std::vector<ExpertMlp> probe_experts_;
+#if !defined(SERVETUNE_HIP)  // the grouped kernel is CUDA's (and Debian's hipcc crashes on this map's destructor)
+  struct LayerRefs {
+    std::vector<ExpertWeightRef> host;
+    std::unique_ptr<DeviceBuffer> device;
+  };
+  std::map<const WeightMatrix*, LayerRefs> layer_refs_;  // expert_mlps_grouped's references per set of experts
+  std::vector<ExpertWeightRef> refs_host_;
+#endif
   std::vector<ExpertTile> moe_tiles_;
   std::vector<uint8_t> moe_plan_host_;
   std::unique_ptr<DeviceBuffer> latent_partials_;    // attention_latent's split partials

@@ -36,15 +36,16 @@ void launch_attention_latent(const KvLayerView& kv, const AttentionBatch& batch,
 
 // Routing on the device (Backend::group_by_expert): the most experts and expert groups the routing kernel's scratch
 // holds, per-token routing (moe_route_token.h) into ids / weights [n, top_k], then the stable grouping of the
-// n * top_k assignments by expert (rows, weights, offsets), and a tile plan of tile_rows rows made from those offsets
+// n * top_k assignments by expert (rows, weights, offsets; real_tokens as Backend::group_by_expert says), and a tile plan of tile_rows rows made from those offsets
 // (tile_count, then tiles in expert order; at most rows / tile_rows + n_experts tiles). CUDA only (the grouping uses
 // __match_any_sync); the HIP build throws Error(kUnsupported).
 constexpr int64_t kMaxRoutedExperts = 512;
 constexpr int64_t kMaxRoutedGroups = 64;
 void launch_route_experts(const MoeRouting& routing, const float* logits, const float* bias, int64_t n, int32_t* ids,
                           float* weights, cudaStream_t stream);
-void launch_group_by_expert(const int32_t* ids, const float* weights, int64_t n, int64_t top_k, int64_t n_experts,
-                            int32_t* rows, float* grouped_weights, int32_t* offsets, cudaStream_t stream);
+void launch_group_by_expert(const int32_t* ids, const float* weights, int64_t n, const int32_t* real_tokens, int64_t top_k,
+                            int64_t n_experts, int32_t* rows, float* grouped_weights, int32_t* offsets,
+                            cudaStream_t stream);
 void launch_plan_expert_tiles(const int32_t* offsets, int64_t n_experts, int tile_rows, int32_t* tile_count,
                               ExpertTile* tiles, cudaStream_t stream);
 
