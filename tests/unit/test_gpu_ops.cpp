@@ -3,8 +3,8 @@
 // 256, page size 16, contexts of over a thousand): f32 paths within 1e-5 relative error (of the largest reference
 // value), bf16 GEMMs within 1e-2, the tensor-core prefill attention within its f16/bf16 rounding; f32, f16, bf16 and FP8 E4M3 KV caches; the tiled GEMM (the HIP build's) through
 // SERVETUNE_GPU_GEMM=tiled; flash-decoding split attention for small batches with contexts up to 5000; and a kernel
-// fault under the sync check naming its op; uploads and downloads through pinned staging. Skips, saying why, when no GPU
-// is visible.
+// fault under the sync check naming its op; uploads and downloads through pinned staging; the bf16 copies producer ops
+// write for the next GEMM (bit-equal to the cast they replace). Skips, saying why, when no GPU is visible.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <random>
@@ -116,6 +117,41 @@ TEST_F(GpuOps, RmsNorm) {
     gpu_->rms_norm(dev(x), dev(w), y, n, dim, 1e-5f);
     EXPECT_LT(rel_error(host(y, x.size()), expected), 1e-5) << "dim " << dim;
   }
+}
+
+// The bf16 copy rms_norm, add_rms_norm and silu_mul write of their outputs feeds the next bf16 GEMM of exactly those
+// outputs in place of a cast: bit for bit the cast's result (both round the same floats), and never once the values
+// have changed (an add in between) or another op ran.
+TEST_F(GpuOps, ProducersBf16CopyFeedsOnlyTheNextGemmOfTheirOutput) {
+  const int64_t n = 5, dim = 256, rows = 96;
+  const Bf16Values w = to_bf16(random_floats(static_cast<size_t>(rows * dim), 40));
+  const WeightMatrix weights{dev(w.bits), DType::kBF16, rows, dim, dim * 2};
+  const float* x = dev(random_floats(static_cast<size_t>(n * dim), 41, -3.0f, 3.0f));
+  const float* norm = dev(random_floats(static_cast<size_t>(dim), 42));
+  const float* zeros = dev_zeros(static_cast<size_t>(n * dim));
+  const float* ones = dev(std::vector<float>(static_cast<size_t>(n * dim), 1.0f));
+  float* y = dev_zeros(static_cast<size_t>(n * dim));
+  const auto product = [&](const std::function<void()>& produce) {
+    float* out = dev_zeros(static_cast<size_t>(n * rows));
+    produce();
+    gpu_->matmul(weights, nullptr, y, n, out);
+    return host(out, static_cast<size_t>(n * rows));
+  };
+  const auto norm_y = [&] { gpu_->rms_norm(x, norm, y, n, dim, 1e-5f); };
+  const auto copied = product(norm_y);
+  const auto cast = product([&] { norm_y(); gpu_->add(y, zeros, n * dim); });  // same values, the copy dropped
+  EXPECT_EQ(copied, cast) << "rms_norm";
+  float* residual = dev(random_floats(static_cast<size_t>(n * dim), 43));
+  const auto add_norm = [&] { gpu_->add_rms_norm(residual, zeros, norm, y, n, dim, 1e-5f); };
+  EXPECT_EQ(product(add_norm), product([&] { add_norm(); gpu_->add(y, zeros, n * dim); })) << "add_rms_norm";
+  const float* gate = dev(random_floats(static_cast<size_t>(n * dim), 44));
+  const float* up = dev(random_floats(static_cast<size_t>(n * dim), 45));
+  const auto silu = [&] { gpu_->silu_mul(gate, up, dim, n, dim, y); };
+  EXPECT_EQ(product(silu), product([&] { silu(); gpu_->add(y, zeros, n * dim); })) << "silu_mul";
+  // Changed values: the GEMM must see y + 1, as a cast of it gives, not the norm's copy.
+  const auto changed = product([&] { norm_y(); gpu_->add(y, ones, n * dim); });
+  EXPECT_EQ(changed, product([&] { norm_y(); gpu_->add(y, ones, n * dim); gpu_->add(y, zeros, n * dim); }));
+  EXPECT_NE(changed, copied);
 }
 
 // y = x W^T (+ bias) through the GPU GEMM against the CPU backend's f32 matmul on the same weights.

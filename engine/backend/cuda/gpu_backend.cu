@@ -1,5 +1,6 @@
 // The GPU backend (CUDA; HIP through gpu_shim.h): device buffers, one non-blocking stream, the kernels of kernels.h,
 // and GEMMs through cuBLAS (bf16 weights x bf16-cast activations, f32 accumulate; f32 weights in plain fp32, no TF32).
+// RMSNorm and SwiGLU write their outputs' bf16 copy too, which the next GEMM of exactly those outputs reads uncast.
 // The HIP build has no BLAS library (Debian packages none) and uses the tiled kernel of gemm.cu; SERVETUNE_GPU_GEMM=tiled
 // makes a CUDA build use it too (so the HIP build's GEMM is tested and timed where a GPU is).
 // Block-scaled FP8 weights (DeepSeek-V3/R1's) stay FP8 on an sm_90 CUDA device, multiplied by cuBLASLt's FP8 GEMM
@@ -227,13 +228,19 @@ class GpuBackend final : public Backend {
     after("embed");
   }
   void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps) override {
-    launch_rms_norm(const_cast<float*>(x), nullptr, w, y, n, dim, eps, stream_);
+    uint16_t* copy = bf16_copy_buffer(n * dim);
+    launch_rms_norm(const_cast<float*>(x), nullptr, w, y, n, dim, eps, stream_, copy);
     after("rms_norm");
+    if (copy != nullptr) bf16_copy_ = {y, n * dim};
   }
   void matmul(const WeightMatrix& w, const float* bias, const float* x, int64_t n, float* y) override {
+    const Bf16Copy kept = bf16_copy_;
     if (n > 0 && w.rows > 0) gemm(w, x, n, y);
     if (bias != nullptr) launch_add_bias(y, bias, n, w.rows, stream_);
     after("matmul");
+    // The copy of x still holds unless the output overwrote x (matmuls of one input: Q, K, V; gate, up).
+    const auto* end = y + n * w.rows;
+    if (kept.src != nullptr && (end <= kept.src || y >= kept.src + kept.count)) bf16_copy_ = kept;
   }
   void rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p) override {
     launch_rope(x, positions, n, n_heads, p, theta_scale(p), p.freq_factors, stream_);
@@ -271,16 +278,20 @@ class GpuBackend final : public Backend {
     after("attention");
   }
   void silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) override {
-    launch_silu_mul(gate, up, in_stride, n, ffn, out, stream_);
+    uint16_t* copy = bf16_copy_buffer(n * ffn);
+    launch_silu_mul(gate, up, in_stride, n, ffn, out, stream_, copy);
     after("silu_mul");
+    if (copy != nullptr) bf16_copy_ = {out, n * ffn};
   }
   void add(float* x, const float* y, int64_t n) override {
     launch_add(x, y, n, stream_);
     after("add");
   }
   void add_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps) override {
-    launch_rms_norm(x, residual, w, y, n, dim, eps, stream_);
+    uint16_t* copy = bf16_copy_buffer(n * dim);
+    launch_rms_norm(x, residual, w, y, n, dim, eps, stream_, copy);
     after("add_rms_norm");
+    if (copy != nullptr) bf16_copy_ = {y, n * dim};
   }
   void rope_store_qkv(const KvLayerView& kv, const float* qkv, const int32_t* positions, const int32_t* slots, int64_t n,
                       int64_t n_heads, const RopeParams& p, float* q_out) override {
@@ -499,6 +510,7 @@ class GpuBackend final : public Backend {
   // while a graph is being captured (and a capturing stream cannot be synchronized), so captures are not checked; the
   // replay is, as a whole.
   void after(const char* op) {
+    bf16_copy_ = {};  // the op may have written the copied values (matmul and the producers keep or set it after this)
     if (!sync_check_ || capturing_) return;
     const cudaError_t status = cudaStreamSynchronize(stream_);
     if (status != cudaSuccess) {
@@ -524,6 +536,18 @@ class GpuBackend final : public Backend {
     }
     buffer = static_cast<uint8_t*>(p);
     return true;
+  }
+  // Where a producer op (rms_norm, add_rms_norm, silu_mul) writes the bf16 copy of its `count` outputs, which the
+  // cuBLAS bf16 GEMM reading exactly those outputs next takes instead of casting them (one kernel and one pass over
+  // the activations fewer per GEMM input). Null where nothing reads it: the tiled GEMM (and HIP) casts on the fly.
+  uint16_t* bf16_copy_buffer(int64_t count) {
+#if defined(SERVETUNE_HIP)
+    (void)count;
+    return nullptr;
+#else
+    if (tiled_gemm_ || count <= 0) return nullptr;
+    return static_cast<uint16_t*>(grow(bf16_copy_buffer_, static_cast<size_t>(count) * sizeof(uint16_t), "bf16 copy"));
+#endif
   }
   void require_latent_view(const KvLayerView& kv) const {
     if (kv.n_kv_heads != 1 || kv.k == nullptr) throw Error(ErrorKind::kInternal, "latent cache view needs one head");
@@ -590,8 +614,14 @@ class GpuBackend final : public Backend {
                  "f32 GEMM");
       return;
     }
-    auto* xb = static_cast<uint16_t*>(grow(x_bf16_, static_cast<size_t>(n * w.cols) * sizeof(uint16_t), "GEMM"));
-    launch_to_bf16(x, xb, n * w.cols, stream_);
+    const uint16_t* xb = nullptr;
+    if (bf16_copy_.src == x && bf16_copy_.count == n * w.cols) {
+      xb = static_cast<const uint16_t*>(bf16_copy_buffer_->data());  // the producer wrote it: no cast kernel
+    } else {
+      auto* cast = static_cast<uint16_t*>(grow(x_bf16_, static_cast<size_t>(n * w.cols) * sizeof(uint16_t), "GEMM"));
+      launch_to_bf16(x, cast, n * w.cols, stream_);
+      xb = cast;
+    }
     check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, nn, k, &alpha, w.data, CUDA_R_16BF,
                             static_cast<int>(w.row_bytes / 2), xb, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, m,
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -763,6 +793,13 @@ class GpuBackend final : public Backend {
 #endif
   std::unique_ptr<DeviceBuffer> sample_rows_, sample_tokens_;  // Backend::sample's rows in and ids out
   std::unique_ptr<DeviceBuffer> x_bf16_;  // activations cast to bf16 for the bf16 GEMMs
+  // The last producer's outputs as bf16 (bf16_copy_buffer_), valid for [src, src + count) until another op runs.
+  struct Bf16Copy {
+    const float* src = nullptr;
+    int64_t count = 0;
+  };
+  Bf16Copy bf16_copy_;
+  std::unique_ptr<DeviceBuffer> bf16_copy_buffer_;
   std::unique_ptr<DeviceBuffer> mlp_gate_, mlp_up_;  // expert_mlps' gate and up rows (grouped: the SwiGLU rows)
   std::unique_ptr<DeviceBuffer> moe_plan_;            // the grouped expert GEMM's tiles and weight references
   std::unique_ptr<DeviceBuffer> moe_device_plan_;     // a tile plan made on the device (its count, then its tiles)

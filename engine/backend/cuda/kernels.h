@@ -12,9 +12,10 @@ namespace servetune::gpu {
 
 // out[t, :] = table row ids[t] as f32 (table f32, f16 or bf16).
 void launch_embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out, cudaStream_t stream);
-// y = x / rms(x) * w per row; when `residual` is not null it is first added to x in place (fused add + norm).
+// y = x / rms(x) * w per row; when `residual` is not null it is first added to x in place (fused add + norm). With
+// y_bf16, y is also written there as bf16 (as launch_to_bf16 rounds), for the GEMM that reads it next.
 void launch_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps,
-                     cudaStream_t stream);
+                     cudaStream_t stream, uint16_t* y_bf16 = nullptr);
 // Rotary embedding in place, angles as the CPU reference computes them (theta_scale = theta^(-2/rope_dim)).
 void launch_rope(float* x, const int32_t* positions, int64_t n, int64_t n_heads, const RopeParams& p, float theta_scale,
                  const float* freq_factors, cudaStream_t stream);
@@ -27,8 +28,9 @@ void launch_store_kv(const KvLayerView& kv, const float* k, const float* v, cons
 // Cache rows (every KV head; K and V, or the latent row when kv.v is null) of slots src[i] copied to dst[i], in order
 // (see Backend::copy_kv_slots); src and dst are host arrays, checked against the cache's slots.
 void launch_copy_kv_slots(const KvLayerView& kv, const int32_t* src, const int32_t* dst, int64_t n, cudaStream_t stream);
+// out = silu(gate) * up (Backend::silu_mul); with out_bf16, out is also written there as bf16.
 void launch_silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out,
-                     cudaStream_t stream);
+                     cudaStream_t stream, uint16_t* out_bf16 = nullptr);
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream);
 // y[t, r] += bias[r] for y [n, rows].
 void launch_add_bias(float* y, const float* bias, int64_t n, int64_t rows, cudaStream_t stream);

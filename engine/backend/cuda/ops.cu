@@ -39,7 +39,8 @@ __device__ double block_sum(double v, double* shared) {
 }
 
 // Squares in float summed in double, as the CPU reference does.
-__global__ void rms_norm_kernel(float* x, const float* residual, const float* w, float* y, int64_t dim, float eps) {
+__global__ void rms_norm_kernel(float* x, const float* residual, const float* w, float* y, uint16_t* y_bf16, int64_t dim,
+                                float eps) {
   __shared__ double partial[kThreads / 32];
   float* xr = x + blockIdx.x * dim;
   double sum = 0.0;
@@ -55,7 +56,11 @@ __global__ void rms_norm_kernel(float* x, const float* residual, const float* w,
   const float mean = static_cast<float>(total / static_cast<double>(dim));
   const float scale = 1.0f / sqrtf(mean + eps);
   float* yr = y + blockIdx.x * dim;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] * scale) * w[i];
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float v = (xr[i] * scale) * w[i];
+    yr[i] = v;
+    if (y_bf16 != nullptr) y_bf16[blockIdx.x * dim + i] = f32_to_bf16_bits(v);
+  }
 }
 
 struct RopeArgs {
@@ -152,12 +157,15 @@ __global__ void copy_kv_slots_kernel(unsigned short* k, unsigned short* v, int64
   }
 }
 
-__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out) {
+__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out,
+                                uint16_t* out_bf16) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * ffn;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / ffn, c = i % ffn;
     const float g = gate[t * in_stride + c];
-    out[i] = (g / (1.0f + expf(-g))) * up[t * in_stride + c];
+    const float v = (g / (1.0f + expf(-g))) * up[t * in_stride + c];
+    out[i] = v;
+    if (out_bf16 != nullptr) out_bf16[i] = f32_to_bf16_bits(v);
   }
 }
 
@@ -221,9 +229,9 @@ void launch_embed(const WeightMatrix& table, const int32_t* ids, int64_t n, floa
 }
 
 void launch_rms_norm(float* x, const float* residual, const float* w, float* y, int64_t n, int64_t dim, float eps,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, uint16_t* y_bf16) {
   if (n == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(x, residual, w, y, dim, eps);
+  rms_norm_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(x, residual, w, y, y_bf16, dim, eps);
   check(cudaGetLastError(), "rms_norm kernel");
 }
 
@@ -280,9 +288,9 @@ void launch_copy_kv_slots(const KvLayerView& kv, const int32_t* src, const int32
 }
 
 void launch_silu_mul(const float* gate, const float* up, int64_t in_stride, int64_t n, int64_t ffn, float* out,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, uint16_t* out_bf16) {
   if (n * ffn == 0) return;
-  silu_mul_kernel<<<blocks_for(n * ffn), kThreads, 0, stream>>>(gate, up, in_stride, n, ffn, out);
+  silu_mul_kernel<<<blocks_for(n * ffn), kThreads, 0, stream>>>(gate, up, in_stride, n, ffn, out, out_bf16);
   check(cudaGetLastError(), "silu_mul kernel");
 }
 
