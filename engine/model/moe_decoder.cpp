@@ -363,6 +363,7 @@ void MoeDecoderModel::load_ffn(Layer& L, int64_t l, WeightLoader& loader) {
       L.experts.push_back(load_mlp(loader, blk(l, "ffn_gate" + id), blk(l, "ffn_up" + id), blk(l, "ffn_down" + id), e_ffn, part));
     }
   }
+  for (const Mlp& w : L.experts) L.expert_weights.push_back({&w.gate, &w.up, &w.down});  // L.experts is complete
   if (m.shared_ffn > 0) {
     L.shared = load_mlp(loader, blk(l, "ffn_gate_shexp.weight"), blk(l, "ffn_up_shexp.weight"), blk(l, "ffn_down_shexp.weight"),
                         m.shared_ffn, expert_share_.shared_ffn);
@@ -792,9 +793,7 @@ void MoeDecoderModel::moe_on_device(const Layer& L, int64_t n, const float* h, s
   backend_.embed(WeightMatrix{h, DType::kF32, n, d, d * static_cast<int64_t>(sizeof(float))}, rows, count, gathered);
   shared_experts(L, n, h, out_slot);
   float* expert_out = scratch(kExpertOut, count * d);
-  layer_experts_.clear();
-  for (const Mlp& w : L.experts) layer_experts_.push_back({&w.gate, &w.up, &w.down});
-  backend_.expert_mlps_grouped(layer_experts_, offsets, count, gathered, expert_out);
+  backend_.expert_mlps_grouped(L.expert_weights, offsets, count, gathered, expert_out);
   backend_.scatter_add_rows(expert_out, rows, weights, count, d, scratch(out_slot, n * d));
 }
 

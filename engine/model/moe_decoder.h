@@ -108,6 +108,7 @@ class MoeDecoderModel final : public Model {
     const float* selection_bias = nullptr;
     std::vector<float> host_selection_bias;  // a device backend's host copy of it, for host routing
     std::vector<Mlp> experts;
+    std::vector<Backend::ExpertWeights> expert_weights;  // the same matrices as expert_mlps_grouped takes them
     Mlp shared;
     WeightMatrix shared_gate;  // qwen2_moe: [1, hidden]
     // experts[i] is routed expert expert_share_.experts.begin + i (this rank's ones, each its expert_ffn part).
@@ -218,7 +219,6 @@ class MoeDecoderModel final : public Model {
   DecodeGraphs graphs_;                      // compile = graphs (experts routed on the device)
   const int32_t* real_tokens_ = nullptr;     // a graph step's real token count (backend memory), for the routing
   std::unique_ptr<Buffer> zero_rows_;        // zero_scratch's source on a device backend
-  std::vector<Backend::ExpertWeights> layer_experts_;  // moe_on_device's experts, as expert_mlps_grouped takes them
   std::vector<float> zeros_;  // the routed sum's starting value when no shared expert writes it first
   std::vector<float> gathered_;  // all ranks' logits before interleaving (tp_size > 1)
   Communicator* moe_comm_ = nullptr;  // DP attention: every replica (parallel.h)

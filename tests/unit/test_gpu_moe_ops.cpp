@@ -159,44 +159,33 @@ TEST_F(GpuMoeOps, GroupByExpertMatchesTheHostRouting) {
       std::vector<int32_t> order(static_cast<size_t>(count));
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return ids[a] < ids[b]; });
-      std::vector<int32_t> want_rows, want_offsets(static_cast<size_t>(E + 1), 0);
-      std::vector<float> want_weights;
-      for (const int32_t i : order) {
-        want_rows.push_back(i / static_cast<int32_t>(r.top_k));
-        want_weights.push_back(weights[static_cast<size_t>(i)]);
-        ++want_offsets[static_cast<size_t>(ids[static_cast<size_t>(i)]) + 1];
-      }
-      for (int64_t e = 0; e < E; ++e) want_offsets[static_cast<size_t>(e + 1)] += want_offsets[static_cast<size_t>(e)];
-
       int32_t* rows = dev(std::vector<int32_t>(static_cast<size_t>(count), -1));
       float* got_weights = dev(std::vector<float>(static_cast<size_t>(count), 0.0f));
       int32_t* offsets = dev(std::vector<int32_t>(static_cast<size_t>(E + 1), -1));
-      gpu_->group_by_expert(r, dev(logits), biased ? dev(bias) : nullptr, n, nullptr, rows, got_weights, offsets);
-      EXPECT_EQ(host<int32_t>(offsets, static_cast<size_t>(E + 1)), want_offsets);
-      EXPECT_EQ(host<int32_t>(rows, static_cast<size_t>(count)), want_rows);
-      EXPECT_LT(rel_error(host(got_weights, static_cast<size_t>(count)), want_weights), 1e-5);
-      if (n < 7) continue;
-      // A padded graph step: only the first n - 3 tokens are grouped; the last three tokens' assignments stay in place
-      // with weight 0.
-      const int64_t real = n - 3, grouped = real * r.top_k;
-      std::vector<int32_t> real_offsets(static_cast<size_t>(E + 1), 0), real_rows;
-      std::vector<float> real_weights;
-      for (const int32_t i : order) {
-        if (i >= grouped) continue;
-        real_rows.push_back(i / static_cast<int32_t>(r.top_k));
-        real_weights.push_back(weights[static_cast<size_t>(i)]);
-        ++real_offsets[static_cast<size_t>(ids[static_cast<size_t>(i)]) + 1];
+      // With `real` tokens of n grouped (a padded graph step: the rest stay in place, weight 0), the expected rows,
+      // weights and offsets against the device's.
+      for (const int64_t real : {n, n - 3}) {
+        if (real != n && n < 7) continue;  // the padded variant from 7 tokens on
+        const int64_t grouped = real * r.top_k;
+        std::vector<int32_t> want_rows, want_offsets(static_cast<size_t>(E + 1), 0);
+        std::vector<float> want_weights;
+        for (const int32_t i : order) {
+          if (i >= grouped) continue;
+          want_rows.push_back(i / static_cast<int32_t>(r.top_k));
+          want_weights.push_back(weights[static_cast<size_t>(i)]);
+          ++want_offsets[static_cast<size_t>(ids[static_cast<size_t>(i)]) + 1];
+        }
+        for (int64_t e = 0; e < E; ++e) want_offsets[static_cast<size_t>(e + 1)] += want_offsets[static_cast<size_t>(e)];
+        for (int64_t i = grouped; i < count; ++i) {
+          want_rows.push_back(static_cast<int32_t>(i / r.top_k));
+          want_weights.push_back(0.0f);
+        }
+        const int32_t* real_tokens = real == n ? nullptr : dev(std::vector<int32_t>{static_cast<int32_t>(real)});
+        gpu_->group_by_expert(r, dev(logits), biased ? dev(bias) : nullptr, n, real_tokens, rows, got_weights, offsets);
+        EXPECT_EQ(host<int32_t>(offsets, static_cast<size_t>(E + 1)), want_offsets) << real << " real tokens";
+        EXPECT_EQ(host<int32_t>(rows, static_cast<size_t>(count)), want_rows) << real << " real tokens";
+        EXPECT_LT(rel_error(host(got_weights, static_cast<size_t>(count)), want_weights), 1e-5) << real << " real tokens";
       }
-      for (int64_t e = 0; e < E; ++e) real_offsets[static_cast<size_t>(e + 1)] += real_offsets[static_cast<size_t>(e)];
-      for (int64_t i = grouped; i < count; ++i) {
-        real_rows.push_back(static_cast<int32_t>(i / r.top_k));
-        real_weights.push_back(0.0f);
-      }
-      gpu_->group_by_expert(r, dev(logits), biased ? dev(bias) : nullptr, n, dev(std::vector<int32_t>{static_cast<int32_t>(real)}),
-                            rows, got_weights, offsets);
-      EXPECT_EQ(host<int32_t>(offsets, static_cast<size_t>(E + 1)), real_offsets) << "padded";
-      EXPECT_EQ(host<int32_t>(rows, static_cast<size_t>(count)), real_rows) << "padded";
-      EXPECT_LT(rel_error(host(got_weights, static_cast<size_t>(count)), real_weights), 1e-5) << "padded";
     }
   }
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,9 +56,25 @@ inline ExpertWeightRef expert_weight_ref(const WeightMatrix& w) {
   return {w.data, w.scales.data, w.row_bytes, w.scales.stride, w.scales.row_offset};
 }
 
-// Rows per tile: one m16 slice when the active experts average fewer than 48 rows (decode steps: a few tokens on
-// each of many experts, so a taller tile would be mostly padding), else 64 (prefill: each weight tile then serves
-// four times the rows).
+// The kernel's reference layout for n experts (anything with gate, up and down matrix pointers): every gate, then
+// every up, then every down, 3 * experts.size() entries at `refs`.
+template <class Experts>
+void write_expert_refs(const Experts& experts, ExpertWeightRef* refs) {
+  const size_t n = std::size(experts);
+  size_t i = 0;
+  for (const auto& e : experts) {
+    refs[i] = expert_weight_ref(*e.gate);
+    refs[n + i] = expert_weight_ref(*e.up);
+    refs[2 * n + i] = expert_weight_ref(*e.down);
+    ++i;
+  }
+}
+
+// Rows per tile for `rows` rows over `experts` experts: one m16 slice when they average fewer than 48 rows (decode
+// steps: a few tokens on each of many experts, so a taller tile would be mostly padding), else 64 (prefill: each
+// weight tile then serves four times the rows).
+inline int expert_tile_rows(int64_t rows, int64_t experts) { return experts > 0 && rows >= 48 * experts ? 64 : 16; }
+// The same over the active entries of an expert_mlps call.
 inline int expert_tile_rows(std::span<const Backend::ExpertMlp> experts) {
   int64_t rows = 0, active = 0;
   for (const Backend::ExpertMlp& e : experts) {
@@ -65,7 +82,7 @@ inline int expert_tile_rows(std::span<const Backend::ExpertMlp> experts) {
     rows += e.count;
     ++active;
   }
-  return active > 0 && rows >= 48 * active ? 64 : 16;
+  return expert_tile_rows(rows, active);
 }
 
 // Every active entry's rows in order, cut into tiles of at most `tile_rows` rows (the last tile of an entry partial).

@@ -323,7 +323,7 @@ class GpuBackend final : public Backend {
     // One MLP (a dense layer, a shared expert) is three cuBLAS GEMMs, which a graph can capture; the grouped kernel
     // needs its plan uploaded.
     const auto active = std::count_if(experts.begin(), experts.end(), [](const ExpertMlp& e) { return e.count > 0; });
-    if (active > 1 && !tiled_gemm_ && !loop_moe_ && grouped_expert_problem(experts, x, y).empty()) {
+    if (active > 1 && grouped_kernel_on() && grouped_expert_problem(experts, x, y).empty()) {
       grouped_expert_mlps(experts, x, y);
       after("expert_mlps");
       return;
@@ -350,7 +350,7 @@ class GpuBackend final : public Backend {
     (void)r;
     return false;
 #else
-    return !tiled_gemm_ && !loop_moe_ && r.n_experts <= kMaxRoutedExperts && r.n_group <= kMaxRoutedGroups &&
+    return grouped_kernel_on() && r.n_experts <= kMaxRoutedExperts && r.n_group <= kMaxRoutedGroups &&
            r.topk_group <= kMaxRoutedGroups;
 #endif
   }
@@ -371,9 +371,9 @@ class GpuBackend final : public Backend {
     probe_experts_.clear();
     for (const ExpertWeights& e : experts) probe_experts_.push_back({e.gate, e.up, e.down, 0, 1});
 #if !defined(SERVETUNE_HIP)
-    if (!tiled_gemm_ && !loop_moe_ && grouped_expert_problem(probe_experts_, x, y).empty()) {
+    if (grouped_kernel_on() && grouped_expert_problem(probe_experts_, x, y).empty()) {
       const auto n = static_cast<int64_t>(experts.size());
-      const int tile_rows = rows >= 48 * n ? 64 : 16;  // expert_tile_rows' rule over every expert: counts are not known here
+      const int tile_rows = expert_tile_rows(rows, n);  // over every expert: the counts are on the device
       const int64_t max_tiles = rows / tile_rows + n;  // each expert adds at most one partial tile
       auto* plan = static_cast<uint8_t*>(grow(moe_device_plan_, 16 + static_cast<size_t>(max_tiles) * sizeof(ExpertTile),
                                               "expert GEMM plan"));
@@ -517,6 +517,15 @@ class GpuBackend final : public Backend {
       throw Error(ErrorKind::kInternal, std::string(SERVETUNE_GPU_VENDOR " fault in op ") + op + " (sync check): " +
                                             cudaGetErrorString(status));
     }
+  }
+  // Whether the grouped expert kernel (and with it routing on the device) runs: not under SERVETUNE_GPU_MOE=loop or
+  // the tiled GEMM (CUDA builds; HIP has none).
+  bool grouped_kernel_on() const {
+#if defined(SERVETUNE_HIP)
+    return false;
+#else
+    return !tiled_gemm_ && !loop_moe_;
+#endif
   }
   // Waits for the stream's work (an error names `what`); every staged upload has then been read.
   void wait_stream(const char* what) {
@@ -662,32 +671,17 @@ class GpuBackend final : public Backend {
       model = &e;
       rows = std::max(rows, e.first + e.count);
     }
-    const size_t tile_bytes = moe_tiles_.size() * sizeof(ExpertTile);
-    const ExpertWeightRef* refs = upload_expert_plan(moe_tiles_.data(), tile_bytes, experts.size(), [&](size_t i) {
-      return ExpertWeights{experts[i].gate, experts[i].up, experts[i].down};
-    });
-    const auto* tiles = static_cast<const ExpertTile*>(moe_plan_->data());
-    launch_grouped_mlps(tiles, static_cast<int64_t>(moe_tiles_.size()), nullptr, tile_rows, refs, experts.size(),
-                        *model->gate, *model->down, rows, x, y);
-  }
-
-  // Uploads `prefix_bytes` of plan data then the experts' gate, up and down references (3 x n, weights(i) giving
-  // expert i's) into moe_plan_, in one copy; returns where the references start there.
-  template <class WeightsOf>
-  const ExpertWeightRef* upload_expert_plan(const void* prefix, size_t prefix_bytes, size_t n, WeightsOf weights) {
-    const size_t refs_offset = (prefix_bytes + 15) / 16 * 16;
-    moe_plan_host_.resize(refs_offset + 3 * n * sizeof(ExpertWeightRef));
-    if (prefix_bytes > 0) std::memcpy(moe_plan_host_.data(), prefix, prefix_bytes);
-    auto* refs = reinterpret_cast<ExpertWeightRef*>(moe_plan_host_.data() + refs_offset);
-    for (size_t i = 0; i < n; ++i) {
-      const ExpertWeights w = weights(i);
-      refs[i] = expert_weight_ref(*w.gate);
-      refs[n + i] = expert_weight_ref(*w.up);
-      refs[2 * n + i] = expert_weight_ref(*w.down);
-    }
+    // The tiles, then the references 16-byte aligned, in one upload.
+    const size_t tile_bytes = moe_tiles_.size() * sizeof(ExpertTile), refs_offset = (tile_bytes + 15) / 16 * 16;
+    moe_plan_host_.resize(refs_offset + 3 * experts.size() * sizeof(ExpertWeightRef));
+    std::memcpy(moe_plan_host_.data(), moe_tiles_.data(), tile_bytes);
+    write_expert_refs(experts, reinterpret_cast<ExpertWeightRef*>(moe_plan_host_.data() + refs_offset));
     grow(moe_plan_, moe_plan_host_.size(), "expert GEMM plan");
     upload(*moe_plan_, 0, moe_plan_host_.data(), moe_plan_host_.size());
-    return reinterpret_cast<const ExpertWeightRef*>(static_cast<const uint8_t*>(moe_plan_->data()) + refs_offset);
+    const auto* plan = static_cast<const uint8_t*>(moe_plan_->data());
+    launch_grouped_mlps(reinterpret_cast<const ExpertTile*>(plan), static_cast<int64_t>(moe_tiles_.size()), nullptr,
+                        tile_rows, reinterpret_cast<const ExpertWeightRef*>(plan + refs_offset), experts.size(),
+                        *model->gate, *model->down, rows, x, y);
   }
 
 #if !defined(SERVETUNE_HIP)
@@ -695,13 +689,8 @@ class GpuBackend final : public Backend {
   // kept by the first gate's address and re-uploaded only when the references differ, so a captured graph's step
   // uploads nothing. The host copy is compared each call (a few KB), as another model may reuse an address.
   const ExpertWeightRef* layer_refs(std::span<const ExpertWeights> experts) {
-    const size_t n = experts.size();
-    refs_host_.resize(3 * n);
-    for (size_t i = 0; i < n; ++i) {
-      refs_host_[i] = expert_weight_ref(*experts[i].gate);
-      refs_host_[n + i] = expert_weight_ref(*experts[i].up);
-      refs_host_[2 * n + i] = expert_weight_ref(*experts[i].down);
-    }
+    refs_host_.resize(3 * experts.size());
+    write_expert_refs(experts, refs_host_.data());
     LayerRefs& cached = layer_refs_[experts[0].gate];
     const size_t bytes = refs_host_.size() * sizeof(ExpertWeightRef);
     if (cached.host.size() != refs_host_.size() ||
